@@ -1,0 +1,31 @@
+"""Delta Lake for PySpark on Spark's Python Data Source API and delta-rs.
+
+The surface copies delta-spark's: ``spark.read.format("delta")``,
+``df.write.format("delta")``, ``readStream``/``writeStream`` and
+:class:`DeltaTable`. See the README for the idioms that differ.
+"""
+
+from medallion_assets.delta.errors import (
+    ConcurrentWriteError,
+    ConstraintViolationError,
+    DeltaError,
+    DeltaOptionError,
+    NotADeltaTableError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+    UnsupportedTypeError,
+)
+from medallion_assets.delta.session import enable_delta, has_native_delta
+
+__all__ = [
+    "ConcurrentWriteError",
+    "ConstraintViolationError",
+    "DeltaError",
+    "DeltaOptionError",
+    "NotADeltaTableError",
+    "SchemaMismatchError",
+    "UnsupportedFeatureError",
+    "UnsupportedTypeError",
+    "enable_delta",
+    "has_native_delta",
+]

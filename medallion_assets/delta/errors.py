@@ -1,0 +1,58 @@
+"""The exceptions of :mod:`medallion_assets.delta`.
+
+Every error names the table it concerns and the cause, so that a failed write or
+read can be fixed from the message alone. All of them derive from
+:class:`DeltaError`, so callers that do not care about the cause catch one class.
+"""
+
+from __future__ import annotations
+
+
+class DeltaError(Exception):
+    """Base class of every error raised by :mod:`medallion_assets.delta`.
+
+    Args:
+        message: what went wrong and how to fix it.
+        table: the table's path or URI, when the error concerns one table.
+    """
+
+    def __init__(self, message: str, *, table: str | None = None) -> None:
+        self.table = table
+        self.message = message
+        super().__init__(f"{message} (table: {table})" if table else message)
+
+    def __reduce__(self):
+        # Errors raised in Spark's Python workers are pickled back to the driver.
+        return (_rebuild, (type(self), self.message, self.table))
+
+
+def _rebuild(cls, message, table):
+    return cls(message, table=table)
+
+
+class NotADeltaTableError(DeltaError):
+    """The path holds no Delta table (no ``_delta_log``), or not at that version."""
+
+
+class DeltaOptionError(DeltaError, ValueError):
+    """A reader or writer option is unknown, or its value is not valid."""
+
+
+class UnsupportedTypeError(DeltaError, TypeError):
+    """A column's type cannot be stored in a Delta table (interval, void, ...)."""
+
+
+class SchemaMismatchError(DeltaError):
+    """The data's schema does not fit the table's, and no schema option allows it."""
+
+
+class UnsupportedFeatureError(DeltaError):
+    """The table uses a reader or writer feature this package does not implement."""
+
+
+class ConstraintViolationError(DeltaError):
+    """Rows violate a CHECK constraint, a NOT NULL column or a ``replaceWhere``."""
+
+
+class ConcurrentWriteError(DeltaError):
+    """The commit lost to a concurrent writer whose changes conflict with it."""
