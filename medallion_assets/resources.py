@@ -1,0 +1,166 @@
+"""Resources: the SparkSession and the lake's layout.
+
+Both are pydantic configuration (Dagster ``ConfigurableResource``), validated
+when constructed, and do nothing at import or construction: the session starts
+the first time an asset asks for it, and paths resolve when used, against the
+working directory of the process that uses them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource, InitResourceContext
+from dagster_pyspark import LazyPySparkResource
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+#: Spark settings of the embedded session, sized for one machine: few shuffle
+#: partitions because the tables are small, and UTC so that timestamps read the
+#: same whatever the host's zone.
+EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.default.parallelism": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.adaptive.enabled": "true",
+}
+
+#: The streams of the bronze layer: stream name -> landing sub-folder.
+LANDING_FOLDERS: dict[str, str] = {
+    "orders_raw": "orders",
+    "customers_cdc": "customers",
+}
+
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy SparkSession resource, configured for this lakehouse.
+
+    By default it starts an embedded ``local[*]`` session whose Python workers
+    run the current interpreter, so they can import this package (the ``delta``
+    data source classes are pickled by reference). Set ``master`` to a cluster
+    URL, or ``remote`` to a Spark Connect endpoint, to run the same assets
+    elsewhere. Every session it hands out has the ``delta`` format enabled.
+
+    The session is created on first use and shared through ``getOrCreate``:
+    every asset of a run executed in one process uses one JVM.
+    """
+
+    master: str | None = Field(
+        default="local[*]",
+        description=(
+            "Spark master URL (local[*], spark://host:7077, k8s://..., yarn). "
+            "Ignored when `remote` is set."
+        ),
+    )
+    remote: str | None = Field(
+        default=None,
+        description="Spark Connect endpoint (sc://host:15002). When set, no local JVM is started.",
+    )
+    app_name: str = Field(default="medallion-assets", description="Spark application name.")
+    spark_config: dict[str, Any] = Field(
+        default_factory=lambda: dict(EMBEDDED_SPARK_CONFIG),
+        description="Extra Spark configuration, applied to the session builder (key -> value).",
+    )
+    python_workers_use_driver_interpreter: bool = Field(
+        default=True,
+        description=(
+            "Run Python workers with the interpreter running Dagster, unless "
+            "spark.pyspark.python or PYSPARK_PYTHON chooses one. Right for embedded "
+            "sessions; a cluster sets its own."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _master_or_remote(self) -> SparkResource:
+        if not self.master and not self.remote:
+            raise ValueError("SparkResource needs either `master` or `remote`.")
+        return self
+
+    def _init_session(self) -> None:
+        # Overrides dagster-pyspark's builder: master/remote first, then enable_delta.
+        if self._spark_session is not None:
+            return
+        from pyspark.sql import SparkSession
+
+        from medallion_assets.delta import enable_delta
+
+        builder = SparkSession.builder.appName(self.app_name)
+        builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
+        config = {str(k): str(v) for k, v in self.spark_config.items()}
+        if (
+            not self.remote
+            and self.python_workers_use_driver_interpreter
+            and "spark.pyspark.python" not in config
+            and not os.environ.get("PYSPARK_PYTHON")
+        ):
+            config["spark.pyspark.python"] = sys.executable
+        for key, value in config.items():
+            builder = builder.config(key, value)
+        self._spark_session = enable_delta(builder.getOrCreate())
+
+
+class LakeResource(ConfigurableResource):
+    """Where the lake lives: the landing folder, the tables, the stream checkpoints.
+
+    Layout under ``root``::
+
+        landing/<orders|customers|reference/<table>>/   files as delivered
+        <layer>/<table>/                                 one Delta table per asset key
+        _checkpoints/<stream>/                           Structured Streaming checkpoints
+
+    ``root`` may be relative; it resolves against the working directory when a
+    path is asked for, never at import. A URI with a scheme (``s3://``) is kept as is.
+    """
+
+    root: str = Field(
+        default="./lakehouse",
+        description="Lake root: a local folder (relative to the working directory) or an object-store URI.",
+    )
+
+    @field_validator("root")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not isinstance(value, str) or (type(value) is str and not value.strip()):
+            raise ValueError("the lake root must not be empty")
+        return value
+
+    def _join(self, *parts: str) -> str:
+        if "://" in self.root:
+            return "/".join([self.root.rstrip("/"), *parts])
+        return str(Path(self.root).expanduser().resolve().joinpath(*parts))
+
+    @property
+    def root_path(self) -> str:
+        """The lake root, resolved (absolute path or URI)."""
+        return self._join()
+
+    @property
+    def landing_dir(self) -> str:
+        """The landing folder producers write to (see LANDING_CONTRACT.md)."""
+        return self._join("landing")
+
+    def landing_folder(self, stream: str) -> str:
+        """The landing sub-folder a bronze stream reads, e.g. ``landing/orders``."""
+        return self._join("landing", LANDING_FOLDERS[stream])
+
+    def reference_folder(self, table: str) -> str:
+        """The landing folder of a reference snapshot table (``landing/reference/<table>``)."""
+        return self._join("landing", "reference", table)
+
+    def checkpoint_dir(self, stream: str) -> str:
+        """The Structured Streaming checkpoint of a stream, under ``_checkpoints/``."""
+        return self._join("_checkpoints", stream)
+
+    def table_path(self, key: tuple[str, ...] | list[str]) -> str:
+        """The Delta table of an asset key ``[layer, table]``: ``<root>/<layer>/<table>``."""
+        parts = list(key)
+        if len(parts) != 2:
+            raise ValueError(f"asset keys of the lake are [layer, table], got {parts}")
+        return self._join(*parts)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        # Nothing to open: folders are created by the writers that need them.
+        return None
