@@ -1,0 +1,227 @@
+"""delta-spark's ``DeltaMergeBuilder``, executed by delta-rs on the driver."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+from medallion_assets.delta._sql import to_sql
+from medallion_assets.delta.errors import DeltaOptionError, SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from medallion_assets.delta.tables import DeltaTable
+
+__all__ = ["DeltaMergeBuilder", "source_alias"]
+
+_METRICS_SCHEMA = T.StructType(
+    [
+        T.StructField("num_affected_rows", T.LongType()),
+        T.StructField("num_updated_rows", T.LongType()),
+        T.StructField("num_deleted_rows", T.LongType()),
+        T.StructField("num_inserted_rows", T.LongType()),
+    ]
+)
+
+
+def source_alias(df: DataFrame) -> str | None:
+    """The alias given with ``df.alias(name)``, read from the analyzed plan (classic Spark)."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        plan = jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() == "SubqueryAlias":
+            return str(plan.alias())
+    except Exception:
+        return None
+    return None
+
+
+def _conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
+    """Cast source columns that the target also has to the target's types (safe casts only)."""
+    by_name = {f.name.lower(): f for f in target}
+    columns, fields = [], []
+    for field, column in zip(source.schema, source.columns):
+        want = by_name.get(field.name.lower())
+        typ = field.type
+        if pa.types.is_string_view(typ) or pa.types.is_large_string(typ):
+            typ = pa.string()
+        if want is not None and not want.type.equals(field.type):
+            typ = want.type
+        if not typ.equals(field.type):
+            try:
+                column = column.cast(typ, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SchemaMismatchError(
+                    f"MERGE source column '{field.name}' is {field.type} and cannot be cast safely to the "
+                    f"table's {typ}: {exc}. Cast it in the source DataFrame.",
+                    table=table,
+                ) from exc
+        columns.append(column)
+        fields.append(pa.field(field.name, typ, True))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+class DeltaMergeBuilder:
+    """Builds a MERGE like delta-spark's ``DeltaMergeBuilder``; get one from :meth:`DeltaTable.merge`.
+
+    **Runs on the driver**: ``execute()`` collects the source DataFrame to the
+    driver as Arrow (``source.toArrow()``) and delta-rs performs the MERGE in
+    this process, as one commit. The source must fit in driver memory.
+
+    Conditions and expressions are SQL strings or Columns, parsed by delta-rs
+    as DataFusion SQL: ``t.id = s.id``, ``s.seq > t.seq``, ``s.op = 'D'``,
+    ``CASE WHEN ... END`` and common functions such as ``coalesce`` work.
+    Clauses of one kind are tried in the order added, like delta-spark.
+
+    Attributes:
+        metrics: delta-rs' raw metrics dict of the executed merge (``None``
+            before ``execute()``); also on ``DeltaTable.lastOperationMetrics``.
+
+    Example:
+        >>> (DeltaTable.forPath(spark, path).alias("t")
+        ...     .merge(changes.alias("s"), "t.id = s.id")
+        ...     .whenMatchedDelete(condition="s.op = 'D'")
+        ...     .whenMatchedUpdateAll(condition="s.seq > t.seq")
+        ...     .whenNotMatchedInsertAll(condition="s.op <> 'D'")
+        ...     .whenNotMatchedBySourceDelete()
+        ...     .execute()).show()  # doctest: +SKIP
+    """
+
+    def __init__(self, table: DeltaTable, source: DataFrame, condition: str | Column) -> None:
+        from pyspark.sql import DataFrame as _DataFrame
+
+        if not isinstance(source, _DataFrame):
+            raise DeltaOptionError(f"merge source must be a Spark DataFrame, got {type(source).__name__}", table=table.path)
+        self._delta = table
+        self._source = source
+        self._condition = to_sql(condition, what="merge condition")
+        self._clauses: list[tuple[str, Any, Any]] = []
+        self._merge_schema = False
+        self.metrics: dict[str, Any] | None = None
+
+    # The target alias and source alias are needed to read assignment keys.
+    @property
+    def _target_alias(self) -> str:
+        return self._delta._alias or "target"
+
+    def _assignments(self, mapping: dict[str, str | Column] | None, what: str) -> dict[str, str]:
+        if not mapping:
+            raise DeltaOptionError(f"{what} needs a non-empty mapping of target column to expression", table=self._delta.path)
+        out = {}
+        prefix = self._target_alias + "."
+        for key, value in mapping.items():
+            if not isinstance(key, str):
+                raise DeltaOptionError(f"{what}: column names must be strings, got {key!r}", table=self._delta.path)
+            name = key[len(prefix) :] if key.startswith(prefix) else key
+            out[name] = to_sql(value, what=f"{what} expression for '{key}'")
+        return out
+
+    def _cond(self, condition, what: str) -> str | None:
+        return None if condition is None else to_sql(condition, what=f"{what} condition")
+
+    def _add(self, kind: str, condition, mapping=None) -> DeltaMergeBuilder:
+        self._clauses.append((kind, condition, mapping))
+        return self
+
+    def whenMatchedUpdate(self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+        """Update matched target rows (where ``condition`` holds) with ``set``."""
+        return self._add("matched_update", self._cond(condition, "whenMatchedUpdate"), self._assignments(set, "whenMatchedUpdate"))
+
+    def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Update every column of matched target rows from the source's same-named columns."""
+        return self._add("matched_update_all", self._cond(condition, "whenMatchedUpdateAll"))
+
+    def whenMatchedDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Delete matched target rows (where ``condition`` holds)."""
+        return self._add("matched_delete", self._cond(condition, "whenMatchedDelete"))
+
+    def whenNotMatchedInsert(self, condition: str | Column | None = None, values: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+        """Insert unmatched source rows with ``values`` (target column -> expression)."""
+        return self._add("not_matched_insert", self._cond(condition, "whenNotMatchedInsert"), self._assignments(values, "whenNotMatchedInsert"))
+
+    def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Insert unmatched source rows, every column from the source's same-named column."""
+        return self._add("not_matched_insert_all", self._cond(condition, "whenNotMatchedInsertAll"))
+
+    def whenNotMatchedBySourceUpdate(self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+        """Update target rows no source row matches (where ``condition`` holds) with ``set``."""
+        return self._add(
+            "not_matched_by_source_update",
+            self._cond(condition, "whenNotMatchedBySourceUpdate"),
+            self._assignments(set, "whenNotMatchedBySourceUpdate"),
+        )
+
+    def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
+        """Delete target rows no source row matches (where ``condition`` holds)."""
+        return self._add("not_matched_by_source_delete", self._cond(condition, "whenNotMatchedBySourceDelete"))
+
+    def withSchemaEvolution(self) -> DeltaMergeBuilder:
+        """Let the MERGE add source columns the table lacks (delta-rs ``merge_schema``)."""
+        self._merge_schema = True
+        return self
+
+    def execute(self) -> DataFrame:
+        """Run the MERGE (on the driver, in delta-rs) as one commit.
+
+        Returns:
+            A one-row DataFrame with delta-spark's metrics: ``num_affected_rows``,
+            ``num_updated_rows``, ``num_deleted_rows``, ``num_inserted_rows``.
+            delta-rs' raw metrics are on :attr:`metrics`.
+
+        Raises:
+            ConcurrentWriteError: a concurrent commit conflicted; nothing was committed.
+            SchemaMismatchError: a source column cannot be cast to the table's type.
+            DeltaError: delta-rs rejected a condition or expression (message says why).
+        """
+        from medallion_assets.delta.tables import _translate
+
+        if not self._clauses:
+            raise DeltaOptionError(
+                "the MERGE has no clause: add whenMatched.../whenNotMatched... before execute()",
+                table=self._delta.path,
+            )
+        path = self._delta.path
+        s_alias = source_alias(self._source) or "source"
+        t_alias = self._target_alias
+        if s_alias == t_alias:
+            raise DeltaOptionError(f"the source and the target have the same alias '{s_alias}'", table=path)
+        with _translate(path, "MERGE"):
+            table = self._delta._table()
+            target_schema = pa.schema(table.schema().to_arrow())
+            source = _conform_source(self._source.toArrow(), target_schema, path)
+            merger = table.merge(
+                source,
+                self._condition,
+                source_alias=s_alias,
+                target_alias=t_alias,
+                merge_schema=self._merge_schema,
+            )
+            for kind, cond, mapping in self._clauses:
+                if kind == "matched_update":
+                    merger.when_matched_update(mapping, cond)
+                elif kind == "matched_update_all":
+                    merger.when_matched_update_all(cond)
+                elif kind == "matched_delete":
+                    merger.when_matched_delete(cond)
+                elif kind == "not_matched_insert":
+                    merger.when_not_matched_insert(mapping, cond)
+                elif kind == "not_matched_insert_all":
+                    merger.when_not_matched_insert_all(cond)
+                elif kind == "not_matched_by_source_update":
+                    merger.when_not_matched_by_source_update(mapping, cond)
+                elif kind == "not_matched_by_source_delete":
+                    merger.when_not_matched_by_source_delete(cond)
+            metrics = merger.execute()
+        self.metrics = metrics
+        self._delta.lastOperationMetrics = metrics
+        updated = int(metrics.get("num_target_rows_updated", 0) or 0)
+        deleted = int(metrics.get("num_target_rows_deleted", 0) or 0)
+        inserted = int(metrics.get("num_target_rows_inserted", 0) or 0)
+        row = (updated + deleted + inserted, updated, deleted, inserted)
+        spark = self._delta._spark or self._source.sparkSession
+        return spark.createDataFrame([row], _METRICS_SCHEMA)
