@@ -1,0 +1,1 @@
+"""The lakehouse's assets, one module per layer."""

@@ -1,0 +1,31 @@
+"""Landing: an asset that lands the next simulated batch, so a fresh ``dagster dev`` has data."""
+
+
+from dagster import Config, MaterializeResult, asset
+from pydantic import Field
+
+from medallion_assets.resources import LakeResource
+
+
+class SimulatedFeedConfig(Config):
+    """Which simulated delivery to land from (see ``medallion_assets.simulate``)."""
+
+    scale_factor: float = Field(default=0.01, description="TPC-H scale factor of the simulated delivery.")
+    batches: int = Field(default=2, description="Number of batches the delivery is split into.")
+    seed: int = Field(default=7, description="Seed of the delivery's noise.")
+
+
+@asset(key=["landing", "simulated_batch"], group_name="landing", description="Lands the next batch of a noisy TPC-H feed under landing/.")
+def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource) -> MaterializeResult:
+    """Land the next batch; when every batch is landed, land nothing and say so."""
+    from medallion_assets.simulate import AllBatchesLandedError, land_next_batch
+
+    try:
+        landed = land_next_batch(
+            lake.landing_dir, scale_factor=config.scale_factor, batches=config.batches, seed=config.seed
+        )
+    except AllBatchesLandedError as done:
+        return MaterializeResult(metadata={"landed_files": 0, "note": str(done)})
+    return MaterializeResult(
+        metadata={"batch": landed.batch, "batches": landed.batches, "landed_files": len(landed.files)}
+    )

@@ -1,0 +1,154 @@
+"""Silver: typed, deduplicated latest state, merged in from what bronze gained.
+
+Each step reads only the bronze rows added since it last ran (the IO manager's
+``delta/read: changes`` input) and merges them; rejected lines and rows that
+fail a drop/fail expectation go to ``quarantine.<table>`` with the reason.
+"""
+
+from __future__ import annotations
+
+from dagster import AssetIn, AssetKey, AssetOut, AssetSpec, Output, asset, multi_asset
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from medallion_assets.expectations import (
+    apply_expectations,
+    check_specs,
+    expect,
+    expect_or_drop,
+    expect_or_fail,
+    quarantine_rows,
+)
+from medallion_assets.io_manager import READ, delta_table
+from medallion_assets.transforms import silver as T
+from medallion_assets.transforms.bronze import REFERENCE_TABLES
+
+ORDERS = AssetKey(["silver", "orders"])
+LINEITEM = AssetKey(["silver", "lineitem"])
+CUSTOMERS = AssetKey(["silver", "customers"])
+CUSTOMERS_HISTORY = AssetKey(["silver", "customers_history"])
+
+ORDERS_EXPECTATIONS = [
+    expect_or_fail("orders_key_present", "o_orderkey IS NOT NULL", "the merge key"),
+    expect_or_drop("orders_status_known", "o_orderstatus IN ('O', 'F', 'P')"),
+    expect("orders_total_price_non_negative", "o_totalprice >= 0"),
+]
+LINEITEM_EXPECTATIONS = [
+    expect_or_drop("lineitem_discount_in_range", "l_discount BETWEEN 0 AND 1"),
+    expect_or_drop("lineitem_quantity_positive", "l_quantity > 0"),
+    expect("lineitem_ships_before_receipt", "l_shipdate <= l_receiptdate"),
+]
+CUSTOMERS_EXPECTATIONS = [
+    expect_or_fail("customers_key_present", "c_custkey IS NOT NULL", "the merge key"),
+    expect_or_drop("customers_segment_known", "c_mktsegment IN ('AUTOMOBILE','BUILDING','FURNITURE','HOUSEHOLD','MACHINERY')"),
+    expect("customers_nation_in_tpch_range", "c_nationkey BETWEEN 0 AND 24"),
+]
+
+_QUARANTINE = delta_table(write_mode="append")
+
+
+def _sequence(*columns: str) -> F.Column:
+    # One sortable text per change, so the merge compares a single column.
+    parts = [
+        F.date_format(F.col(c), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS") if c in ("event_time", "updated_at") else F.col(c)
+        for c in columns
+    ]
+    return F.concat_ws("|", *parts).alias("_sequence")
+
+
+def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
+    return quarantine_rows(rejects.withColumnRenamed("reason", "_reason_text"), table_name, F.col("_reason_text"))
+
+
+@multi_asset(
+    outs={
+        "orders": AssetOut(key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
+        "lineitem": AssetOut(key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey"), is_required=False),
+        "quarantine_orders": AssetOut(key=AssetKey(["quarantine", "orders"]), metadata=_QUARANTINE, is_required=False),
+    },
+    ins={"orders_raw": AssetIn(key=AssetKey(["bronze", "orders_raw"]), metadata={READ: "changes"})},
+    check_specs=[*check_specs(ORDERS, ORDERS_EXPECTATIONS), *check_specs(LINEITEM, LINEITEM_EXPECTATIONS)],
+    group_name="silver",
+    can_subset=False,
+)
+def orders_and_lineitem(orders_raw: DataFrame):
+    """orders and lineitem: latest state per order (deletes applied), merged from new events."""
+    events, rejects = T.parse_order_events(orders_raw)
+    changes = T.latest_order_changes(T.deduplicate_events(events)).withColumn("_sequence", _sequence("event_time", "event_id")).cache()
+    upserts = changes.where(F.col("op") == "upsert")
+    deletes = changes.where(F.col("op") == "delete")
+
+    order_upserts = T.order_rows(upserts).join(upserts.select("o_orderkey", "_sequence"), "o_orderkey")
+    orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders")
+    lineitem_upserts = T.lineitem_rows(upserts).join(
+        upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence"), "l_orderkey"
+    )
+    lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
+
+    quarantined = _rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined)
+    yield Output(quarantined, output_name="quarantine_orders")
+    yield from orders.check_results
+    yield from lineitem.check_results
+    if orders.blocked or lineitem.blocked:
+        return  # a failed expectation: the tables stay as they are; the blocking check stops downstream
+    deleted_orders = deletes.select("o_orderkey", "_sequence")
+    order_rows = orders.kept.withColumn("_deleted", F.lit(False)).unionByName(
+        deleted_orders.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
+    )
+    line_rows = lineitem.kept.withColumn("_deleted", F.lit(False)).unionByName(
+        deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey").withColumn("_deleted", F.lit(True)),
+        allowMissingColumns=True,
+    )
+    yield Output(order_rows, output_name="orders")
+    yield Output(line_rows, output_name="lineitem")
+
+
+@multi_asset(
+    outs={
+        "customers": AssetOut(key=CUSTOMERS, metadata=delta_table(write_mode="merge", merge_keys=["c_custkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
+        "customers_history": AssetOut(key=CUSTOMERS_HISTORY, metadata=delta_table(write_mode="append"), is_required=False),
+        "quarantine_customers": AssetOut(key=AssetKey(["quarantine", "customers"]), metadata=_QUARANTINE, is_required=False),
+    },
+    ins={"customers_cdc": AssetIn(key=AssetKey(["bronze", "customers_cdc"]), metadata={READ: "changes"})},
+    check_specs=check_specs(CUSTOMERS, CUSTOMERS_EXPECTATIONS),
+    group_name="silver",
+    can_subset=False,
+)
+def customers_and_history(customers_cdc: DataFrame):
+    """customers (latest state, deletes applied, c_phone and c_address masked) and their type-2 history."""
+    changes, rejects = T.parse_customer_changes(customers_cdc)
+    changes = changes.cache()
+    latest = T.latest_customer_changes(changes).withColumn("_sequence", _sequence("updated_at"))
+    upserts = latest.where(F.col("op") != "D")
+    customer_upserts = T.customer_rows(upserts).join(upserts.select("c_custkey", "_sequence"), "c_custkey")
+    customers = apply_expectations(customer_upserts, CUSTOMERS_EXPECTATIONS, asset_key=CUSTOMERS, table_name="customers")
+    yield Output(_rejects_to_quarantine(rejects, "customers").unionByName(customers.quarantined), output_name="quarantine_customers")
+    yield from customers.check_results
+    if customers.blocked:
+        return
+    rows = T.mask_customer_pii(customers.kept).withColumn("_deleted", F.lit(False)).unionByName(
+        latest.where(F.col("op") == "D").select("c_custkey", "_sequence").withColumn("_deleted", F.lit(True)),
+        allowMissingColumns=True,
+    )
+    yield Output(rows, output_name="customers")
+    yield Output(T.mask_customer_pii(T.customer_history_rows(changes)), output_name="customers_history")
+
+
+def _reference_asset(table: str):
+    @asset(
+        key=["silver", table],
+        ins={"snapshot": AssetIn(key=AssetKey(["bronze", table]))},
+        group_name="silver",
+        description=f"{table} with the contract's columns and types.",
+        metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"),
+    )
+    def _silver_reference(snapshot: DataFrame) -> DataFrame:
+        return T.conform_reference(snapshot, table)
+
+    _silver_reference.__name__ = table
+    return _silver_reference
+
+
+reference_assets = [_reference_asset(table) for table in REFERENCE_TABLES]
+
+silver_assets = [orders_and_lineitem, customers_and_history, *reference_assets]

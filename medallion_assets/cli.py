@@ -1,0 +1,30 @@
+"""The ``medallion-assets`` command."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's parser; each subcommand sets ``func``.
+
+    ``simulate`` comes from the simulator; ``stream`` (continuous bronze
+    ingestion) is added next to it by the streaming service.
+    """
+    from medallion_assets.simulate import add_simulate_parser
+
+    parser = argparse.ArgumentParser(prog="medallion-assets", description="Bronze/silver/gold Delta lakehouse tools.")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    add_simulate_parser(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

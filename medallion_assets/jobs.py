@@ -1,0 +1,81 @@
+"""When things run: ingest (hourly), refresh (daily), table maintenance (weekly)."""
+
+
+from dagster import (
+    AssetSelection,
+    Config,
+    OpExecutionContext,
+    ScheduleDefinition,
+    define_asset_job,
+    job,
+    op,
+)
+from pydantic import Field
+
+from medallion_assets.io_manager import DeltaTableClient
+from medallion_assets.resources import LakeResource, SparkResource
+
+#: Bronze streams and the silver tables merged from them.
+ingest_job = define_asset_job(
+    "ingest",
+    selection=AssetSelection.groups("bronze", "silver"),
+    description="Take newly landed files into bronze and merge them into silver.",
+)
+#: Everything downstream of bronze, including asset checks.
+refresh_job = define_asset_job(
+    "refresh",
+    selection=AssetSelection.groups("silver", "gold"),
+    description="Bring silver and gold up to date with bronze.",
+)
+
+
+class MaintenanceConfig(Config):
+    """Retention of the weekly VACUUM."""
+
+    retention_hours: float = Field(
+        default=168.0,
+        description="Files older than this and no longer referenced are removed; Delta's rule is at least 168 (7 days).",
+    )
+    layers: list[str] = Field(
+        default_factory=lambda: ["bronze", "silver", "gold", "quarantine"],
+        description="Lake layers whose tables are compacted and vacuumed.",
+    )
+
+
+@op(description="OPTIMIZE (compaction) then VACUUM of every Delta table of the lake.")
+def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lake: LakeResource) -> None:
+    """Compact and vacuum each table; never vacuums below Delta's 7-day retention check."""
+    from pathlib import Path
+
+    from medallion_assets.io_manager import _delta_table_class
+
+    if config.retention_hours < 168:
+        raise ValueError("retention below 168 hours can break readers and time travel; Delta refuses it too")
+    session = spark.spark_session
+    client = DeltaTableClient(session)
+    DeltaTable = _delta_table_class()
+    for layer in config.layers:
+        layer_dir = Path(lake.root_path) / layer
+        if not layer_dir.is_dir():
+            continue
+        for table_dir in sorted(p for p in layer_dir.iterdir() if p.is_dir()):
+            path = str(table_dir)
+            if not client.exists(path):
+                continue
+            table = DeltaTable.forPath(session, path)
+            table.optimize().executeCompaction()
+            table.vacuum(config.retention_hours)
+            context.log.info(f"maintained {layer}/{table_dir.name}")
+
+
+@job(description="Weekly OPTIMIZE and VACUUM of the lake's tables.")
+def table_maintenance():
+    optimize_and_vacuum()
+
+
+ingest_schedule = ScheduleDefinition(job=ingest_job, cron_schedule="0 * * * *", name="ingest_hourly")
+refresh_schedule = ScheduleDefinition(job=refresh_job, cron_schedule="30 2 * * *", name="refresh_daily")
+maintenance_schedule = ScheduleDefinition(job=table_maintenance, cron_schedule="0 4 * * 0", name="maintenance_weekly")
+
+jobs = [ingest_job, refresh_job, table_maintenance]
+schedules = [ingest_schedule, refresh_schedule, maintenance_schedule]
