@@ -222,7 +222,17 @@ class DeltaTable:
         self._path = _normalize_path(path)
         self._alias = alias
         self._storage_options = storage_options
-        self.lastOperationMetrics: dict[str, Any] | None = None
+        # Shared with aliases of this table, so dt.alias("t").merge(...) reports here too.
+        self._state: dict[str, Any] = {"metrics": None}
+
+    @property
+    def lastOperationMetrics(self) -> dict[str, Any] | None:
+        """delta-rs' raw metrics dict of the last write made through this table or its aliases."""
+        return self._state["metrics"]
+
+    @lastOperationMetrics.setter
+    def lastOperationMetrics(self, value: dict[str, Any] | None) -> None:
+        self._state["metrics"] = value
 
     # ----------------------------------------------------------------- construction
 
@@ -320,6 +330,7 @@ class DeltaTable:
         if not isinstance(aliasName, str) or not aliasName:
             raise DeltaOptionError("alias must be a non-empty string", table=self._path)
         other = DeltaTable(self._spark, self._path, alias=aliasName, storage_options=self._storage_options)
+        other._state = self._state
         return other
 
     def toDF(self) -> DataFrame:
