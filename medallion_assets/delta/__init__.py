@@ -15,6 +15,7 @@ from medallion_assets.delta.errors import (
     UnsupportedFeatureError,
     UnsupportedTypeError,
 )
+from medallion_assets.delta._read import read_delta
 from medallion_assets.delta.session import enable_delta, has_native_delta
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "UnsupportedTypeError",
     "enable_delta",
     "has_native_delta",
+    "read_delta",
 ]

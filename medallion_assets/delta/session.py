@@ -74,5 +74,8 @@ def enable_delta(spark: SparkSession) -> SparkSession:
     from medallion_assets.delta.datasource import DeltaDataSource
 
     use_driver_interpreter(spark)
+    # The reader skips files with pushed filters; Spark refuses a reader that
+    # implements pushFilters while this switch is off.
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(DeltaDataSource)
     return spark

@@ -1,0 +1,453 @@
+"""Planning a write on the driver and committing its files through delta-rs.
+
+A write happens in three steps: :func:`plan_write` (driver, before any task:
+schema enforcement, options, constraints), the tasks' :class:`TableFileWriter`
+(Parquet files and their statistics), and :func:`commit_write` (driver: one
+Delta transaction through ``create_write_transaction``). If the commit fails,
+the files the tasks wrote are deleted, so a failed write commits nothing and
+leaves nothing behind but what vacuum would remove anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import deltalake
+import pyarrow as pa
+from deltalake.exceptions import CommitFailedError, DeltaError as DeltaRsError, TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake.transaction import create_table_with_add_actions
+from pyspark.sql import types as T
+
+from medallion_assets.delta._files import TableFileWriter, WrittenFile
+from medallion_assets.delta._options import WriteOptions
+from medallion_assets.delta._predicate import (
+    Expr,
+    Verdict,
+    columns_of,
+    file_verdict,
+    matching_mask,
+    parse_predicate,
+    resolve_columns,
+)
+from medallion_assets.delta._schema import (
+    delta_to_spark_schema,
+    resolve_write_schema,
+    spark_to_arrow_schema,
+    spark_to_delta_schema,
+)
+from medallion_assets.delta._snapshot import DataFile, check_read_support, normalize_path, resolve_snapshot
+from medallion_assets.delta.errors import (
+    ConcurrentWriteError,
+    DeltaError,
+    DeltaOptionError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
+
+# Writer features whose rules this writer follows (or that need nothing of it).
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "deletionVectors",
+    }
+)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """Everything tasks and the commit need, decided once on the driver."""
+
+    location: str
+    mode: Literal["append", "overwrite"]
+    options: WriteOptions
+    table_exists: bool
+    read_version: int | None
+    table_schema: T.StructType
+    """The table's schema after this write."""
+    partition_columns: list[str]
+    checks: list[tuple[str, Expr]] = field(default_factory=list)
+    replace_where: Expr | None = None
+    schema_changed: bool = False
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return spark_to_arrow_schema(self.table_schema, table=self.location)
+
+    def file_writer(self, task_id: int) -> TableFileWriter:
+        kwargs = {}
+        if self.options.target_file_size:
+            kwargs["file_bytes"] = self.options.target_file_size
+        if self.options.max_records_per_file:
+            kwargs["row_group_rows"] = self.options.max_records_per_file
+            kwargs["file_bytes"] = 1  # one row group per file: at most maxRecordsPerFile rows
+        return TableFileWriter(
+            self.location,
+            self.arrow_schema,
+            self.partition_columns,
+            task_id=task_id,
+            checks=self.checks,
+            table_name=self.location,
+            **kwargs,
+        )
+
+
+def _check_writer_features(table: deltalake.DeltaTable, location: str) -> None:
+    protocol = table.protocol()
+    features = set(protocol.writer_features or [])
+    unsupported = sorted(features - SUPPORTED_WRITER_FEATURES)
+    config = table.metadata().configuration
+    if config.get("delta.columnMapping.mode", "none") not in ("none", None):
+        unsupported.append("columnMapping")
+    if protocol.min_writer_version > 7 or unsupported:
+        raise UnsupportedFeatureError(
+            f"the table needs writer features this package does not support: {', '.join(unsupported)}; "
+            "write it with an engine that supports them (delta-spark, delta-rs)",
+            table=location,
+        )
+
+
+def table_checks(configuration: Mapping[str, str], schema: T.StructType, *, location: str) -> list[tuple[str, Expr]]:
+    """The CHECK constraints of a table as parsed predicates."""
+    checks = []
+    for key, text in configuration.items():
+        if not key.startswith("delta.constraints."):
+            continue
+        name = key[len("delta.constraints."):]
+        try:
+            expr = resolve_columns(parse_predicate(text), schema, table=location, what=f"constraint {name}")
+        except DeltaOptionError as exc:
+            raise UnsupportedFeatureError(
+                f"CHECK constraint {name} ({text}) uses SQL this writer cannot evaluate ({exc.message}); "
+                "write with delta-rs or delta-spark, or drop the constraint",
+                table=location,
+            ) from exc
+        checks.append((f"CHECK constraint {name} ({text})", expr))
+    return checks
+
+
+def open_existing(location: str, storage_options: dict[str, str] | None = None) -> deltalake.DeltaTable | None:
+    try:
+        return deltalake.DeltaTable(location, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+
+
+def plan_write(
+    path: str,
+    data_schema: T.StructType,
+    *,
+    mode: Literal["append", "overwrite"],
+    options: Mapping[str, str],
+) -> WritePlan:
+    """Check a write against the table before any task runs.
+
+    Raises:
+        DeltaOptionError: an unknown or bad option.
+        SchemaMismatchError: the data does not fit the table's schema.
+        UnsupportedTypeError: a column type Delta cannot store.
+        UnsupportedFeatureError: the table needs features this writer lacks.
+    """
+    location = normalize_path(path)
+    parsed = WriteOptions.parse(options, table=location, mode=mode)
+    table = open_existing(location)
+    # Delta tables written from DataFrames have nullable columns, as delta-spark makes them.
+    incoming = T.StructType([T.StructField(f.name, f.dataType, True, f.metadata) for f in data_schema.fields])
+    if table is None:
+        spark_to_delta_schema(incoming, table=location)  # raises for unstorable types
+        replace_where = (
+            resolve_columns(parse_predicate(parsed.replace_where), incoming, table=location, what="replaceWhere")
+            if parsed.replace_where
+            else None
+        )
+        checks = [(f"replaceWhere ({parsed.replace_where})", replace_where)] if replace_where else []
+        return WritePlan(location, mode, parsed, False, None, incoming, [], checks, replace_where)
+    _check_writer_features(table, location)
+    check_read_support(table, location)
+    metadata = table.metadata()
+    current = delta_to_spark_schema(table.schema())
+    partition_columns = list(metadata.partition_columns)
+    if mode == "overwrite" and parsed.overwrite_schema:
+        missing = [c for c in partition_columns if c not in incoming.fieldNames()]
+        if missing:
+            raise SchemaMismatchError(
+                f"overwriteSchema keeps the table's partition columns {partition_columns}, but the data lacks "
+                f"{missing}; recreate the table with DeltaTable.createOrReplace(spark) to change partitioning",
+                table=location,
+            )
+        new_schema = incoming
+    else:
+        new_schema = resolve_write_schema(current, data_schema, merge_schema=parsed.merge_schema, table=location)
+    missing_parts = [c for c in partition_columns if c.lower() not in {n.lower() for n in data_schema.fieldNames()}]
+    if missing_parts:
+        raise SchemaMismatchError(
+            f"the data lacks the partition column(s) {missing_parts} of the table", table=location
+        )
+    if config_true(metadata.configuration, "delta.appendOnly") and mode == "overwrite":
+        raise DeltaError(
+            "the table is append-only (delta.appendOnly=true); overwrite and replaceWhere are refused. "
+            "Append instead, or unset the property", table=location,
+        )
+    checks = table_checks(metadata.configuration, new_schema, location=location)
+    replace_where = None
+    if parsed.replace_where:
+        replace_where = resolve_columns(parse_predicate(parsed.replace_where), new_schema, table=location, what="replaceWhere")
+        checks.append((f"replaceWhere ({parsed.replace_where}); only rows it matches may be written", replace_where))
+    return WritePlan(
+        location=location,
+        mode=mode,
+        options=parsed,
+        table_exists=True,
+        read_version=table.version(),
+        table_schema=new_schema,
+        partition_columns=partition_columns,
+        checks=checks,
+        replace_where=replace_where,
+        schema_changed=new_schema != current,
+    )
+
+
+def config_true(configuration: Mapping[str, str], key: str) -> bool:
+    return str(configuration.get(key, "false")).lower() == "true"
+
+
+def _add_actions(files: Iterable[WrittenFile], *, data_change: bool) -> list[AddAction]:
+    return [
+        AddAction(
+            path=f.path,
+            size=f.size,
+            partition_values=f.partition_values,
+            modification_time=f.modification_time,
+            data_change=data_change,
+            stats=f.stats,
+        )
+        for f in files
+    ]
+
+
+def delete_files(location: str, files: Iterable[WrittenFile]) -> None:
+    """Remove data files a failed or skipped write left (never ones in the log)."""
+    from urllib.parse import unquote
+
+    for f in files:
+        try:
+            os.remove(os.path.join(location, unquote(f.path)))
+        except FileNotFoundError:
+            pass
+
+
+def delete_uncommitted_files(location: str, files: Iterable[WrittenFile]) -> None:
+    """Remove files of an aborted write, keeping any that a commit did reference.
+
+    Spark aborts a write also when its commit raised after the Delta commit
+    went through; files the log names must survive that.
+    """
+    files = list(files)
+    if not files:
+        return
+    table = open_existing(location)
+    live = set()
+    if table is not None:
+        live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+    delete_files(location, [f for f in files if f.path not in live])
+
+
+def _commit_properties(plan: WritePlan, extra: Mapping[str, object] | None = None) -> CommitProperties:
+    metadata: dict[str, object] = dict(plan.options.commit_info)
+    if plan.options.user_metadata is not None:
+        metadata["userMetadata"] = plan.options.user_metadata
+    if extra:
+        metadata.update(extra)
+    txns = None
+    if plan.options.txn_app_id is not None:
+        txns = [Transaction(plan.options.txn_app_id, plan.options.txn_version)]
+    return CommitProperties(custom_metadata=metadata or None, app_transactions=txns)
+
+
+def _relative_action_path(location: str, data_file: DataFile) -> str:
+    from urllib.parse import quote
+
+    prefix = location.rstrip("/") + "/"
+    path = data_file.path[len(prefix):] if data_file.path.startswith(prefix) else data_file.path
+    return quote(path, safe="/=")
+
+
+def _remove(location: str, data_file: DataFile, now: int) -> RemoveAction:
+    return RemoveAction(
+        path=_relative_action_path(location, data_file),
+        data_change=True,
+        deletion_timestamp=now,
+        size=data_file.size,
+        partition_values=data_file.partition_values,
+    )
+
+
+def _replace_where_actions(plan: WritePlan, table: deltalake.DeltaTable) -> tuple[list, list[WrittenFile]]:
+    """Removes for files the predicate covers, and rewrites of files it covers in part."""
+    snapshot = resolve_snapshot(plan.location, table=table)
+    now = int(time.time() * 1000)
+    actions: list = []
+    rewritten: list[WrittenFile] = []
+    only_partitions = columns_of(plan.replace_where) <= set(plan.partition_columns)
+    for data_file in snapshot.files:
+        verdict = file_verdict(
+            plan.replace_where,
+            snapshot.schema,
+            data_file.partition_values,
+            data_file.num_records,
+            data_file.min_values,
+            data_file.max_values,
+            data_file.null_counts,
+        )
+        if verdict == Verdict.NONE:
+            continue
+        actions.append(_remove(plan.location, data_file, now))
+        if verdict == Verdict.ALL or only_partitions:
+            continue
+        # Part of the file matches: keep its other rows in a new file.
+        rows = _read_file(data_file, snapshot)
+        keep = rows.filter(pa.compute.invert(matching_mask(plan.replace_where, rows)))
+        if keep.num_rows:
+            writer = TableFileWriter(plan.location, plan.arrow_schema, plan.partition_columns, task_id=99999,
+                                     table_name=plan.location)
+            rewritten.extend(writer.write_batches(keep.to_batches()))
+    return actions, rewritten
+
+
+def _read_file(data_file: DataFile, snapshot) -> pa.Table:
+    from medallion_assets.delta._read import read_data_file
+
+    return read_data_file(data_file, snapshot.arrow_schema, snapshot.partition_columns, table=snapshot.location)
+
+
+def _dynamic_partition_removes(plan: WritePlan, table: deltalake.DeltaTable, files: list[WrittenFile]) -> list:
+    touched = {tuple(sorted(f.partition_values.items(), key=lambda kv: kv[0])) for f in files}
+    snapshot = resolve_snapshot(plan.location, table=table)
+    now = int(time.time() * 1000)
+    return [
+        _remove(plan.location, f, now)
+        for f in snapshot.files
+        if tuple(sorted(f.partition_values.items(), key=lambda kv: kv[0])) in touched
+    ]
+
+
+def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: Mapping[str, object] | None = None) -> int | None:
+    """Commit the tasks' files as one transaction; returns the new version, or None if skipped.
+
+    A write whose ``txnAppId`` already committed ``txnVersion`` (or a later one)
+    is skipped and its files are deleted: that is how replays stay idempotent.
+
+    Raises:
+        ConcurrentWriteError: a concurrent commit conflicts with this one.
+    """
+    created: list[WrittenFile] = list(files)
+    committed = False
+    try:
+        table = open_existing(plan.location)
+        if table is not None and plan.options.txn_app_id is not None:
+            done = table.transaction_version(plan.options.txn_app_id)
+            if done is not None and done >= plan.options.txn_version:
+                delete_files(plan.location, created)
+                return None
+        if table is None:
+            version = _create(plan, files, extra_metadata)
+            if version is not None:
+                return version
+            table = open_existing(plan.location)
+        if plan.read_version is not None and table.version() != plan.read_version and plan.mode == "overwrite":
+            # delta-rs checks conflicts against the version it loaded, which is
+            # the one this write planned against.
+            table.load_as_version(plan.read_version)
+        adds = _add_actions(files, data_change=plan.options.data_change)
+        schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
+        if plan.schema_changed and not plan.options.overwrite_schema:
+            _add_new_columns(table, plan)
+        props = _commit_properties(plan, extra_metadata)
+        if plan.mode == "append":
+            table.create_write_transaction(adds, "append", schema, plan.partition_columns, commit_properties=props)
+        elif plan.replace_where is not None:
+            removes, rewritten = _replace_where_actions(plan, table)
+            created.extend(rewritten)
+            actions = adds + _add_actions(rewritten, data_change=True) + removes
+            table.create_write_transaction(actions, "append", schema, plan.partition_columns, commit_properties=props)
+        elif plan.options.dynamic_partition_overwrite:
+            removes = _dynamic_partition_removes(plan, table, files)
+            table.create_write_transaction(adds + removes, "append", schema, plan.partition_columns,
+                                           commit_properties=props)
+        else:
+            table.create_write_transaction(adds, "overwrite", schema, plan.partition_columns, commit_properties=props)
+        committed = True
+        table.update_incremental()
+        return table.version()
+    except CommitFailedError as exc:
+        delete_files(plan.location, created)
+        raise ConcurrentWriteError(
+            f"the {plan.mode} lost to a concurrent writer whose commit conflicts with it ({exc}); "
+            "nothing was committed: rerun the write",
+            table=plan.location,
+        ) from exc
+    except DeltaRsError as exc:
+        delete_files(plan.location, created)
+        text = str(exc)
+        if "conflict" in text.lower() or "concurrent" in text.lower():
+            raise ConcurrentWriteError(
+                f"the {plan.mode} lost to a concurrent writer ({text}); nothing was committed: rerun the write",
+                table=plan.location,
+            ) from exc
+        raise DeltaError(f"the {plan.mode} could not be committed: {text}", table=plan.location) from exc
+    except BaseException:
+        if not committed:
+            delete_files(plan.location, created)
+        raise
+
+
+def _add_new_columns(table: deltalake.DeltaTable, plan: WritePlan) -> None:
+    """Add the columns mergeSchema brings, in a metadata commit of their own.
+
+    delta-rs writes a new schema in the same commit only for overwrites, so an
+    append that evolves the schema takes two commits: the new nullable
+    columns first, then the data. If the data commit then fails, the table
+    keeps the new (empty) columns and no rows.
+    """
+    from deltalake.schema import Field
+
+    current = {f.name.lower() for f in delta_to_spark_schema(table.schema()).fields}
+    new = [f for f in plan.table_schema.fields if f.name.lower() not in current]
+    if not new:
+        return
+    fields = [Field.from_json(json.dumps(f.jsonValue())) for f in new]
+    table.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+    table.update_incremental()
+
+
+def _create(plan: WritePlan, files: list[WrittenFile], extra_metadata) -> int | None:
+    """Create the table with the write's files; None when someone else created it first."""
+    schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
+    try:
+        create_table_with_add_actions(
+            plan.location,
+            schema,
+            _add_actions(files, data_change=True),
+            mode="error",
+            partition_by=plan.partition_columns or None,
+            configuration=plan.options.properties or None,
+            commit_properties=_commit_properties(plan, extra_metadata),
+        )
+    except DeltaRsError as exc:
+        if "exist" in str(exc).lower() and open_existing(plan.location) is not None:
+            return None
+        raise
+    return deltalake.DeltaTable(plan.location).version()
+

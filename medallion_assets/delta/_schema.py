@@ -1,0 +1,186 @@
+"""Schemas between Spark, Arrow and the Delta log.
+
+Delta stores its schema as the JSON form of Spark's ``StructType``, so Spark and
+Delta schemas convert through that JSON exactly, nested types included. Arrow
+schemas are derived from the Spark one with UTC timestamps and no large types,
+because that is what a Python data source must yield to Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+from deltalake import Schema as DeltaSchema
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from medallion_assets.delta.errors import SchemaMismatchError, UnsupportedTypeError
+
+# Spark types with no Delta counterpart (Delta's variant needs a table feature
+# delta-rs does not write yet).
+_UNSTORABLE = (
+    T.NullType,
+    T.CalendarIntervalType,
+    T.DayTimeIntervalType,
+    T.YearMonthIntervalType,
+    T.VariantType,
+)
+_TYPE_FIXES = {
+    "NullType": "cast the column to a concrete type, e.g. F.lit(None).cast('string')",
+    "CalendarIntervalType": "store the interval as a number of seconds or as a string",
+    "DayTimeIntervalType": "store the interval as a number of seconds or as a string",
+    "YearMonthIntervalType": "store the interval as a number of months",
+    "VariantType": "store the value as a JSON string (F.to_json)",
+}
+
+
+def _walk(dt: T.DataType, path: str) -> Iterable[tuple[str, T.DataType]]:
+    yield path, dt
+    if isinstance(dt, T.StructType):
+        for f in dt.fields:
+            yield from _walk(f.dataType, f"{path}.{f.name}" if path else f.name)
+    elif isinstance(dt, T.ArrayType):
+        yield from _walk(dt.elementType, f"{path}.element")
+    elif isinstance(dt, T.MapType):
+        yield from _walk(dt.keyType, f"{path}.key")
+        yield from _walk(dt.valueType, f"{path}.value")
+
+
+def check_storable(schema: T.StructType, *, table: str | None = None) -> None:
+    """Raise :class:`UnsupportedTypeError` for a column Delta cannot store."""
+    for path, dt in _walk(schema, ""):
+        if isinstance(dt, _UNSTORABLE):
+            kind = type(dt).__name__
+            raise UnsupportedTypeError(
+                f"column '{path}' has type {dt.simpleString()}, which a Delta table cannot store; "
+                f"{_TYPE_FIXES.get(kind, 'cast it to a supported type')}",
+                table=table,
+            )
+
+
+def _strip_char_varchar(schema: T.StructType) -> T.StructType:
+    # Spark keeps CHAR/VARCHAR as strings with a metadata hint; Delta only knows string.
+    return T.StructType.fromJson(json.loads(schema.json()))
+
+
+def spark_to_delta_schema(schema: T.StructType, *, table: str | None = None) -> DeltaSchema:
+    """The Delta schema of a Spark schema; raises for types Delta cannot store."""
+    check_storable(schema, table=table)
+    return DeltaSchema.from_json(_strip_char_varchar(schema).json())
+
+
+def delta_to_spark_schema(schema: DeltaSchema) -> T.StructType:
+    """The Spark schema of a Delta schema, field metadata included."""
+    return T.StructType.fromJson(json.loads(schema.to_json()))
+
+
+def spark_to_arrow_schema(schema: T.StructType, *, table: str | None = None) -> pa.Schema:
+    """The Arrow schema Spark expects from a Python reader for ``schema``.
+
+    Timestamps are ``timestamp[us, tz=UTC]`` whatever the session time zone,
+    strings and binaries are not large, nullability is kept.
+    """
+    check_storable(schema, table=table)
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+
+
+def conform_table(data: pa.Table | pa.RecordBatch, target: pa.Schema, *, table: str | None = None):
+    """Cast Arrow data to exactly ``target``: names, order, types and nullability.
+
+    Columns are matched by name; a column of ``target`` missing from ``data``
+    is filled with nulls (schema evolution added it after the file was written).
+    """
+    columns = []
+    names = data.schema.names
+    for field in target:
+        if field.name in names:
+            column = data.column(field.name)
+            if not column.type.equals(field.type):
+                try:
+                    column = column.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaMismatchError(
+                        f"column '{field.name}' of type {column.type} cannot be read as {field.type}: {exc}",
+                        table=table,
+                    ) from exc
+        else:
+            column = pa.nulls(data.num_rows, type=field.type)
+        columns.append(column)
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(columns, schema=target)
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+def _field_map(schema: T.StructType) -> dict[str, T.StructField]:
+    return {f.name.lower(): f for f in schema.fields}
+
+
+def _same_type(a: T.DataType, b: T.DataType) -> bool:
+    # Nullability inside nested types is not part of what a write must match.
+    return _drop_nullability(a) == _drop_nullability(b)
+
+
+def _drop_nullability(dt: T.DataType) -> T.DataType:
+    if isinstance(dt, T.StructType):
+        return T.StructType([T.StructField(f.name, _drop_nullability(f.dataType), True) for f in dt.fields])
+    if isinstance(dt, T.ArrayType):
+        return T.ArrayType(_drop_nullability(dt.elementType), True)
+    if isinstance(dt, T.MapType):
+        return T.MapType(_drop_nullability(dt.keyType), _drop_nullability(dt.valueType), True)
+    if isinstance(dt, (T.CharType, T.VarcharType)):
+        return T.StringType()
+    return dt
+
+
+def resolve_write_schema(
+    table_schema: T.StructType,
+    data_schema: T.StructType,
+    *,
+    merge_schema: bool,
+    table: str,
+) -> T.StructType:
+    """The table schema after a write of ``data_schema`` (Delta's enforcement rules).
+
+    Columns are matched by name, case-insensitively. A data column the table
+    lacks is an error unless ``merge_schema`` adds it; a table column the data
+    lacks is written as null (it must be nullable); a type change is an error
+    (type widening needs the typeWidening table feature, which is not written here).
+
+    Raises:
+        SchemaMismatchError: naming every offending column and the fix.
+    """
+    check_storable(data_schema, table=table)
+    table_fields = _field_map(table_schema)
+    data_fields = _field_map(data_schema)
+    problems: list[str] = []
+    new_fields = list(table_schema.fields)
+    for key, data_field in data_fields.items():
+        table_field = table_fields.get(key)
+        if table_field is None:
+            if merge_schema:
+                new_fields.append(T.StructField(data_field.name, data_field.dataType, True, data_field.metadata))
+            else:
+                problems.append(f"column '{data_field.name}' ({data_field.dataType.simpleString()}) is not in the table")
+            continue
+        if _same_type(table_field.dataType, data_field.dataType):
+            continue
+        problems.append(
+            f"column '{data_field.name}' is {data_field.dataType.simpleString()} in the data "
+            f"but {table_field.dataType.simpleString()} in the table"
+        )
+    for key, table_field in table_fields.items():
+        if key not in data_fields and not table_field.nullable:
+            problems.append(f"column '{table_field.name}' is NOT NULL in the table but missing from the data")
+    if problems:
+        fix = (
+            "use option('mergeSchema', 'true') to add new columns, "
+            "option('overwriteSchema', 'true') with mode('overwrite') to replace the schema, "
+            "or cast the data to the table's schema"
+        )
+        raise SchemaMismatchError(
+            "the data's schema does not fit the table's: " + "; ".join(problems) + f". To fix: {fix}",
+            table=table,
+        )
+    return T.StructType(new_fields)

@@ -1,0 +1,260 @@
+"""The ``delta`` format: a Spark Python data source over delta-rs.
+
+``spark.read.format("delta")`` resolves the snapshot with delta-rs on the
+driver, skips files by partition values and statistics for pushed filters,
+and reads the rest in input partitions sized by bytes. ``df.write.format("delta")``
+writes Parquet files in the tasks and commits them in one transaction on the
+driver. Streaming reads and writes live in :mod:`._streaming`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import types as T
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncommitted_files, plan_write
+from medallion_assets.delta._files import WrittenFile
+from medallion_assets.delta._options import ReadOptions
+from medallion_assets.delta._predicate import Expr, Verdict, file_verdict, from_spark_filter
+from medallion_assets.delta._read import read_data_file
+from medallion_assets.delta._snapshot import DataFile, Snapshot, normalize_path, resolve_snapshot
+from medallion_assets.delta.errors import DeltaOptionError
+
+# Columns a change data feed read adds, as delta-spark names them.
+CHANGE_FEED_COLUMNS = [
+    T.StructField("_change_type", T.StringType(), True),
+    T.StructField("_commit_version", T.LongType(), True),
+    T.StructField("_commit_timestamp", T.TimestampType(), True),
+]
+# Arrow batches handed to Spark; large enough to amortize the hand-over.
+_BATCH_ROWS = 65_536
+
+
+def table_path(options) -> str:
+    path = options.get("path")
+    if not path:
+        raise DeltaOptionError("no table path: use .load(path) or .save(path) (tables by name need a catalog)")
+    return normalize_path(path)
+
+
+class DeltaDataSource(DataSource):
+    """Spark's ``delta`` format, backed by delta-rs."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "delta"
+
+    def _read_options(self) -> ReadOptions:
+        return ReadOptions.parse({k: v for k, v in self.options.items() if k.lower() != "path"}, table=table_path(self.options))
+
+    def schema(self) -> T.StructType:
+        location = table_path(self.options)
+        opts = self._read_options()
+        snapshot = resolve_snapshot(
+            location,
+            version=None if opts.read_change_feed else opts.version_as_of,
+            timestamp=None if opts.read_change_feed else opts.timestamp_as_of,
+        )
+        if opts.read_change_feed:
+            return T.StructType([*snapshot.schema.fields, *CHANGE_FEED_COLUMNS])
+        return snapshot.schema
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        location = table_path(self.options)
+        opts = self._read_options()
+        if opts.read_change_feed:
+            return ChangeFeedReader(location, opts, schema)
+        snapshot = resolve_snapshot(location, version=opts.version_as_of, timestamp=opts.timestamp_as_of)
+        return DeltaBatchReader(snapshot, opts)
+
+    def writer(self, schema: T.StructType, overwrite: bool) -> DeltaBatchWriter:
+        location = table_path(self.options)
+        options = {k: v for k, v in self.options.items() if k.lower() != "path"}
+        plan = plan_write(location, schema, mode="overwrite" if overwrite else "append", options=options)
+        return DeltaBatchWriter(plan)
+
+    def streamWriter(self, schema: T.StructType, overwrite: bool):
+        from medallion_assets.delta._streaming import DeltaStreamWriter
+
+        return DeltaStreamWriter.create(self.options, schema, overwrite)
+
+    def streamReader(self, schema: T.StructType):
+        from medallion_assets.delta._streaming import DeltaStreamReader
+
+        return DeltaStreamReader.create(self.options, schema)
+
+
+# ---------------------------------------------------------------- batch read
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A file, or some of its row groups, read by one task."""
+
+    file: DataFile
+    row_groups: tuple[int, ...] | None = None
+
+
+class DeltaInputPartition(InputPartition):
+    def __init__(self, slices: list[FileSlice]) -> None:
+        super().__init__(len(slices))
+        self.slices = slices
+
+
+def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[DeltaInputPartition]:
+    """Pack files into partitions of about ``max_bytes``, splitting big files by row group."""
+    slices: list[tuple[int, FileSlice]] = []
+    for f in files:
+        if f.size <= max_bytes:
+            slices.append((f.size, FileSlice(f)))
+            continue
+        meta = pq.ParquetFile(f.path).metadata
+        group, group_bytes = [], 0
+        for i in range(meta.num_row_groups):
+            size = meta.row_group(i).total_byte_size
+            if group and group_bytes + size > max_bytes:
+                slices.append((group_bytes, FileSlice(f, tuple(group))))
+                group, group_bytes = [], 0
+            group.append(i)
+            group_bytes += size
+        if group:
+            slices.append((group_bytes, FileSlice(f, tuple(group))))
+    # First-fit decreasing keeps partitions even without reordering rows within a file.
+    slices.sort(key=lambda item: -item[0])
+    bins: list[tuple[int, list[FileSlice]]] = []
+    for size, piece in slices:
+        for i, (used, members) in enumerate(bins):
+            if used + size <= max_bytes:
+                members.append(piece)
+                bins[i] = (used + size, members)
+                break
+        else:
+            bins.append((size, [piece]))
+    return [DeltaInputPartition(members) for _, members in bins]
+
+
+class DeltaBatchReader(DataSourceReader):
+    """Reads one snapshot; skips files that pushed filters rule out."""
+
+    def __init__(self, snapshot: Snapshot, options: ReadOptions) -> None:
+        self.snapshot = snapshot
+        self.options = options
+        self.filters: list[Expr] = []
+
+    def pushFilters(self, filters):
+        for f in filters:
+            expr = from_spark_filter(f)
+            if expr is not None:
+                self.filters.append(expr)
+        # Spark still applies every filter to the rows; we only skip files.
+        yield from filters
+
+    def live_files(self) -> list[DataFile]:
+        if not self.filters:
+            return list(self.snapshot.files)
+        kept = []
+        for f in self.snapshot.files:
+            if all(
+                file_verdict(e, self.snapshot.schema, f.partition_values, f.num_records, f.min_values,
+                             f.max_values, f.null_counts) != Verdict.NONE
+                for e in self.filters
+            ):
+                kept.append(f)
+        return kept
+
+    def partitions(self) -> Sequence[InputPartition]:
+        files = self.live_files()
+        if not files:
+            return [DeltaInputPartition([])]
+        return plan_input_partitions(files, self.options.max_partition_bytes)
+
+    def read(self, partition: DeltaInputPartition) -> Iterator[pa.RecordBatch]:
+        schema = self.snapshot.arrow_schema
+        for piece in partition.slices:
+            data = read_data_file(
+                piece.file,
+                schema,
+                self.snapshot.partition_columns,
+                table=self.snapshot.location,
+                row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
+            )
+            yield from data.to_batches(max_chunksize=_BATCH_ROWS)
+
+
+class ChangeFeedReader(DataSourceReader):
+    """Reads the change data feed between two versions (one task; delta-rs does the work)."""
+
+    def __init__(self, location: str, options: ReadOptions, schema: T.StructType) -> None:
+        if options.starting_version is None and options.starting_timestamp is None:
+            raise DeltaOptionError(
+                "readChangeFeed needs startingVersion or startingTimestamp", table=location
+            )
+        self.location = location
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
+        from medallion_assets.delta._cdf import read_change_feed_batches
+        from medallion_assets.delta._schema import conform_table, spark_to_arrow_schema
+
+        target = spark_to_arrow_schema(self.schema, table=self.location)
+        starting = self.options.starting_version
+        changes = read_change_feed_batches(
+            self.location,
+            starting_version=None if starting == "latest" else starting,
+            ending_version=self.options.ending_version,
+            starting_timestamp=self.options.starting_timestamp,
+            ending_timestamp=self.options.ending_timestamp,
+        )
+        table = changes.read_all() if hasattr(changes, "read_all") else changes
+        for batch in pa.table(table).to_batches(max_chunksize=_BATCH_ROWS):
+            yield conform_table(batch, target, table=self.location)
+
+
+# ---------------------------------------------------------------- batch write
+
+
+class DeltaCommitMessage(WriterCommitMessage):
+    """The files one task wrote."""
+
+    def __init__(self, files: list[WrittenFile]) -> None:
+        self.files = files
+
+
+def _task_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    """Tasks write Parquet files; the driver commits them in one Delta transaction."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        writer = self.plan.file_writer(_task_id())
+        return DeltaCommitMessage(writer.write_batches(iterator))
+
+    def commit(self, messages: list[DeltaCommitMessage | None]) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        commit_write(self.plan, files)
+
+    def abort(self, messages: list[DeltaCommitMessage | None]) -> None:
+        delete_uncommitted_files(self.plan.location, [f for m in messages if m is not None for f in m.files])
