@@ -1,0 +1,133 @@
+"""Bronze: the landed files as delivered, plus where and when they came in.
+
+Bronze keeps every line, good or bad, so silver can be rebuilt and a rejected
+line can be traced to its file. The schemas below are the contract between
+the streaming ingestion that writes bronze and the silver transforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import PurePath
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+#: Columns of the customer change CSV files, in header order.
+CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
+    "op",
+    "c_custkey",
+    "c_name",
+    "c_address",
+    "c_nationkey",
+    "c_phone",
+    "c_acctbal",
+    "c_mktsegment",
+    "c_comment",
+    "updated_at",
+)
+
+#: Reference tables delivered as Parquet snapshots.
+REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")
+
+_INGESTION_FIELDS = [
+    StructField("_source_file", StringType(), True),
+    StructField("_ingested_at", TimestampType(), True),
+]
+
+#: ``bronze.orders_raw``: one row per NDJSON line, the text untouched.
+ORDERS_RAW_SCHEMA = StructType([StructField("value", StringType(), True), *_INGESTION_FIELDS])
+
+#: Schema to read the customer CSV files with: every column a string, so no
+#: value is lost to a failed conversion, plus Spark's corrupt-record column
+#: (set when a line does not have the header's number of fields).
+CUSTOMERS_CSV_READ_SCHEMA = StructType(
+    [StructField(name, StringType(), True) for name in CUSTOMER_CSV_COLUMNS]
+    + [StructField("_corrupt_record", StringType(), True)]
+)
+
+#: ``bronze.customers_cdc``: the CSV columns as strings, the corrupt record,
+#: and the ingestion columns.
+CUSTOMERS_CDC_SCHEMA = StructType([*CUSTOMERS_CSV_READ_SCHEMA.fields, *_INGESTION_FIELDS])
+
+#: Reader options for the customer CSV files. RFC 4180 escapes a quote by
+#: doubling it, while Spark's default escape character is a backslash.
+CUSTOMERS_CSV_OPTIONS: dict[str, str] = {
+    "header": "true",
+    "sep": ",",
+    "quote": '"',
+    "escape": '"',
+    "encoding": "UTF-8",
+    "mode": "PERMISSIVE",
+    "columnNameOfCorruptRecord": "_corrupt_record",
+}
+
+
+def with_ingestion_columns(files: DataFrame) -> DataFrame:
+    """Add ``_source_file`` and ``_ingested_at`` to a file-source DataFrame.
+
+    Args:
+        files: A DataFrame straight from a file source (batch or streaming),
+            so that its hidden ``_metadata`` column exists.
+
+    Returns:
+        ``files`` with ``_source_file`` (the file's URI) and ``_ingested_at``
+        (the time of the query or micro-batch) appended.
+    """
+    return files.select(
+        "*",
+        F.col("_metadata.file_path").alias("_source_file"),
+        F.current_timestamp().alias("_ingested_at"),
+    )
+
+
+def orders_raw(text_lines: DataFrame) -> DataFrame:
+    """``bronze.orders_raw`` from ``spark.read.text`` / ``readStream.text``.
+
+    Args:
+        text_lines: The text source's DataFrame (column ``value``).
+
+    Returns:
+        A DataFrame with :data:`ORDERS_RAW_SCHEMA`'s columns.
+    """
+    return with_ingestion_columns(text_lines).select(*ORDERS_RAW_SCHEMA.fieldNames())
+
+
+def customers_cdc(csv_rows: DataFrame) -> DataFrame:
+    """``bronze.customers_cdc`` from a CSV source read with
+    :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`.
+
+    Returns:
+        A DataFrame with :data:`CUSTOMERS_CDC_SCHEMA`'s columns.
+    """
+    return with_ingestion_columns(csv_rows).select(*CUSTOMERS_CDC_SCHEMA.fieldNames())
+
+
+def is_visible_data_file(name: str) -> bool:
+    """Whether Spark's file sources read a file of this name.
+
+    Names starting with ``_`` or ``.`` are skipped (state files, files being
+    written), as Spark itself does.
+    """
+    return not name.startswith(("_", "."))
+
+
+def latest_reference_snapshot(files: Iterable[str | PurePath]) -> str | PurePath | None:
+    """The snapshot that holds a reference table's current state.
+
+    Snapshot names sort by time, so the greatest visible ``.parquet`` name
+    wins.
+
+    Args:
+        files: Paths of the files in ``landing/reference/<table>/``.
+
+    Returns:
+        The newest snapshot's path, as given, or None when there is none.
+    """
+    candidates = [
+        path
+        for path in files
+        if PurePath(path).name.endswith(".parquet") and is_visible_data_file(PurePath(path).name)
+    ]
+    return max(candidates, key=lambda path: PurePath(path).name, default=None)

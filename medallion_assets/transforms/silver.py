@@ -1,0 +1,550 @@
+"""Silver: typed, validated, deduplicated latest state.
+
+Parsing splits each bronze table into typed rows and rejects with a reason.
+The rules (also written down in ``medallion_assets_tests/contract_reference``,
+which implements them independently):
+
+- A JSON value is read by its text: ``from_json`` reads every leaf as a
+  string (a number keeps its literal), and each column is then validated with
+  a regular expression and converted with ``try_cast``, so a bad value never
+  throws under ANSI mode and never gets silently rounded.
+- Integers match ``-?[0-9]+`` and fit the column; decimals match
+  ``-?[0-9]{1,13}(.[0-9]{1,2})?``, exactly what decimal(15,2) holds; dates are
+  ``YYYY-MM-DD``; timestamps ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``. Empty is missing.
+- A rejected row carries the reason of its first failing check, e.g.
+  ``not valid JSON``, ``missing o_orderkey``,
+  ``o_totalprice is not a decimal: 'abc'``,
+  ``lineitem 2: l_quantity is not a decimal: 'x'``.
+- The state of an order is its event with the greatest ``(event_time,
+  event_id)``; of a customer its change with the greatest ``updated_at``
+  (ties: the greater source file name). Deletes remove the row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+AMOUNT = DecimalType(15, 2)
+
+
+def _schema(*columns: tuple[str, DataType]) -> StructType:
+    return StructType([StructField(name, kind, True) for name, kind in columns])
+
+
+#: TPC-H ``orders`` as silver stores it.
+ORDERS_SCHEMA = _schema(
+    ("o_orderkey", LongType()),
+    ("o_custkey", LongType()),
+    ("o_orderstatus", StringType()),
+    ("o_totalprice", AMOUNT),
+    ("o_orderdate", DateType()),
+    ("o_orderpriority", StringType()),
+    ("o_clerk", StringType()),
+    ("o_shippriority", IntegerType()),
+    ("o_comment", StringType()),
+)
+
+#: TPC-H ``lineitem`` as silver stores it.
+LINEITEM_SCHEMA = _schema(
+    ("l_orderkey", LongType()),
+    ("l_partkey", LongType()),
+    ("l_suppkey", LongType()),
+    ("l_linenumber", IntegerType()),
+    ("l_quantity", AMOUNT),
+    ("l_extendedprice", AMOUNT),
+    ("l_discount", AMOUNT),
+    ("l_tax", AMOUNT),
+    ("l_returnflag", StringType()),
+    ("l_linestatus", StringType()),
+    ("l_shipdate", DateType()),
+    ("l_commitdate", DateType()),
+    ("l_receiptdate", DateType()),
+    ("l_shipinstruct", StringType()),
+    ("l_shipmode", StringType()),
+    ("l_comment", StringType()),
+)
+
+#: TPC-H ``customer`` as silver stores it (``c_phone``/``c_address`` masked).
+CUSTOMER_SCHEMA = _schema(
+    ("c_custkey", LongType()),
+    ("c_name", StringType()),
+    ("c_address", StringType()),
+    ("c_nationkey", LongType()),
+    ("c_phone", StringType()),
+    ("c_acctbal", AMOUNT),
+    ("c_mktsegment", StringType()),
+    ("c_comment", StringType()),
+)
+
+#: The reference tables' contract schemas.
+REFERENCE_SCHEMAS: dict[str, StructType] = {
+    "region": _schema(("r_regionkey", LongType()), ("r_name", StringType()), ("r_comment", StringType())),
+    "nation": _schema(
+        ("n_nationkey", LongType()),
+        ("n_name", StringType()),
+        ("n_regionkey", LongType()),
+        ("n_comment", StringType()),
+    ),
+    "supplier": _schema(
+        ("s_suppkey", LongType()),
+        ("s_name", StringType()),
+        ("s_address", StringType()),
+        ("s_nationkey", LongType()),
+        ("s_phone", StringType()),
+        ("s_acctbal", AMOUNT),
+        ("s_comment", StringType()),
+    ),
+    "part": _schema(
+        ("p_partkey", LongType()),
+        ("p_name", StringType()),
+        ("p_mfgr", StringType()),
+        ("p_brand", StringType()),
+        ("p_type", StringType()),
+        ("p_size", IntegerType()),
+        ("p_container", StringType()),
+        ("p_retailprice", AMOUNT),
+        ("p_comment", StringType()),
+    ),
+    "partsupp": _schema(
+        ("ps_partkey", LongType()),
+        ("ps_suppkey", LongType()),
+        ("ps_availqty", IntegerType()),
+        ("ps_supplycost", AMOUNT),
+        ("ps_comment", StringType()),
+    ),
+}
+
+#: A line item inside an order event (its order key is the event's).
+EVENT_LINEITEM_SCHEMA = StructType([field for field in LINEITEM_SCHEMA.fields if field.name != "l_orderkey"])
+
+#: ``parse_order_events``'s typed events.
+ORDER_EVENTS_SCHEMA = StructType(
+    [
+        StructField("event_id", StringType(), True),
+        StructField("event_time", TimestampType(), True),
+        StructField("op", StringType(), True),
+        *ORDERS_SCHEMA.fields,
+        StructField("lineitems", ArrayType(EVENT_LINEITEM_SCHEMA, True), True),
+        StructField("_source_file", StringType(), True),
+        StructField("_ingested_at", TimestampType(), True),
+    ]
+)
+
+_ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
+_CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
+
+# Every leaf is read as a string: Spark then keeps a number's literal text,
+# and nested values (``order``, ``lineitems``) their raw JSON, which lets each
+# level be validated with its own reason.
+_ENVELOPE_TEXT_SCHEMA = _schema(
+    ("event_id", StringType()), ("event_time", StringType()), ("op", StringType()), ("order", StringType())
+)
+_ORDER_TEXT_SCHEMA = StructType(
+    [StructField(name, StringType(), True) for name in _ORDER_COLUMNS] + [StructField("lineitems", StringType(), True)]
+)
+_LINEITEMS_TEXT_SCHEMA = ArrayType(
+    StructType([StructField(field.name, StringType(), True) for field in EVENT_LINEITEM_SCHEMA.fields]), True
+)
+
+_INTEGER_PATTERN = r"^-?[0-9]+$"
+_DECIMAL_PATTERN = r"^-?[0-9]{1,13}(\.[0-9]{1,2})?$"
+_DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
+
+
+def _validated(text: Column, name: str, kind: DataType, prefix: Column | None = None) -> tuple[Column, Column]:
+    """Validate one text value against its column type.
+
+    Args:
+        text: The value's text (null when missing).
+        name: The column name, used in the reason.
+        kind: The target type.
+        prefix: Prepended to the reason (``lineitem <n>: ``), if given.
+
+    Returns:
+        (reason: null when valid, typed value: null when invalid or missing).
+    """
+    lead = prefix if prefix is not None else F.lit("")
+
+    def message(text_after: str, with_value: bool = True) -> Column:
+        parts = [lead, F.lit(f"{name}{text_after}")]
+        if with_value:
+            parts += [text, F.lit("'")]
+        return F.concat(*parts)
+
+    missing = text.isNull() | (text == F.lit(""))
+    if isinstance(kind, StringType):
+        return F.when(missing, F.concat(lead, F.lit(f"missing {name}"))), text
+    if isinstance(kind, (LongType, IntegerType)):
+        converted = F.when(text.rlike(_INTEGER_PATTERN), text.try_cast(kind))
+        wrong = message(" is not an integer: '")
+    elif isinstance(kind, DecimalType):
+        converted = F.when(text.rlike(_DECIMAL_PATTERN), text.try_cast(kind))
+        wrong = message(" is not a decimal: '")
+    elif isinstance(kind, DateType):
+        converted = F.when(text.rlike(_DATE_PATTERN), text.try_cast(kind))
+        wrong = message(" is not a date: '")
+    elif isinstance(kind, TimestampType):
+        converted = F.when(text.rlike(_TIMESTAMP_PATTERN), text.try_cast(kind))
+        wrong = message(" is not a timestamp: '")
+    else:
+        raise TypeError(f"no validation for {kind}")
+    reason = F.when(missing, F.concat(lead, F.lit(f"missing {name}"))).when(converted.isNull(), wrong)
+    return reason, converted
+
+
+def _not_json_object(text: Column) -> Column:
+    # from_json gives all-null fields for a JSON scalar or array, so the
+    # object check looks at the text itself.
+    return ~F.ltrim(text).startswith("{")
+
+
+def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Split ``bronze.orders_raw`` into typed order events and rejects.
+
+    Args:
+        orders_raw: Columns ``value`` (one NDJSON line), ``_source_file``,
+            ``_ingested_at``.
+
+    Returns:
+        ``(events, rejects)``: events with :data:`ORDER_EVENTS_SCHEMA`
+        (order columns null for deletes, except ``o_orderkey``); rejects with
+        ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
+    """
+    envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA)
+    order = F.from_json(F.col("_envelope.order"), _ORDER_TEXT_SCHEMA)
+    lineitems = F.from_json(F.col("_order.lineitems"), _LINEITEMS_TEXT_SCHEMA)
+    parsed = (
+        orders_raw.select("value", "_source_file", "_ingested_at", envelope.alias("_envelope"))
+        .select("*", order.alias("_order"))
+        .select("*", lineitems.alias("_lineitems"))
+    )
+
+    event_id_reason, _ = _validated(F.col("_envelope.event_id"), "event_id", StringType())
+    event_time_reason, event_time = _validated(F.col("_envelope.event_time"), "event_time", TimestampType())
+    op = F.col("_envelope.op")
+    op_reason = F.when(op.isNull() | (op == ""), F.lit("missing op")).when(
+        ~op.isin("upsert", "delete"), F.concat(F.lit("op is not upsert or delete: '"), op, F.lit("'"))
+    )
+    order_text = F.col("_envelope.order")
+    order_reason = F.when(order_text.isNull(), F.lit("missing order")).when(
+        _not_json_object(order_text), F.lit("order is not a JSON object")
+    )
+
+    order_reasons, typed_order = [], []
+    for field in ORDERS_SCHEMA.fields:
+        reason, typed = _validated(F.col(f"_order.{field.name}"), field.name, field.dataType)
+        order_reasons.append(reason)
+        typed_order.append(typed.alias(field.name))
+    orderkey_reason, upsert_reasons = order_reasons[0], order_reasons[1:]
+
+    items_text = F.col("_order.lineitems")
+    items = F.col("_lineitems")
+    items_reason = F.when(items_text.isNull(), F.lit("missing lineitems")).when(
+        ~F.ltrim(items_text).startswith("[") | items.isNull() | F.exists(items, lambda item: item.isNull()),
+        F.lit("lineitems is not an array of objects"),
+    )
+
+    def item_reason(item: Column, index: Column) -> Column:
+        prefix = F.concat(F.lit("lineitem "), (index + 1).cast("string"), F.lit(": "))
+        return F.coalesce(
+            *(_validated(item[f.name], f.name, f.dataType, prefix)[0] for f in EVENT_LINEITEM_SCHEMA.fields)
+        )
+
+    def typed_item(item: Column) -> Column:
+        return F.struct(
+            *(_validated(item[f.name], f.name, f.dataType)[1].alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields)
+        )
+
+    first_item_reason = F.try_element_at(
+        F.filter(F.transform(items, item_reason), lambda reason: reason.isNotNull()), F.lit(1)
+    )
+    is_upsert = op == F.lit("upsert")
+    reason = F.coalesce(
+        F.when(F.try_parse_json("value").isNull(), F.lit("not valid JSON")),
+        F.when(_not_json_object(F.col("value")), F.lit("not a JSON object")),
+        event_id_reason,
+        event_time_reason,
+        op_reason,
+        order_reason,
+        orderkey_reason,
+        *(F.when(is_upsert, upsert_reason) for upsert_reason in upsert_reasons),
+        F.when(is_upsert, items_reason),
+        F.when(is_upsert, first_item_reason),
+    )
+    judged = parsed.select(
+        "*",
+        reason.alias("reason"),
+        event_time.alias("_event_time"),
+        *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS)),
+        F.transform(items, typed_item).alias("_typed_lineitems"),
+    )
+
+    def upsert_only(column: Column) -> Column:
+        return F.when(F.col("op") == F.lit("upsert"), column)
+
+    events = judged.where(F.col("reason").isNull()).select(
+        F.col("_envelope.event_id").alias("event_id"),
+        F.col("_event_time").alias("event_time"),
+        F.col("_envelope.op").alias("op"),
+        F.col("_typed_o_orderkey").alias("o_orderkey"),
+        *(F.col(f"_typed_{name}").alias(name) for name in _ORDER_COLUMNS[1:]),
+        F.col("_typed_lineitems").alias("lineitems"),
+        "_source_file",
+        "_ingested_at",
+    )
+    # A delete carries only its key; whatever else it holds is not state.
+    events = events.select(
+        "event_id",
+        "event_time",
+        "op",
+        "o_orderkey",
+        *(upsert_only(F.col(name)).alias(name) for name in _ORDER_COLUMNS[1:]),
+        upsert_only(F.col("lineitems")).alias("lineitems"),
+        "_source_file",
+        "_ingested_at",
+    )
+    rejects = judged.where(F.col("reason").isNotNull()).select("value", "_source_file", "_ingested_at", "reason")
+    return events, rejects
+
+
+def deduplicate_events(events: DataFrame) -> DataFrame:
+    """One row per ``event_id`` (delivery is at least once).
+
+    Copies of an event are identical, so which copy survives does not matter.
+    """
+    return events.dropDuplicates(["event_id"])
+
+
+def latest_order_changes(events: DataFrame) -> DataFrame:
+    """The winning event of each order among ``events``.
+
+    Meant for an incremental MERGE into silver: match on ``o_orderkey``,
+    replace when the incoming ``(event_time, event_id)`` is greater, delete
+    when the winner's ``op`` is ``delete``. Copies of one event collapse here
+    too, since they carry the same ``(event_time, event_id)``.
+
+    Args:
+        events: Typed events from :func:`parse_order_events`.
+
+    Returns:
+        One row per ``o_orderkey`` with the columns of
+        :data:`ORDER_EVENTS_SCHEMA` except the ingestion columns.
+    """
+    payload = ["event_id", "event_time", "op", *_ORDER_COLUMNS[1:], "lineitems"]
+    winners = events.groupBy("o_orderkey").agg(
+        F.max_by(F.struct(*payload), F.struct("event_time", "event_id")).alias("_winner")
+    )
+    return winners.select(
+        F.col("_winner.event_id").alias("event_id"),
+        F.col("_winner.event_time").alias("event_time"),
+        F.col("_winner.op").alias("op"),
+        "o_orderkey",
+        *(F.col(f"_winner.{name}").alias(name) for name in [*_ORDER_COLUMNS[1:], "lineitems"]),
+    )
+
+
+def order_rows(order_changes: DataFrame) -> DataFrame:
+    """The ``orders`` rows of upsert events, with the TPC-H columns only."""
+    return order_changes.where(F.col("op") == F.lit("upsert")).select(
+        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in ORDERS_SCHEMA.fields)
+    )
+
+
+def lineitem_rows(order_changes: DataFrame) -> DataFrame:
+    """The ``lineitem`` rows of upsert events, one per line item."""
+    exploded = order_changes.where(F.col("op") == F.lit("upsert")).select(
+        F.col("o_orderkey").alias("l_orderkey"), F.explode("lineitems").alias("_item")
+    )
+    return exploded.select(
+        *(
+            (F.col("l_orderkey") if field.name == "l_orderkey" else F.col(f"_item.{field.name}"))
+            .cast(field.dataType)
+            .alias(field.name)
+            for field in LINEITEM_SCHEMA.fields
+        )
+    )
+
+
+def latest_order_state(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The ``orders`` and ``lineitem`` silver tables from all events at once.
+
+    Args:
+        events: Typed events from :func:`parse_order_events`.
+
+    Returns:
+        ``(orders, lineitem)`` with :data:`ORDERS_SCHEMA` and
+        :data:`LINEITEM_SCHEMA`; deleted orders are absent.
+    """
+    winners = latest_order_changes(events)
+    return order_rows(winners), lineitem_rows(winners)
+
+
+def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Split ``bronze.customers_cdc`` into typed changes and rejects.
+
+    Args:
+        customers_cdc: The CSV columns as strings, ``_corrupt_record``,
+            ``_source_file``, ``_ingested_at``.
+
+    Returns:
+        ``(changes, rejects)``. Changes: ``op``, the customer columns typed
+        (null for ``D`` except the key), ``updated_at`` timestamp,
+        ``_source_file``, ``_ingested_at``. Rejects: ``value`` (the raw line
+        when Spark kept it, else the fields re-joined as CSV),
+        ``_source_file``, ``_ingested_at``, ``reason``.
+    """
+    op = F.col("op")
+    op_reason = F.when(op.isNull() | (op == ""), F.lit("missing op")).when(
+        ~op.isin("I", "U", "D"), F.concat(F.lit("op is not I, U or D: '"), op, F.lit("'"))
+    )
+    checked = {field.name: _validated(F.col(field.name), field.name, field.dataType) for field in CUSTOMER_SCHEMA.fields}
+    updated_at_reason, updated_at = _validated(F.col("updated_at"), "updated_at", TimestampType())
+    is_change = op.isin("I", "U")
+    reason = F.coalesce(
+        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed CSV line")),
+        op_reason,
+        checked["c_custkey"][0],
+        updated_at_reason,
+        *(F.when(is_change, checked[name][0]) for name in _CUSTOMER_COLUMNS[1:]),
+    )
+    raw_fields = ["op", *_CUSTOMER_COLUMNS, "updated_at"]
+    judged = customers_cdc.select(
+        "*",
+        reason.alias("reason"),
+        updated_at.alias("_typed_updated_at"),
+        *(checked[name][1].alias(f"_typed_{name}") for name in _CUSTOMER_COLUMNS),
+    )
+    changes = judged.where(F.col("reason").isNull()).select(
+        "op",
+        F.col("_typed_c_custkey").alias("c_custkey"),
+        *(F.when(is_change, F.col(f"_typed_{name}")).alias(name) for name in _CUSTOMER_COLUMNS[1:]),
+        F.col("_typed_updated_at").alias("updated_at"),
+        "_source_file",
+        "_ingested_at",
+    )
+    rejects = judged.where(F.col("reason").isNotNull()).select(
+        F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*raw_fields))).alias("value"),
+        "_source_file",
+        "_ingested_at",
+        "reason",
+    )
+    return changes, rejects
+
+
+def latest_customer_changes(changes: DataFrame) -> DataFrame:
+    """The winning change of each customer: greatest ``updated_at``.
+
+    Ties on ``updated_at`` go to the greater ``_source_file`` (later file).
+    For an incremental MERGE: match on ``c_custkey``, replace when the
+    incoming ``updated_at`` is greater, delete when ``op`` is ``D``.
+
+    Returns:
+        One row per ``c_custkey``: ``op``, ``updated_at`` and the customer
+        columns.
+    """
+    payload = ["op", "updated_at", *_CUSTOMER_COLUMNS[1:]]
+    winners = changes.groupBy("c_custkey").agg(
+        F.max_by(F.struct(*payload), F.struct("updated_at", "_source_file")).alias("_winner")
+    )
+    return winners.select(
+        "c_custkey",
+        F.col("_winner.op").alias("op"),
+        F.col("_winner.updated_at").alias("updated_at"),
+        *(F.col(f"_winner.{name}").alias(name) for name in _CUSTOMER_COLUMNS[1:]),
+    )
+
+
+def customer_rows(customer_changes: DataFrame) -> DataFrame:
+    """The ``customer`` rows (unmasked) of the changes that are not deletes."""
+    return customer_changes.where(F.col("op") != F.lit("D")).select(
+        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in CUSTOMER_SCHEMA.fields)
+    )
+
+
+def latest_customer_state(changes: DataFrame) -> DataFrame:
+    """The unmasked ``customer`` table from all changes at once."""
+    return customer_rows(latest_customer_changes(changes))
+
+
+def mask_customer_pii(customers: DataFrame) -> DataFrame:
+    """Mask the personal columns, deterministically so joins still work.
+
+    - ``c_phone``: the country code (first three characters, ``NN-``) stays,
+      every later digit becomes ``*``: ``25-989-741-2988`` -> ``25-***-***-****``.
+    - ``c_address``: the hex SHA-256 of its UTF-8 bytes.
+
+    Args:
+        customers: Any DataFrame with ``c_phone`` and ``c_address``.
+
+    Returns:
+        The same columns in the same order, those two masked.
+    """
+    phone = F.col("c_phone")
+    masked = {
+        "c_phone": F.concat(
+            phone.substr(F.lit(1), F.lit(3)),
+            F.regexp_replace(phone.substr(F.lit(4), F.greatest(F.length(phone), F.lit(1))), r"[0-9]", "*"),
+        ),
+        "c_address": F.sha2(F.col("c_address"), 256),
+    }
+    return customers.select(
+        *(masked[name].alias(name) if name in masked else F.col(name) for name in customers.columns)
+    )
+
+
+def customer_history_rows(changes: DataFrame) -> DataFrame:
+    """Type-2 history of customers: one row per distinct change.
+
+    Each change is valid from its ``updated_at`` until the next change of the
+    same customer; the last one is current. A delete is kept as a row with
+    ``is_deleted`` so the history shows when the customer went away.
+
+    Args:
+        changes: Typed changes from :func:`parse_customer_changes`.
+
+    Returns:
+        ``c_custkey``, the other customer columns, ``valid_from``,
+        ``valid_to`` (null while current), ``is_current``, ``is_deleted``.
+    """
+    distinct = changes.dropDuplicates(["c_custkey", "updated_at", "op", *_CUSTOMER_COLUMNS[1:]])
+    by_customer = Window.partitionBy("c_custkey").orderBy("updated_at", "_source_file", "op")
+    valid_to = F.lead("updated_at").over(by_customer)
+    return distinct.select(
+        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in CUSTOMER_SCHEMA.fields),
+        F.col("updated_at").alias("valid_from"),
+        valid_to.alias("valid_to"),
+        valid_to.isNull().alias("is_current"),
+        (F.col("op") == F.lit("D")).alias("is_deleted"),
+    )
+
+
+def conform_reference(snapshot: DataFrame, table_name: str) -> DataFrame:
+    """A reference snapshot with exactly the contract's columns and types.
+
+    Args:
+        snapshot: The newest snapshot file of the table, as read.
+        table_name: One of ``nation``, ``region``, ``part``, ``supplier``,
+            ``partsupp``.
+
+    Returns:
+        The snapshot's columns cast to :data:`REFERENCE_SCHEMAS`'s types.
+
+    Raises:
+        KeyError: For a table that is not a reference table.
+    """
+    schema = REFERENCE_SCHEMAS[table_name]
+    return snapshot.select(*(F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields))
