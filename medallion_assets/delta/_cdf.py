@@ -194,7 +194,12 @@ def read_change_feed_batches(
             ) from exc
         raise DeltaError(f"Cannot read the change data feed: {text}", table=str(path)) from exc
 
-    target = change_feed_schema(reader.schema)
+    # delta-rs puts partition columns last; Spark lists columns in the table's order.
+    table_order = [f.name for f in pa.schema(dt.schema().to_arrow())]
+    got = {f.name: f for f in reader.schema}
+    ordered = [got[n] for n in table_order if n in got]
+    ordered += [f for f in reader.schema if f.name not in table_order and f.name not in CDF_COLUMNS]
+    target = change_feed_schema(pa.schema(ordered))
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:
