@@ -17,8 +17,14 @@ from medallion_assets.delta.errors import (
 )
 from medallion_assets.delta._read import read_delta
 from medallion_assets.delta.session import enable_delta, has_native_delta
+from medallion_assets.delta.tables import DeltaOptimizeBuilder, DeltaTable, DeltaTableBuilder
+from medallion_assets.delta._merge import DeltaMergeBuilder
 
 __all__ = [
+    "DeltaMergeBuilder",
+    "DeltaOptimizeBuilder",
+    "DeltaTable",
+    "DeltaTableBuilder",
     "ConcurrentWriteError",
     "ConstraintViolationError",
     "DeltaError",
