@@ -83,18 +83,45 @@ def start_bronze_stream(
     """
     frame = bronze_stream_frame(spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger)
     _ensure_folder(lake.landing_folder(stream_name))
+    table_path = lake.table_path(["bronze", stream_name])
     writer = (
-        frame.writeStream.format("delta")
-        .outputMode("append")
+        frame.writeStream.outputMode("append")
         .queryName(query_name or f"bronze_{stream_name}")
         .option("checkpointLocation", lake.checkpoint_dir(stream_name))
         .trigger(**dict(trigger or {"availableNow": True}))
-        # Silver reads bronze increments through the change data feed.
-        .option("delta.enableChangeDataFeed", "true")
     )
-    for key, value in (commit_metadata or {}).items():
-        writer = writer.option(f"commitInfo.{key}", value)
-    return writer.start(lake.table_path(["bronze", stream_name]))
+    if _has_delta_stream_sink():
+        writer = writer.format("delta").option("delta.enableChangeDataFeed", "true")
+        for key, value in (commit_metadata or {}).items():
+            writer = writer.option(f"commitInfo.{key}", value)
+        return writer.start(table_path)
+    # Until the delta package's stream sink lands: each micro-batch is an append
+    # made idempotent by the app transaction (query id, batch id), so a batch
+    # replayed after a crash commits once.
+    return writer.foreachBatch(_idempotent_append(table_path, commit_metadata or {})).start()
+
+
+def _has_delta_stream_sink() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("medallion_assets.delta._streaming") is not None
+
+
+def _idempotent_append(table_path: str, commit_metadata: Mapping[str, str]):
+    def append_batch(batch: DataFrame, batch_id: int) -> None:
+        query_id = batch.sparkSession.conf.get("spark.sql.streaming.queryId", None) or "bronze"
+        writer = (
+            batch.write.format("delta")
+            .mode("append")
+            .option("txnAppId", f"{table_path}:{query_id}")
+            .option("txnVersion", str(batch_id))
+            .option("delta.enableChangeDataFeed", "true")
+        )
+        for key, value in commit_metadata.items():
+            writer = writer.option(f"commitInfo.{key}", value)
+        writer.save(table_path)
+
+    return append_batch
 
 
 @dataclass(frozen=True)
