@@ -1,0 +1,190 @@
+"""The landing simulator: batches, noise, determinism, and that the contract
+state of a full delivery is exactly the TPC-H data it started from."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from medallion_assets import simulate
+from medallion_assets_tests import contract_reference
+
+SMALL_SCALE = 0.001
+
+
+def _sorted(table: pa.Table, *keys: str) -> pa.Table:
+    return table.sort_by([(key, "ascending") for key in keys])
+
+
+@pytest.fixture(scope="module")
+def small_landing(tmp_path_factory) -> Path:
+    landing = tmp_path_factory.mktemp("small") / "landing"
+    simulate.land_all(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    return landing
+
+
+def _events(landing: Path) -> list[tuple[str, int, dict]]:
+    """(file name, line number, event) for every line that is JSON."""
+    found = []
+    for path in sorted((landing / "orders").glob("*.json")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+            try:
+                found.append((path.name, number, json.loads(line)))
+            except ValueError:
+                continue
+    return found
+
+
+def test_batches_land_one_per_call_then_stop(tmp_path):
+    landing = tmp_path / "landing"
+    first = simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    second = simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+
+    assert (first.batch, second.batch, second.is_last) == (1, 2, True)
+    assert sorted(p.relative_to(landing).as_posix() for p in first.files) == [
+        "customers/batch-00001.csv",
+        "orders/batch-00001-001.json",
+        "orders/batch-00001-002.json",
+        *(f"reference/{table}/batch-00001.parquet" for table in sorted(contract_reference.REFERENCE_COLUMNS)),
+    ]
+    assert all(path.exists() for path in first.files + second.files)
+    with pytest.raises(simulate.AllBatchesLandedError):
+        simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    assert simulate.land_all(landing, scale_factor=SMALL_SCALE, batches=2, seed=1) == []
+    # Files are renamed into place: nothing half-written stays behind.
+    assert not [p for p in landing.rglob(".*")]
+
+
+def test_a_different_plan_in_the_same_folder_is_refused(tmp_path):
+    landing = tmp_path / "landing"
+    simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    with pytest.raises(ValueError, match="plan"):
+        simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=2)
+
+
+def test_same_seed_lands_the_same_bytes(tmp_path, small_landing):
+    again = tmp_path / "landing"
+    simulate.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    files = sorted(p.relative_to(small_landing) for p in small_landing.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    for relative in files:
+        assert (small_landing / relative).read_bytes() == (again / relative).read_bytes(), relative
+
+
+def test_tpch_tables_have_the_contract_types():
+    tables = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    for name, table in tables.items():
+        assert table.schema.equals(simulate.TPCH_SCHEMAS[name]), name
+    assert tables["orders"].num_rows == 1500
+    assert tables["lineitem"].schema.field("l_quantity").type == pa.decimal128(15, 2)
+    assert tables["part"].schema.field("p_size").type == pa.int32()
+
+
+def test_full_small_delivery_is_exactly_tpch(small_landing):
+    expected = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    state = contract_reference.expected_silver_state(small_landing)
+
+    assert state["orders"].equals(_sorted(expected["orders"], "o_orderkey"))
+    assert state["lineitem"].equals(_sorted(expected["lineitem"], "l_orderkey", "l_linenumber"))
+    assert state["customers"].equals(_sorted(expected["customer"], "c_custkey"))
+    for table, columns in contract_reference.REFERENCE_COLUMNS.items():
+        assert state[table].equals(_sorted(expected[table], columns[0][0], columns[1][0])), table
+
+
+@pytest.mark.slow
+def test_full_delivery_at_scale_factor_0_01_is_exactly_tpch(tmp_path):
+    landing = tmp_path / "landing"
+    simulate.land_all(landing, scale_factor=0.01, batches=2, seed=7)
+    expected = simulate.tpch_tables(scale_factor=0.01)
+    state = contract_reference.expected_silver_state(landing)
+
+    assert state["orders"].num_rows == 15_000
+    assert state["orders"].equals(_sorted(expected["orders"], "o_orderkey"))
+    assert state["lineitem"].equals(_sorted(expected["lineitem"], "l_orderkey", "l_linenumber"))
+    assert state["customers"].equals(_sorted(expected["customer"], "c_custkey"))
+    for table, columns in contract_reference.REFERENCE_COLUMNS.items():
+        assert state[table].equals(_sorted(expected[table], columns[0][0], columns[1][0])), table
+
+
+def test_batch_one_alone_is_a_consistent_partial_state(tmp_path):
+    landing = tmp_path / "landing"
+    simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    tpch = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    state = contract_reference.expected_silver_state(landing)
+
+    customer_keys = set(state["customers"]["c_custkey"].to_pylist())
+    assert set(tpch["customer"]["c_custkey"].to_pylist()) <= customer_keys
+    order_keys = state["orders"]["o_orderkey"].to_pylist()
+    assert 0 < len(order_keys) < tpch["orders"].num_rows
+    assert set(state["orders"]["o_custkey"].to_pylist()) <= customer_keys
+    assert set(state["lineitem"]["l_orderkey"].to_pylist()) == set(order_keys)
+    assert set(state) >= set(contract_reference.REFERENCE_COLUMNS)
+
+
+def test_delivery_carries_every_kind_of_noise(small_landing):
+    events = _events(small_landing)
+    tpch_keys = set(simulate.tpch_tables(scale_factor=SMALL_SCALE)["orders"]["o_orderkey"].to_pylist())
+
+    places_by_id = defaultdict(list)
+    for file_name, _, event in events:
+        places_by_id[event.get("event_id")].append(file_name)
+    repeated = [files for files in places_by_id.values() if len(files) > 1]
+    assert any(len(set(files)) < len(files) for files in repeated), "no duplicate within a file"
+    assert any(len(set(files)) > 1 for files in repeated), "no duplicate across files"
+
+    # An older version of an order arriving in a later file than the newest.
+    by_key = defaultdict(list)
+    for file_name, _, event in events:
+        key = event.get("order", {}).get("o_orderkey")
+        if isinstance(key, int) and event["event_time"] < "2000":
+            by_key[key].append((file_name, event["event_time"], event["op"]))
+    late_stale = [
+        key
+        for key, seen in by_key.items()
+        if key in tpch_keys
+        and any(file > max(seen, key=lambda s: s[1])[0] and time < max(s[1] for s in seen) for file, time, _ in seen)
+    ]
+    assert late_stale, "no out-of-order older version"
+
+    phantoms = {key: {op for _, _, op in seen} for key, seen in by_key.items() if key not in tpch_keys}
+    assert phantoms and all(ops == {"upsert", "delete"} for ops in phantoms.values())
+
+    reasons = {reason for _, reason in contract_reference.expected_reject_reasons(small_landing)}
+    for expected in ["not valid JSON", "missing o_orderkey", "malformed CSV line"]:
+        assert expected in reasons
+    for fragment in [
+        "o_orderkey is not an integer",
+        "o_totalprice is not a decimal",
+        "l_extendedprice is not a decimal",
+        "o_shippriority is not an integer",
+        "o_orderdate is not a date",
+        "c_custkey is not an integer",
+        "c_acctbal is not a decimal",
+        "updated_at is not a timestamp",
+        "op is not I, U or D",
+    ]:
+        assert any(fragment in reason for reason in reasons), fragment
+
+
+def test_customer_files_are_rfc4180_with_the_contract_header(small_landing):
+    import csv
+
+    for path in sorted((small_landing / "customers").glob("*.csv")):
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows = list(csv.reader(handle))
+        assert rows[0] == list(simulate.CUSTOMER_CSV_HEADER)
+        assert {row[0] for row in rows[1:] if len(row) == 10} <= {"I", "U", "D", "X"}
+
+
+def test_simulate_command_lands_under_the_lake_root(tmp_path, capsys):
+    code = simulate.main(
+        ["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE), "--batches", "2", "--all"]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "landing" / simulate.STATE_FILE_NAME).read_text())["landed_batches"] == 2
+    assert "landed batch 2/2" in capsys.readouterr().out
+    assert simulate.main(["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE)]) == 1
