@@ -1,0 +1,1 @@
+"""Tests of the pure transforms, one module per layer."""
