@@ -185,8 +185,6 @@ def _ms_to_datetime(ms: Any) -> _dt.datetime | None:
     return _dt.datetime.fromtimestamp(int(ms) / 1000, tz=_dt.timezone.utc)
 
 
-_METRICS_SCHEMA_LONG = T.LongType()
-
 
 # --------------------------------------------------------------------------- DeltaTable
 
@@ -286,6 +284,51 @@ class DeltaTable:
             return deltalake.DeltaTable.is_deltatable(_normalize_path(identifier))
         except Exception:
             return False
+
+    @classmethod
+    def convertToDelta(
+        cls,
+        sparkSession: SparkSession,
+        identifier: str,
+        partitionSchema: T.StructType | str | None = None,
+    ) -> DeltaTable:
+        """Convert a folder of (Hive-partitioned) Parquet files into a Delta table in place.
+
+        Args:
+            sparkSession: the session the returned table uses.
+            identifier: ``"parquet.`/path`"`` as in delta-spark, or a plain path.
+            partitionSchema: the partition columns (StructType or DDL string
+                such as ``"day date"``) for ``col=value`` folders.
+
+        Raises:
+            DeltaError: the folder is already a Delta table or holds no Parquet.
+
+        Example:
+            >>> DeltaTable.convertToDelta(spark, "parquet.`/tmp/raw`", "day date")  # doctest: +SKIP
+        """
+        m = re.fullmatch(r"\s*parquet\.`(.+)`\s*", identifier)
+        path = _normalize_path(m.group(1) if m else identifier)
+        if deltalake.DeltaTable.is_deltatable(path):
+            raise DeltaError("already a Delta table; nothing to convert", table=path)
+        partition_by = None
+        if partitionSchema is not None:
+            from medallion_assets.delta._schema import spark_to_delta_schema
+
+            struct = (
+                partitionSchema
+                if isinstance(partitionSchema, T.StructType)
+                else T._parse_datatype_string(partitionSchema)
+            )
+            partition_by = spark_to_delta_schema(struct, table=path)
+        from deltalake import convert_to_deltalake
+
+        with _translate(path, "CONVERT TO DELTA"):
+            convert_to_deltalake(
+                path,
+                partition_by=partition_by,
+                partition_strategy="hive" if partition_by is not None else None,
+            )
+        return cls.forPath(sparkSession, path)
 
     @classmethod
     def create(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:

@@ -470,3 +470,21 @@ def test_detail_row_schema(spark, tmp_path):
     assert row.numFiles == 0 and row.sizeInBytes == 0
     assert row.id == RsTable(str(tmp_path / "t")).metadata().id
     assertDataFrameEqual(detail.select("format", "partitionColumns"), spark.createDataFrame([("delta", ["day"])], "format string, partitionColumns array<string>"))
+
+
+def test_convert_parquet_folder_to_delta(spark, tmp_path):
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "raw"
+    for day, ids in (("2024-01-01", [1, 2]), ("2024-01-02", [3])):
+        folder = path / f"day={day}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), folder / "part-0.parquet")
+    table = DeltaTable.convertToDelta(spark, f"parquet.`{path}`", "day date")
+    assert table.detail().first().partitionColumns == ["day"]
+    expected = [{"id": 1, "day": dt.date(2024, 1, 1)}, {"id": 2, "day": dt.date(2024, 1, 1)}, {"id": 3, "day": dt.date(2024, 1, 2)}]
+    a, b = _both(path)
+    assert [{"id": r["id"], "day": r["day"]} for r in a] == expected
+    assert [{"id": r["id"], "day": r["day"]} for r in b] == expected
+    with pytest.raises(DeltaError, match="already a Delta table"):
+        DeltaTable.convertToDelta(spark, str(path))
