@@ -311,6 +311,8 @@ def _customer_changes(landing: Path) -> tuple[list[dict[str, Any]], list[tuple[s
             if header != CUSTOMER_CSV_HEADER:
                 raise ValueError(f"{path}: unexpected header {header}")
             for line_number, fields in enumerate(rows, start=2):
+                if not fields:
+                    continue  # a blank line is no record (Spark's CSV reader skips it too)
                 try:
                     change = _parse_customer_row(fields)
                 except _Reject as reject:

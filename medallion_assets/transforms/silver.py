@@ -307,15 +307,12 @@ def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
         "_ingested_at",
     )
     # A delete carries only its key; whatever else it holds is not state.
+    deletes_blanked = {name: upsert_only(F.col(name)) for name in [*_ORDER_COLUMNS[1:], "lineitems"]}
     events = events.select(
-        "event_id",
-        "event_time",
-        "op",
-        "o_orderkey",
-        *(upsert_only(F.col(name)).alias(name) for name in _ORDER_COLUMNS[1:]),
-        upsert_only(F.col("lineitems")).alias("lineitems"),
-        "_source_file",
-        "_ingested_at",
+        *(
+            deletes_blanked.get(field.name, F.col(field.name)).cast(field.dataType).alias(field.name)
+            for field in ORDER_EVENTS_SCHEMA.fields
+        )
     )
     rejects = judged.where(F.col("reason").isNotNull()).select("value", "_source_file", "_ingested_at", "reason")
     return events, rejects

@@ -1,0 +1,263 @@
+"""Silver: parsing with reasons, latest state, masking and history, checked
+against the independent contract reference on a simulated delivery."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from medallion_assets import simulate
+from medallion_assets.transforms import bronze, silver
+from medallion_assets_tests import contract_reference
+
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("silver") / "landing"
+    simulate.land_all(folder, scale_factor=0.001, batches=2, seed=5)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def orders_raw(spark, landing):
+    return bronze.orders_raw(spark.read.text(str(landing / "orders")))
+
+
+@pytest.fixture(scope="module")
+def customers_cdc(spark, landing):
+    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+    return bronze.customers_cdc(reader.csv(str(landing / "customers")))
+
+
+def _file_and_reason(rejects) -> list[tuple[str, str]]:
+    rows = rejects.select(
+        F.regexp_extract("_source_file", r"((orders|customers)/[^/]+)$", 1).alias("file"), "reason"
+    ).collect()
+    return sorted((row.file, row.reason) for row in rows)
+
+
+def test_orders_and_lineitem_equal_the_contract_reference(spark, landing, orders_raw):
+    events, _ = silver.parse_order_events(orders_raw)
+    winners = silver.latest_order_changes(events).cache()
+    expected_orders, expected_lineitem = contract_reference.expected_orders(landing)
+
+    assertDataFrameEqual(silver.order_rows(winners), spark.createDataFrame(expected_orders))
+    assertDataFrameEqual(silver.lineitem_rows(winners), spark.createDataFrame(expected_lineitem))
+    orders, lineitem = silver.latest_order_state(events)
+    assert orders.schema == silver.ORDERS_SCHEMA
+    assert lineitem.schema == silver.LINEITEM_SCHEMA
+    winners.unpersist()
+
+
+def test_order_rejects_equal_the_contract_reference(landing, orders_raw):
+    _, rejects = silver.parse_order_events(orders_raw)
+    expected = sorted(r for r in contract_reference.expected_reject_reasons(landing) if r[0].startswith("orders/"))
+    assert expected
+    assert _file_and_reason(rejects) == expected
+
+
+def test_customers_equal_the_contract_reference(spark, landing, customers_cdc):
+    changes, rejects = silver.parse_customer_changes(customers_cdc)
+    expected = contract_reference.expected_customers(landing)
+
+    state = silver.latest_customer_state(changes).cache()
+    assertDataFrameEqual(state, spark.createDataFrame(expected))
+    assertDataFrameEqual(
+        silver.mask_customer_pii(state), spark.createDataFrame(contract_reference.masked_customers(expected))
+    )
+    state.unpersist()
+    expected_rejects = sorted(
+        r for r in contract_reference.expected_reject_reasons(landing) if r[0].startswith("customers/")
+    )
+    assert _file_and_reason(rejects) == expected_rejects
+
+
+def test_reference_snapshots_conform_to_the_contract(spark, landing):
+    for table in bronze.REFERENCE_TABLES:
+        files = [str(p) for p in (landing / "reference" / table).iterdir()]
+        newest = bronze.latest_reference_snapshot(files)
+        conformed = silver.conform_reference(spark.read.parquet(newest), table)
+        assert conformed.schema == silver.REFERENCE_SCHEMAS[table]
+        assertDataFrameEqual(conformed, spark.createDataFrame(contract_reference.expected_reference(landing, table)))
+
+
+def _event(event_id, event_time, op, order) -> str:
+    return json.dumps({"event_id": event_id, "event_time": event_time, "op": op, "order": order})
+
+
+def _order(key, **changes) -> dict:
+    order = {
+        "o_orderkey": key,
+        "o_custkey": 7,
+        "o_orderstatus": "O",
+        "o_totalprice": "100.25",
+        "o_orderdate": "1996-01-02",
+        "o_orderpriority": "5-LOW",
+        "o_clerk": "Clerk#1",
+        "o_shippriority": 0,
+        "o_comment": "c",
+        "lineitems": [
+            {
+                "l_linenumber": 1,
+                "l_partkey": 11,
+                "l_suppkey": 12,
+                "l_quantity": "2.00",
+                "l_extendedprice": "100.25",
+                "l_discount": "0.05",
+                "l_tax": "0.01",
+                "l_returnflag": "N",
+                "l_linestatus": "O",
+                "l_shipdate": "1996-02-01",
+                "l_commitdate": "1996-02-02",
+                "l_receiptdate": "1996-02-03",
+                "l_shipinstruct": "NONE",
+                "l_shipmode": "AIR",
+                "l_comment": "l",
+            }
+        ],
+    }
+    order.update(changes)
+    return order
+
+
+def _raw(spark, lines):
+    ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    return spark.createDataFrame([(line, "file:/x/orders/a.json", ingested) for line in lines], bronze.ORDERS_RAW_SCHEMA)
+
+
+def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
+    bad_item = _order(4)
+    bad_item["lineitems"][0]["l_quantity"] = "2x"
+    lines = [
+        _event("e1", "1996-01-03T00:00:00Z", "upsert", _order(1)),
+        '{"event_id": "e2", "order": {',
+        _event("e3", "1996-01-03T00:00:00Z", "upsert", {k: v for k, v in _order(2).items() if k != "o_orderkey"}),
+        _event("e4", "1996-01-03T00:00:00Z", "upsert", _order("2b")),
+        _event("e5", "1996-01-03T00:00:00Z", "upsert", _order(3, o_totalprice="abc")),
+        _event("e6", "1996-01-03T00:00:00Z", "upsert", _order(3, o_shippriority="high")),
+        _event("e7", "1996-01-03T00:00:00Z", "upsert", bad_item),
+        _event("e8", "someday", "upsert", _order(5)),
+        _event("e9", "1996-01-03T00:00:00Z", "merge", _order(5)),
+        _event("e10", "1996-01-03T00:00:00Z", "upsert", _order(6, lineitems="none")),
+        _event("e11", "1996-01-03T00:00:00Z", "upsert", _order(7, o_totalprice="1.234")),
+        _event("e12", "1996-01-04T00:00:00Z", "delete", {"o_orderkey": 8}),
+    ]
+
+    events, rejects = silver.parse_order_events(_raw(spark, lines))
+
+    assert sorted((row.value, row.reason) for row in rejects.collect()) == sorted(
+        [
+            (lines[1], "not valid JSON"),
+            (lines[2], "missing o_orderkey"),
+            (lines[3], "o_orderkey is not an integer: '2b'"),
+            (lines[4], "o_totalprice is not a decimal: 'abc'"),
+            (lines[5], "o_shippriority is not an integer: 'high'"),
+            (lines[6], "lineitem 1: l_quantity is not a decimal: '2x'"),
+            (lines[7], "event_time is not a timestamp: 'someday'"),
+            (lines[8], "op is not upsert or delete: 'merge'"),
+            (lines[9], "lineitems is not an array of objects"),
+            (lines[10], "o_totalprice is not a decimal: '1.234'"),
+        ]
+    )
+    good = {row.event_id: row for row in events.collect()}
+    assert set(good) == {"e1", "e12"}
+    first = good["e1"]
+    assert (first.o_orderkey, first.o_totalprice, first.o_orderdate) == (1, Decimal("100.25"), dt.date(1996, 1, 2))
+    assert first.event_time == dt.datetime(1996, 1, 3)  # session time zone is UTC
+    assert first.lineitems[0].l_discount == Decimal("0.05")
+    assert (good["e12"].op, good["e12"].o_orderkey, good["e12"].lineitems) == ("delete", 8, None)
+    assert events.schema == silver.ORDER_EVENTS_SCHEMA
+
+
+def test_latest_order_changes_takes_the_newest_event_whatever_the_arrival(spark):
+    lines = [
+        # Order 1: the final version first, an older one later, a copy of it.
+        _event("b", "1996-01-05T00:00:00Z", "upsert", _order(1, o_orderstatus="F")),
+        _event("a", "1996-01-04T00:00:00Z", "upsert", _order(1, o_orderstatus="P")),
+        _event("b", "1996-01-05T00:00:00Z", "upsert", _order(1, o_orderstatus="F")),
+        # Order 2: inserted, then deleted; the delete arrived first.
+        _event("d", "1996-01-06T00:00:00Z", "delete", {"o_orderkey": 2}),
+        _event("c", "1996-01-05T00:00:00Z", "upsert", _order(2)),
+        # Order 3: same time, the greater event id wins.
+        _event("x", "1996-01-05T00:00:00Z", "upsert", _order(3, o_clerk="Clerk#x")),
+        _event("y", "1996-01-05T00:00:00Z", "upsert", _order(3, o_clerk="Clerk#y")),
+    ]
+    events, _ = silver.parse_order_events(_raw(spark, lines))
+
+    changes = {row.o_orderkey: row for row in silver.latest_order_changes(events).collect()}
+    assert {key: (row.event_id, row.op) for key, row in changes.items()} == {
+        1: ("b", "upsert"),
+        2: ("d", "delete"),
+        3: ("y", "upsert"),
+    }
+    orders, lineitem = silver.latest_order_state(events)
+    assert sorted((row.o_orderkey, row.o_orderstatus, row.o_clerk) for row in orders.collect()) == [
+        (1, "F", "Clerk#1"),
+        (3, "O", "Clerk#y"),
+    ]
+    assert sorted((row.l_orderkey, row.l_linenumber) for row in lineitem.collect()) == [(1, 1), (3, 1)]
+
+
+def _cdc(spark, rows):
+    ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    padded = [(*row, None, f"file:/x/customers/{file}", ingested) for file, row in rows]
+    return spark.createDataFrame(padded, bronze.CUSTOMERS_CDC_SCHEMA)
+
+
+def _customer(op, key, balance, updated_at, name="Customer#1"):
+    return (op, str(key), name, "1 Main St", "3", "13-111-222-3333", balance, "BUILDING", "c", updated_at)
+
+
+def test_latest_customer_changes_ignore_late_older_updates(spark):
+    cdc = _cdc(
+        spark,
+        [
+            ("b1.csv", _customer("I", 1, "10.00", "1998-09-01T00:00:00Z")),
+            ("b1.csv", _customer("U", 1, "30.00", "1998-09-03T00:00:00Z")),
+            ("b2.csv", _customer("U", 1, "20.00", "1998-09-02T00:00:00Z")),
+            ("b1.csv", _customer("I", 2, "5.00", "1998-09-01T00:00:00Z")),
+            ("b2.csv", ("D", "2", None, None, None, None, None, None, None, "1998-09-02T00:00:00Z")),
+        ],
+    )
+    changes, rejects = silver.parse_customer_changes(cdc)
+    assert rejects.count() == 0
+
+    latest = {row.c_custkey: row for row in silver.latest_customer_changes(changes).collect()}
+    assert {key: (row.op, row.c_acctbal) for key, row in latest.items()} == {
+        1: ("U", Decimal("30.00")),
+        2: ("D", None),
+    }
+    state = silver.latest_customer_state(changes).collect()
+    assert [(row.c_custkey, row.c_acctbal) for row in state] == [(1, Decimal("30.00"))]
+
+    history = silver.customer_history_rows(changes).orderBy("c_custkey", "valid_from").collect()
+    assert [
+        (row.c_custkey, row.c_acctbal, row.valid_from, row.valid_to, row.is_current, row.is_deleted)
+        for row in history
+    ] == [
+        (1, Decimal("10.00"), dt.datetime(1998, 9, 1), dt.datetime(1998, 9, 2), False, False),
+        (1, Decimal("20.00"), dt.datetime(1998, 9, 2), dt.datetime(1998, 9, 3), False, False),
+        (1, Decimal("30.00"), dt.datetime(1998, 9, 3), None, True, False),
+        (2, Decimal("5.00"), dt.datetime(1998, 9, 1), dt.datetime(1998, 9, 2), False, False),
+        (2, None, dt.datetime(1998, 9, 2), None, True, True),
+    ]
+
+
+def test_mask_customer_pii_keeps_the_country_code_and_hashes_the_address(spark):
+    import hashlib
+
+    customers = spark.createDataFrame(
+        [(1, "1 Main St", "25-989-741-2988")], "c_custkey long, c_address string, c_phone string"
+    )
+    row = silver.mask_customer_pii(customers).collect()[0]
+    assert row.c_phone == "25-***-***-****"
+    assert row.c_address == hashlib.sha256(b"1 Main St").hexdigest()
+    assert silver.mask_customer_pii(customers).columns == customers.columns
