@@ -1,0 +1,442 @@
+"""Structured Streaming for the ``delta`` format: an exactly-once sink and a source.
+
+Sink (``writeStream.format("delta")``): each micro-batch is one Delta commit
+carrying an app transaction ``(app id, batch id)``. The app id is the query
+id Spark keeps in ``<checkpointLocation>/metadata`` (stable across restarts),
+or the ``queryId`` option. A batch Spark replays after a crash (Delta commit
+done, checkpoint commit not) finds its transaction in the log, commits
+nothing and deletes the files it wrote. ``complete`` output mode overwrites
+the table in each batch; ``append`` appends.
+
+Source (``readStream.format("delta")``): offsets are positions in the log,
+``{"version": v, "index": i, "isStartingVersion": b}`` -- everything up to
+and including file ``i`` of unit ``v`` is read, where a unit is the table's
+snapshot at ``v`` (``isStartingVersion``) or the files commit ``v`` added.
+Without ``startingVersion`` the first unit is the snapshot at the version
+current when the query started, then each later commit; with it, commits
+from that version on (``latest``: only commits after the current one). Adds
+with ``dataChange=false`` (OPTIMIZE, compaction) are never read again. A
+commit that removes data fails the stream unless ``ignoreDeletes`` (commits
+that only remove files), ``ignoreChanges`` (rewritten files are read again:
+their unchanged rows come twice, as in delta-spark) or ``skipChangeCommits``
+(such commits are skipped whole) allows it.
+
+The per-commit actions come from the commit files ``_delta_log/<version>.json``
+(delta-rs exposes snapshots, not a commit's actions); nothing here writes the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+
+from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncommitted_files, open_existing, plan_write
+from medallion_assets.delta._options import ReadOptions
+from medallion_assets.delta._snapshot import DataFile, file_location, normalize_path, resolve_snapshot
+from medallion_assets.delta.errors import DeltaError, DeltaOptionError
+
+#: Options of the stream sink that are not batch write options.
+_SINK_ONLY_OPTIONS = {"queryid", "checkpointlocation", "__checkpointlocation", "queryname"}
+#: Test hook: ``<point>:<batch id>`` pauses the writer at that point (see :func:`_pause_point`).
+PAUSE_ENV = "MEDALLION_DELTA_STREAM_PAUSE_AT"
+#: Test hook: a file created when the writer pauses, so a test knows when to kill it.
+PAUSE_MARKER_ENV = "MEDALLION_DELTA_STREAM_PAUSE_MARKER"
+
+
+class DeltaStreamingError(DeltaError):
+    """A streaming read cannot go on (data removed from the source table, log gone)."""
+
+
+def _pause_point(point: str, batch_id: int | None) -> None:
+    """Hold the process at ``point`` when the test hook asks for it.
+
+    ``MEDALLION_DELTA_STREAM_PAUSE_AT=after_commit:2`` stops batch 2 right
+    after its Delta commit, before Spark writes ``commits/2``;
+    ``during_write:2`` stops a task of batch 2 after it wrote its files.
+    The marker file (``MEDALLION_DELTA_STREAM_PAUSE_MARKER``) tells the test
+    the point is reached; the test then SIGKILLs the process group.
+    """
+    wanted = os.environ.get(PAUSE_ENV)
+    if not wanted:
+        return
+    name, _, batch = wanted.partition(":")
+    if name != point or (batch and batch_id is not None and int(batch) != batch_id):
+        return
+    marker = os.environ.get(PAUSE_MARKER_ENV)
+    if marker:
+        with open(marker, "w") as handle:
+            handle.write(f"{point}:{batch_id}:{os.getpid()}\n")
+    while True:  # until killed
+        time.sleep(1)
+
+
+# ---------------------------------------------------------------- sink
+
+
+def _local_path(location: str) -> str | None:
+    if location.startswith("file:"):
+        return unquote(urlparse(location).path)
+    if "://" in location:
+        return None
+    return location
+
+
+def query_id_from_checkpoint(checkpoint: str) -> str | None:
+    """The query id in ``<checkpoint>/metadata`` (None when not written yet or not local)."""
+    folder = _local_path(checkpoint)
+    if folder is None:
+        return None
+    try:
+        with open(os.path.join(folder, "metadata")) as handle:
+            return json.loads(handle.readline())["id"]
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
+def _batch_id_of_task() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    return int(value) if value is not None else None
+
+
+class DeltaStreamWriter(DataSourceStreamArrowWriter):
+    """The ``delta`` stream sink: one idempotent Delta commit per micro-batch."""
+
+    def __init__(self, plan: WritePlan, schema: T.StructType, options: Mapping[str, str], *,
+                 query_id: str | None, checkpoint: str | None) -> None:
+        self.plan = plan
+        self.schema = schema
+        self.write_options = dict(options)
+        self.query_id = query_id
+        self.checkpoint = checkpoint
+
+    @classmethod
+    def create(cls, options: Mapping[str, str], schema: T.StructType, overwrite: bool) -> DeltaStreamWriter:
+        """The sink of one query (``overwrite``: complete output mode).
+
+        Raises:
+            DeltaOptionError: no checkpoint location and no ``queryId`` option, or a bad write option.
+        """
+        from medallion_assets.delta.datasource import table_path
+
+        location = table_path(options)
+        lowered = {k.lower(): v for k, v in options.items()}
+        query_id = lowered.get("queryid")
+        checkpoint = lowered.get("checkpointlocation") or lowered.get("__checkpointlocation")
+        if not query_id and not checkpoint:
+            raise DeltaOptionError(
+                "a streaming write needs .option('checkpointLocation', ...) (its query id makes the batches "
+                "idempotent) or an explicit .option('queryId', ...)",
+                table=location,
+            )
+        write_options = {k: v for k, v in options.items() if k.lower() != "path" and k.lower() not in _SINK_ONLY_OPTIONS}
+        if any(k.lower() in ("txnappid", "txnversion") for k in write_options):
+            raise DeltaOptionError(
+                "txnAppId/txnVersion are set by the stream sink itself (query id, batch id); use queryId "
+                "to choose the app id", table=location,
+            )
+        plan = plan_write(location, schema, mode="overwrite" if overwrite else "append", options=write_options)
+        return cls(plan, schema, write_options, query_id=query_id or query_id_from_checkpoint(checkpoint),
+                   checkpoint=checkpoint)
+
+    def app_id(self) -> str:
+        """The app transaction id: the query's id, stable across restarts."""
+        if self.query_id:
+            return self.query_id
+        found = query_id_from_checkpoint(self.checkpoint or "")
+        if found is None:
+            raise DeltaOptionError(
+                f"cannot read the query id from {self.checkpoint}/metadata; set .option('queryId', ...) "
+                "when the checkpoint is not on a local file system",
+                table=self.plan.location,
+            )
+        self.query_id = found
+        return found
+
+    def write(self, iterator: Iterator[pa.RecordBatch]):
+        from medallion_assets.delta.datasource import DeltaCommitMessage, _task_id
+
+        writer = self.plan.file_writer(_task_id())
+        files = writer.write_batches(iterator)
+        _pause_point("during_write", _batch_id_of_task())
+        return DeltaCommitMessage(files)
+
+    def _batch_plan(self, batch_id: int) -> WritePlan:
+        # Planned again per batch: the table may have been created or evolved
+        # since the query started, and an overwrite checks conflicts against
+        # the version it read.
+        options = {**self.write_options, "txnAppId": self.app_id(), "txnVersion": str(batch_id)}
+        return plan_write(self.plan.location, self.schema, mode=self.plan.mode, options=options)
+
+    def commit(self, messages, batchId: int) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        plan = self._batch_plan(batchId)
+        commit_write(plan, files, extra_metadata={
+            "streamingQueryId": self.app_id(),
+            "streamingBatchId": batchId,
+            "outputMode": "Complete" if plan.mode == "overwrite" else "Append",
+        })
+        _pause_point("after_commit", batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        if not files:
+            return
+        table = open_existing(self.plan.location)
+        if table is not None:
+            done = table.transaction_version(self.app_id())
+            if done is not None and done >= batchId:
+                # Spark aborts also when commit() raised after the Delta commit went through.
+                return
+        delete_uncommitted_files(self.plan.location, files)
+
+
+# ---------------------------------------------------------------- source
+
+
+@dataclass(frozen=True)
+class StreamFile:
+    """A file a streaming read takes, at its position in the log."""
+
+    version: int
+    index: int
+    is_starting: bool
+    file: DataFile
+
+
+def delta_log_path(location: str, version: int) -> str:
+    return f"{location.rstrip('/')}/_delta_log/{version:020d}.json"
+
+
+def _filesystem(location: str):
+    from pyarrow import fs
+
+    local = _local_path(location)
+    if local is not None:
+        return fs.LocalFileSystem(), local
+    return fs.FileSystem.from_uri(location)
+
+
+def read_commit_actions(location: str, version: int) -> list[dict] | None:
+    """The actions of commit ``version`` (one dict per line), None when the file is absent."""
+    filesystem, base = _filesystem(location)
+    path = delta_log_path(base, version)
+    try:
+        with filesystem.open_input_stream(path) as handle:
+            text = handle.read().decode("utf-8")
+    except (FileNotFoundError, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower() or "No such file" in str(exc):
+            return None
+        raise
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def latest_log_version(location: str) -> int:
+    """The newest version with a commit file in ``_delta_log`` (-1 when none)."""
+    from pyarrow import fs
+
+    filesystem, base = _filesystem(location)
+    infos = filesystem.get_file_info(fs.FileSelector(f"{base.rstrip('/')}/_delta_log", allow_not_found=True))
+    versions = [int(i.base_name[:-5]) for i in infos if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()]
+    if versions:
+        return max(versions)
+    table = open_existing(location)
+    return table.version() if table is not None else -1
+
+
+class DeltaStreamPartition(InputPartition):
+    def __init__(self, files: list[DataFile]) -> None:
+        super().__init__(len(files))
+        self.files = files
+
+
+class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The ``delta`` stream source (see the module docstring for offsets and options)."""
+
+    def __init__(self, location: str, options: ReadOptions, schema: T.StructType, partition_columns: list[str]) -> None:
+        self.location = location
+        self.options = options
+        self.schema = schema
+        self.partition_columns = partition_columns
+        self._units: dict[tuple[int, bool], list[StreamFile]] = {}
+        self._end_version: int | None = None
+
+    @classmethod
+    def create(cls, options: Mapping[str, str], schema: T.StructType) -> DeltaStreamReader:
+        from medallion_assets.delta.datasource import table_path
+
+        location = table_path(options)
+        parsed = ReadOptions.parse({k: v for k, v in options.items() if k.lower() != "path"}, table=location)
+        if parsed.version_as_of is not None or parsed.timestamp_as_of is not None:
+            raise DeltaOptionError("versionAsOf/timestampAsOf are batch options; a stream starts with "
+                                   "startingVersion", table=location)
+        if parsed.read_change_feed:
+            raise DeltaOptionError("readChangeFeed is not supported on a stream yet; read the change feed "
+                                   "in batches between versions", table=location)
+        if parsed.starting_timestamp is not None:
+            raise DeltaOptionError("startingTimestamp is not supported on a stream; use startingVersion",
+                                   table=location)
+        table = open_existing(location)
+        partition_columns = list(table.metadata().partition_columns) if table is not None else []
+        return cls(location, parsed, schema, partition_columns)
+
+    # -- offsets
+
+    def initialOffset(self) -> dict:
+        starting = self.options.starting_version
+        current = latest_log_version(self.location)
+        if starting is None:
+            return {"version": current, "index": -1, "isStartingVersion": True}
+        if starting == "latest":
+            return {"version": current + 1, "index": -1, "isStartingVersion": False}
+        return {"version": int(starting), "index": -1, "isStartingVersion": False}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_files_per_trigger:
+            return ReadMaxFiles(self.options.max_files_per_trigger)
+        if self.options.max_bytes_per_trigger:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._end_version = latest_log_version(self.location)
+
+    def _unit(self, version: int, is_starting: bool) -> list[StreamFile]:
+        key = (version, is_starting)
+        if key not in self._units:
+            self._units[key] = self._load_unit(version, is_starting)
+            if len(self._units) > 64:
+                self._units.pop(next(iter(self._units)))
+        return self._units[key]
+
+    def _load_unit(self, version: int, is_starting: bool) -> list[StreamFile]:
+        if is_starting:
+            if version < 0:
+                return []
+            snapshot = resolve_snapshot(self.location, version=version)
+            files = sorted(snapshot.files, key=lambda f: f.path)
+            return [StreamFile(version, i, True, f) for i, f in enumerate(files)]
+        actions = read_commit_actions(self.location, version)
+        if actions is None:
+            raise DeltaStreamingError(
+                f"the commit file of version {version} is gone (log cleaned up); the stream cannot go on "
+                "from its checkpoint. Restart it with a new checkpoint (and startingVersion)",
+                table=self.location,
+            )
+        adds = [a["add"] for a in actions if "add" in a]
+        removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
+        data_adds = [a for a in adds if a.get("dataChange", True)]
+        if removes:
+            operation = next((a["commitInfo"].get("operation") for a in actions if "commitInfo" in a), None) or "?"
+            if self.options.skip_change_commits:
+                return []
+            if not data_adds and (self.options.ignore_deletes or self.options.ignore_changes):
+                return []
+            if data_adds and self.options.ignore_changes:
+                pass  # rewritten files are read again, as delta-spark's ignoreChanges does
+            else:
+                allowed = "ignoreChanges or skipChangeCommits" if data_adds else "ignoreDeletes, ignoreChanges or skipChangeCommits"
+                raise DeltaStreamingError(
+                    f"version {version} ({operation}) removed data from the source table, which a stream "
+                    f"that only appends cannot express; set {allowed} on the readStream to go on",
+                    table=self.location,
+                )
+        files = []
+        for i, add in enumerate(data_adds):
+            files.append(StreamFile(version, i, False, DataFile(
+                path=file_location(self.location, add["path"]),
+                size=int(add.get("size", 0)),
+                partition_values=dict(add.get("partitionValues") or {}),
+            )))
+        return files
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        last = latest_log_version(self.location)
+        if self._end_version is not None:
+            last = min(last, self._end_version)
+        max_files = limit.max_files if isinstance(limit, ReadMaxFiles) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        version, index, starting = int(start["version"]), int(start["index"]), bool(start["isStartingVersion"])
+        end = dict(start)
+        taken, taken_bytes = 0, 0
+        while version <= last:
+            pending = [f for f in self._unit(version, starting) if f.index > index]
+            for f in pending:
+                if (max_files is not None and taken >= max_files) or (max_bytes is not None and taken and taken_bytes >= max_bytes):
+                    return end
+                taken += 1
+                taken_bytes += f.file.size
+                end = {"version": version, "index": f.index, "isStartingVersion": starting}
+            # The unit is done: the next position is the start of the next commit.
+            if starting:
+                version, starting = version + 1, False
+            else:
+                version += 1
+            index = -1
+            end = {"version": version, "index": -1, "isStartingVersion": False}
+            if (max_files is not None and taken >= max_files) or (max_bytes is not None and taken and taken_bytes >= max_bytes):
+                return end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"version": latest_log_version(self.location) + 1, "index": -1, "isStartingVersion": False}
+
+    def files_between(self, start: dict, end: dict) -> list[DataFile]:
+        """The files after ``start`` up to and including ``end``."""
+        version, index, starting = int(start["version"]), int(start["index"]), bool(start["isStartingVersion"])
+        end_unit = (int(end["version"]), not bool(end["isStartingVersion"]))
+        end_index = int(end["index"])
+        files = []
+        while (version, not starting) < end_unit or ((version, not starting) == end_unit and end_index >= 0):
+            last_unit = (version, not starting) == end_unit
+            for f in self._unit(version, starting):
+                if f.index <= index:
+                    continue
+                if last_unit and f.index > end_index:
+                    break
+                files.append(f.file)
+            version, starting, index = version + 1, False, -1
+        return files
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        files = self.files_between(start, end)
+        if not files:
+            return []
+        from medallion_assets.delta.datasource import plan_input_partitions
+
+        return [DeltaStreamPartition([s.file for s in p.slices]) for p in
+                plan_input_partitions(files, self.options.max_partition_bytes)]
+
+    def read(self, partition: DeltaStreamPartition) -> Iterator[pa.RecordBatch]:
+        from medallion_assets.delta._read import read_data_file
+        from medallion_assets.delta._schema import spark_to_arrow_schema
+
+        arrow_schema = spark_to_arrow_schema(self.schema, table=self.location)
+        for data_file in partition.files:
+            data = read_data_file(data_file, arrow_schema, self.partition_columns, table=self.location)
+            yield from data.to_batches(max_chunksize=65_536)
+
+    def commit(self, end: dict) -> None:
+        # Forget units before the committed position.
+        for key in [k for k in self._units if k[0] < int(end["version"])]:
+            self._units.pop(key, None)
+
+    def stop(self) -> None:
+        self._units.clear()

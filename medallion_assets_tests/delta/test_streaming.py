@@ -1,0 +1,344 @@
+"""The ``delta`` stream sink and source with a real Spark session.
+
+Results are read back with delta-rs and DuckDB, never with our own reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import deltalake
+import pytest
+
+from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+
+SCHEMA = "id long, name string"
+
+
+def land(folder: Path, name: str, ids: range) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps({"id": i, "name": f"n{i}"}) + "\n" for i in ids))
+    tmp.rename(folder / name)  # a landed file is complete when visible
+
+
+def ids_of(table: Path) -> list[int]:
+    return sorted(r["id"] for r in read_with_deltalake(table).to_pylist())
+
+
+def run_available_now(spark, source: Path, table: Path, checkpoint: Path, **options):
+    reader = spark.readStream.schema(SCHEMA)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        reader.json(str(source)).writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(table))
+    )
+    query.awaitTermination()
+    return query
+
+
+def txn_of(table: Path, version: int) -> dict | None:
+    log = table / "_delta_log" / f"{version:020d}.json"
+    for line in log.read_text().splitlines():
+        action = json.loads(line)
+        if "txn" in action:
+            return action["txn"]
+    return None
+
+
+# ---------------------------------------------------------------- sink
+
+
+def test_available_now_sink_commits_one_version_per_batch(spark, tmp_path):
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    for n in range(3):
+        land(source, f"f{n}.json", range(n * 10, n * 10 + 10))
+    run_available_now(spark, source, table, ckpt, maxFilesPerTrigger="1")
+
+    assert ids_of(table) == list(range(30))
+    assert sorted(r["id"] for r in rows(read_with_duckdb(table))) == list(range(30))
+    assert deltalake.DeltaTable(str(table)).version() == 2
+    query_id = json.loads((ckpt / "metadata").read_text())["id"]
+    assert [txn_of(table, v) for v in range(3)] == [{"appId": query_id, "version": b} for b in range(3)] or all(
+        txn_of(table, v)["appId"] == query_id and txn_of(table, v)["version"] == v for v in range(3)
+    )
+    assert deltalake.DeltaTable(str(table)).transaction_version(query_id) == 2
+
+
+def test_restart_takes_only_new_files(spark, tmp_path):
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    land(source, "a.json", range(5))
+    run_available_now(spark, source, table, ckpt)
+    land(source, "b.json", range(5, 8))
+    run_available_now(spark, source, table, ckpt)
+    run_available_now(spark, source, table, ckpt)  # nothing new: no new rows
+    assert ids_of(table) == list(range(8))
+
+
+def test_replayed_batch_is_skipped(spark, tmp_path):
+    """Batch committed to Delta but not to the checkpoint: the rerun commits nothing twice."""
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    land(source, "a.json", range(5))
+    land(source, "b.json", range(5, 9))
+    run_available_now(spark, source, table, ckpt, maxFilesPerTrigger="1")
+    version = deltalake.DeltaTable(str(table)).version()
+    # Forget that batch 1 finished, as if the driver died right after the Delta commit.
+    for name in ("1", ".1.crc"):
+        (ckpt / "commits" / name).unlink(missing_ok=True)
+    data_files = {p.name for p in table.rglob("*.parquet")}
+    run_available_now(spark, source, table, ckpt, maxFilesPerTrigger="1")
+    assert ids_of(table) == list(range(9))
+    assert deltalake.DeltaTable(str(table)).version() == version
+    assert {p.name for p in table.rglob("*.parquet")} == data_files  # the replay's files were removed
+    assert (ckpt / "commits" / "1").exists()
+
+
+def test_processing_time_trigger_picks_up_files_while_running(spark, tmp_path):
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    land(source, "a.json", range(3))
+    query = (
+        spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("delta")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(processingTime="1 second")
+        .start(str(table))
+    )
+    try:
+        deadline = time.time() + 90
+        landed_second = False
+        while time.time() < deadline:
+            if (table / "_delta_log").exists() and ids_of(table) == list(range(3)) and not landed_second:
+                land(source, "b.json", range(3, 7))
+                landed_second = True
+            if landed_second and ids_of(table) == list(range(7)):
+                break
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    assert ids_of(table) == list(range(7))
+    assert query.exception() is None
+
+
+def test_complete_mode_overwrites_each_batch(spark, tmp_path):
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    land(source, "a.json", range(4))
+    land(source, "b.json", range(2, 6))
+
+    def run():
+        counts = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", "1").json(str(source)).groupBy("name").count()
+        q = (counts.writeStream.format("delta").outputMode("complete")
+             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(str(table)))
+        q.awaitTermination()
+
+    run()
+    got = {r["name"]: r["count"] for r in read_with_deltalake(table).to_pylist()}
+    assert got == {"n0": 1, "n1": 1, "n2": 2, "n3": 2, "n4": 1, "n5": 1}
+    assert {r["name"]: r["count"] for r in rows(read_with_duckdb(table))} == got
+
+
+def test_abort_after_successful_delta_commit_keeps_files(spark, tmp_path):
+    """Spark aborts also when commit() raised after the Delta commit: the files must stay."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    from medallion_assets.delta._streaming import DeltaStreamWriter
+    from medallion_assets.delta.datasource import DeltaCommitMessage
+
+    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())])
+    table = tmp_path / "t"
+    writer = DeltaStreamWriter.create({"path": str(table), "queryId": "q-1"}, schema, False)
+    data = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "name": pa.array(["a", "b"])})
+    message = DeltaCommitMessage(writer.plan.file_writer(0).write_batches([data]))
+    writer.commit([message], 0)
+    writer.abort([message], 0)
+    assert ids_of(table) == [1, 2]
+    # An abort of a batch that never committed deletes its files.
+    orphan = DeltaCommitMessage(writer.plan.file_writer(1).write_batches([data]))
+    writer.abort([orphan], 1)
+    assert not any((table / f.path).exists() for f in orphan.files)
+    # A replay of batch 0 commits nothing and deletes its own files.
+    again = DeltaCommitMessage(writer.plan.file_writer(2).write_batches([data]))
+    writer.commit([again], 0)
+    assert ids_of(table) == [1, 2]
+    assert not any((table / f.path).exists() for f in again.files)
+
+
+def test_sink_without_checkpoint_or_query_id_is_refused(tmp_path):
+    from pyspark.sql import types as T
+
+    from medallion_assets.delta import DeltaOptionError
+    from medallion_assets.delta._streaming import DeltaStreamWriter
+
+    schema = T.StructType([T.StructField("id", T.LongType())])
+    with pytest.raises(DeltaOptionError, match="checkpointLocation"):
+        DeltaStreamWriter.create({"path": str(tmp_path / "t")}, schema, False)
+
+
+def _run_job(source, table, ckpt, env) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "medallion_assets_tests.delta.stream_job", str(source), str(table), str(ckpt)],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended before pausing: {proc.stderr.read().decode()[-3000:]}")
+        time.sleep(0.2)
+    raise AssertionError("the job never reached its pause point")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["after_commit", "during_write"])
+def test_kill_between_delta_commit_and_checkpoint_commit(tmp_path, point):
+    """SIGKILL the streaming process at a pause point of batch 1, rerun, check no duplicate, no loss."""
+    source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
+    for n in range(3):
+        land(source, f"f{n}.json", range(n * 100, n * 100 + 100))
+    marker = tmp_path / "paused"
+    env = {**os.environ, "MEDALLION_DELTA_STREAM_PAUSE_AT": f"{point}:1", "MEDALLION_DELTA_STREAM_PAUSE_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = _run_job(source, table, ckpt, env)
+    try:
+        _wait_for(marker, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    committed = deltalake.DeltaTable(str(table)).version()
+    if point == "after_commit":
+        # The state the test is about: batch 1 in Delta, not in the checkpoint.
+        assert committed == 1 and (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
+        assert ids_of(table) == list(range(200))
+    else:
+        assert committed == 0 and not (ckpt / "commits" / "1").exists()
+        assert ids_of(table) == list(range(100))
+    env.pop("MEDALLION_DELTA_STREAM_PAUSE_AT")
+    rerun = _run_job(source, table, ckpt, env)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read().decode()[-3000:]
+    expected = list(range(300))
+    assert ids_of(table) == expected
+    assert sorted(r["id"] for r in rows(read_with_duckdb(table))) == expected
+    assert deltalake.DeltaTable(str(table)).version() == 2
+
+
+# ---------------------------------------------------------------- source
+
+
+def _stream_copy(spark, src: Path, dst: Path, ckpt: Path, **options):
+    reader = spark.readStream.format("delta")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (
+        reader.load(str(src)).writeStream.format("delta")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start(str(dst))
+    )
+    query.awaitTermination()
+    return query
+
+
+def _append(spark, table: Path, ids: range) -> None:
+    spark.createDataFrame([(i, f"n{i}") for i in ids], SCHEMA).write.format("delta").mode("append").save(str(table))
+
+
+def test_source_reads_snapshot_then_new_commits(spark, tmp_path):
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    _append(spark, src, range(0, 5))
+    _append(spark, src, range(5, 10))
+    _stream_copy(spark, src, dst, ckpt)
+    assert ids_of(dst) == list(range(10))
+    _append(spark, src, range(10, 13))
+    _stream_copy(spark, src, dst, ckpt)
+    _stream_copy(spark, src, dst, ckpt)
+    assert ids_of(dst) == list(range(13))
+    assert sorted(r["id"] for r in rows(read_with_duckdb(dst))) == list(range(13))
+
+
+def test_source_starting_version(spark, tmp_path):
+    src = tmp_path / "src"
+    _append(spark, src, range(0, 5))   # v0
+    _append(spark, src, range(5, 8))   # v1
+    _append(spark, src, range(8, 10))  # v2
+    _stream_copy(spark, src, tmp_path / "d1", tmp_path / "c1", startingVersion="1")
+    assert ids_of(tmp_path / "d1") == list(range(5, 10))
+    _stream_copy(spark, src, tmp_path / "d2", tmp_path / "c2", startingVersion="latest")
+    assert not (tmp_path / "d2" / "_delta_log").exists() or ids_of(tmp_path / "d2") == []
+    _append(spark, src, range(10, 12))  # v3
+    _stream_copy(spark, src, tmp_path / "d2", tmp_path / "c2", startingVersion="latest")
+    assert ids_of(tmp_path / "d2") == [10, 11]
+
+
+def test_source_max_files_per_trigger(spark, tmp_path):
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    spark.createDataFrame([(i, f"n{i}") for i in range(40)], SCHEMA).repartition(4).write.format("delta").mode("append").save(str(src))
+    assert len(deltalake.DeltaTable(str(src)).file_uris()) == 4
+    _append(spark, src, range(40, 42))
+    query = _stream_copy(spark, src, dst, ckpt, maxFilesPerTrigger="3")
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert ids_of(dst) == list(range(42))
+    files_in = deltalake.DeltaTable(str(src)).file_uris()
+    assert len(batches) == -(-len(files_in) // 3)
+
+
+def test_source_max_bytes_per_trigger(spark, tmp_path):
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    for n in range(4):
+        _append(spark, src, range(n * 10, n * 10 + 10))
+    query = _stream_copy(spark, src, dst, ckpt, maxBytesPerTrigger="1b")  # one file per batch
+    assert ids_of(dst) == list(range(40))
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == len(deltalake.DeltaTable(str(src)).file_uris())
+
+
+def test_source_does_not_replay_optimize(spark, tmp_path):
+    from medallion_assets.delta import DeltaTable
+
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    for n in range(3):
+        _append(spark, src, range(n * 10, n * 10 + 10))
+    _stream_copy(spark, src, dst, ckpt)
+    DeltaTable.forPath(spark, str(src)).optimize().executeCompaction()
+    assert len(deltalake.DeltaTable(str(src)).file_uris()) == 1
+    _append(spark, src, range(30, 32))
+    _stream_copy(spark, src, dst, ckpt)
+    assert ids_of(dst) == list(range(32))
+
+
+def test_source_fails_on_delete_unless_ignore_changes(spark, tmp_path):
+    from medallion_assets.delta import DeltaTable
+
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    _append(spark, src, range(10))
+    _stream_copy(spark, src, dst, ckpt)
+    DeltaTable.forPath(spark, str(src)).delete("id < 3")
+    _append(spark, src, range(10, 12))
+    with pytest.raises(Exception, match="removed data from the source table"):
+        _stream_copy(spark, src, dst, ckpt)
+    assert ids_of(dst) == list(range(10))
+    # skipChangeCommits: the delete commit is skipped whole, later appends flow.
+    _stream_copy(spark, src, dst, ckpt, skipChangeCommits="true")
+    assert ids_of(dst) == list(range(12))
+
+
+def test_source_ignore_changes_rereads_rewritten_files(spark, tmp_path):
+    from medallion_assets.delta import DeltaTable
+
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    spark.createDataFrame([(i, f"n{i}") for i in range(5)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(str(src))
+    _stream_copy(spark, src, dst, ckpt)
+    DeltaTable.forPath(spark, str(src)).delete("id = 0")
+    _stream_copy(spark, src, dst, ckpt, ignoreChanges="true")
+    # delta-spark's ignoreChanges: the rewritten file's surviving rows come again.
+    assert ids_of(dst) == [0, 1, 1, 2, 2, 3, 3, 4, 4]
