@@ -47,18 +47,13 @@ def resources_for(deployment: str) -> dict[str, Any]:
 
 def build_definitions(deployment: str = "local") -> Definitions:
     """The project's Definitions for ``deployment``."""
-    assets = load_assets_from_modules([landing, bronze, silver])
-    checks = []
-    try:
-        from medallion_assets.assets import gold
-    except ImportError:  # gold transforms not in the tree yet
-        gold = None
-    if gold is not None:
-        assets = [*assets, *gold.gold_assets]
-        checks = list(gold.gold_checks)
+    from medallion_assets.assets import gold
+    from medallion_assets.assets.checks import silver_checks
+
+    assets = [*load_assets_from_modules([landing, bronze, silver]), *gold.gold_assets]
     return Definitions(
         assets=assets,
-        asset_checks=checks,
+        asset_checks=[*silver_checks, *gold.gold_checks],
         jobs=jobs,
         schedules=schedules,
         resources=resources_for(deployment),

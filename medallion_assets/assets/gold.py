@@ -1,0 +1,249 @@
+"""Gold: business tables and the TPC-H answers, computed from silver.
+
+Thin: each asset calls a function of ``transforms.gold``. Every gold table is
+rewritten whole (the IO manager skips the rewrite when its silver inputs did
+not change), except ``daily_revenue``, which is partitioned by month and
+replaces only the months of its run (replaceWhere on ``o_orderdate``).
+
+The revenue tables carry a reconciliation check against silver, computed in
+the same step from the same silver versions; every gold table has a freshness
+check.
+"""
+# No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    BackfillPolicy,
+    MetadataValue,
+    MonthlyPartitionsDefinition,
+    Output,
+    asset,
+)
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from medallion_assets.assets.checks import freshness_check
+from medallion_assets.io_manager import delta_table
+from medallion_assets.transforms import gold as G
+
+GROUP = "gold"
+
+#: Order dates of TPC-H start on 1992-01-01; one partition per month.
+MONTHLY = MonthlyPartitionsDefinition(start_date="1992-01-01")
+
+#: Gold is refreshed daily: allow a day and a bit.
+GOLD_MAX_LAG_HOURS = 26.0
+
+
+def _silver(*tables: str) -> dict[str, AssetIn]:
+    return {name if name != "customers" else "customer": AssetIn(key=AssetKey(["silver", name])) for name in tables}
+
+
+def _net_price_sum(alias: str = "revenue") -> F.Column:
+    # Written out here rather than taken from the transforms: the reconciliation
+    # must not share the code it checks.
+    return F.sum(F.expr("l_extendedprice * (1 - l_discount)")).alias(alias)
+
+
+def reconcile(
+    gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *, check_name: str, asset_key: AssetKey
+) -> AssetCheckResult:
+    """Compare ``values`` per ``keys`` between a gold table and silver's own aggregate.
+
+    A key present on one side only, or with a different value, is a failing row.
+    Decimal sums are compared exactly.
+    """
+    g = gold.select(*keys, *[F.col(v).alias(f"_g_{v}") for v in values])
+    s = silver.select(*keys, *[F.col(v).alias(f"_s_{v}") for v in values])
+    joined = g.join(s, list(keys), "full_outer")
+    same = F.lit(True)
+    for v in values:
+        same = same & F.col(f"_g_{v}").eqNullSafe(F.col(f"_s_{v}"))
+    totals = joined.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.when(same, 0).otherwise(1)), F.lit(0)).alias("failing"),
+        *[F.sum(f"_g_{v}").alias(f"gold_{v}") for v in values],
+        *[F.sum(f"_s_{v}").alias(f"silver_{v}") for v in values],
+    ).first()
+    failing = int(totals["failing"])
+    metadata = {"passing_rows": int(totals["rows"]) - failing, "failing_rows": failing, "keys": MetadataValue.json(list(keys))}
+    for v in values:
+        for side in ("gold", "silver"):
+            value = totals[f"{side}_{v}"]
+            metadata[f"{side}_total_{v}"] = MetadataValue.text(str(value if value is not None else Decimal(0)))
+    return AssetCheckResult(
+        asset_key=asset_key,
+        check_name=check_name,
+        passed=failing == 0,
+        severity=AssetCheckSeverity.ERROR,
+        metadata=metadata,
+    )
+
+
+def _reconciliation_spec(key: AssetKey, what: str) -> AssetCheckSpec:
+    return AssetCheckSpec(name="revenue_reconciles_with_silver", asset=key, description=what)
+
+
+# ---------------------------------------------------------------- TPC-H answers
+
+
+@asset(
+    key=["gold", "pricing_summary"],
+    ins=_silver("lineitem"),
+    group_name=GROUP,
+    description="TPC-H Q1 (pricing summary report), validation parameters (DELTA = 90 days).",
+    metadata=delta_table(schema_mode="overwrite"),
+)
+def pricing_summary(lineitem: DataFrame) -> DataFrame:
+    return G.pricing_summary(lineitem)
+
+
+@asset(
+    key=["gold", "shipping_priority"],
+    ins=_silver("customers", "orders", "lineitem"),
+    group_name=GROUP,
+    description="TPC-H Q3 (shipping priority), validation parameters (BUILDING, 1995-03-15).",
+    metadata=delta_table(schema_mode="overwrite"),
+)
+def shipping_priority(customer: DataFrame, orders: DataFrame, lineitem: DataFrame) -> DataFrame:
+    return G.shipping_priority(customer, orders, lineitem)
+
+
+@asset(
+    key=["gold", "local_supplier_volume"],
+    ins=_silver("customers", "orders", "lineitem", "supplier", "nation", "region"),
+    group_name=GROUP,
+    description="TPC-H Q5 (local supplier volume), validation parameters (ASIA, 1994).",
+    metadata=delta_table(schema_mode="overwrite"),
+)
+def local_supplier_volume(
+    customer: DataFrame, orders: DataFrame, lineitem: DataFrame, supplier: DataFrame, nation: DataFrame, region: DataFrame
+) -> DataFrame:
+    return G.local_supplier_volume(customer, orders, lineitem, supplier, nation, region)
+
+
+@asset(
+    key=["gold", "forecasting_revenue_change"],
+    ins=_silver("lineitem"),
+    group_name=GROUP,
+    description="TPC-H Q6 (forecasting revenue change), validation parameters (1994, 0.06, 24).",
+    metadata=delta_table(schema_mode="overwrite"),
+)
+def forecasting_revenue_change(lineitem: DataFrame) -> DataFrame:
+    return G.forecasting_revenue_change(lineitem)
+
+
+# ---------------------------------------------------------------- business tables
+
+DAILY_REVENUE = AssetKey(["gold", "daily_revenue"])
+MONTHLY_REVENUE = AssetKey(["gold", "monthly_revenue"])
+CUSTOMER_LIFETIME_VALUE = AssetKey(["gold", "customer_lifetime_value"])
+
+
+@asset(
+    key=DAILY_REVENUE,
+    ins=_silver("orders", "lineitem", "customers"),
+    group_name=GROUP,
+    partitions_def=MONTHLY,
+    # A range of months is one run (one Spark job per step), not a run per month.
+    backfill_policy=BackfillPolicy.single_run(),
+    description="Revenue and order count per order date and market segment; partitioned by month of o_orderdate.",
+    metadata=delta_table(partition_expr="o_orderdate"),
+    check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
+)
+def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
+    window = context.partition_time_window
+    start, end = window.start.date(), window.end.date()
+    in_window = orders.where((F.col("o_orderdate") >= F.lit(start)) & (F.col("o_orderdate") < F.lit(end)))
+    frame = G.daily_revenue(in_window, lineitem, customer).cache()
+    yield Output(frame, metadata={"months": MetadataValue.text(f"{start}..{end}")})
+    silver_days = (
+        in_window.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
+        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+        .groupBy("o_orderdate")
+        .agg(_net_price_sum())
+    )
+    gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
+    yield reconcile(
+        gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver", asset_key=DAILY_REVENUE
+    )
+
+
+@asset(
+    key=MONTHLY_REVENUE,
+    ins=_silver("orders", "lineitem"),
+    group_name=GROUP,
+    description="Revenue and order count per month of completed (status F) orders.",
+    metadata=delta_table(schema_mode="overwrite"),
+    check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
+)
+def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
+    frame = G.monthly_revenue(orders, lineitem).cache()
+    yield Output(frame)
+    silver_months = (
+        orders.where("o_orderstatus = 'F'")
+        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+        .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
+        .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
+    )
+    gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
+    yield reconcile(
+        gold_months,
+        silver_months,
+        ["month"],
+        ["revenue", "order_count"],
+        check_name="revenue_reconciles_with_silver",
+        asset_key=MONTHLY_REVENUE,
+    )
+
+
+@asset(
+    key=CUSTOMER_LIFETIME_VALUE,
+    ins=_silver("customers", "orders"),
+    group_name=GROUP,
+    description="Per customer: orders, total and average spend, first and last order date.",
+    metadata=delta_table(schema_mode="overwrite"),
+    check_specs=[
+        _reconciliation_spec(CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders.")
+    ],
+)
+def customer_lifetime_value(customer: DataFrame, orders: DataFrame):
+    frame = G.customer_lifetime_value(customer, orders).cache()
+    yield Output(frame)
+    per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
+        F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
+    )
+    silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
+        "c_custkey",
+        F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
+        F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
+    )
+    yield reconcile(
+        frame.select("c_custkey", "total_spend", "order_count"),
+        silver_customers,
+        ["c_custkey"],
+        ["total_spend", "order_count"],
+        check_name="revenue_reconciles_with_silver",
+        asset_key=CUSTOMER_LIFETIME_VALUE,
+    )
+
+
+gold_assets = [
+    pricing_summary,
+    shipping_priority,
+    local_supplier_volume,
+    forecasting_revenue_change,
+    daily_revenue,
+    monthly_revenue,
+    customer_lifetime_value,
+]
+
+gold_checks = [freshness_check(a.key, GOLD_MAX_LAG_HOURS) for a in gold_assets]
