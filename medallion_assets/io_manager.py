@@ -647,7 +647,8 @@ class DeltaIOManager(ConfigurableIOManager):
         fingerprint_json = json.dumps(fingerprint, sort_keys=True)
 
         consumed_metadata = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
-        commit_metadata = {"dagsterRunId": context.run_id, "dagsterAssetKey": _key_name(key)}
+        # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
+        commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
         commit_metadata.update({f"consumed.{k}": str(v) for k, v in reads.consumed.items()})
 
         if (
@@ -683,6 +684,16 @@ class DeltaIOManager(ConfigurableIOManager):
 
 
 def _time_window_predicate(column: str, window: Any) -> str:
-    start = window.start.strftime("%Y-%m-%d %H:%M:%S")
-    end = window.end.strftime("%Y-%m-%d %H:%M:%S")
-    return f"`{column}` >= '{start}' AND `{column}` < '{end}'"
+    """``start <= column < end`` with typed literals, for Spark and for replaceWhere.
+
+    Windows on day boundaries (daily, weekly, monthly partitions) use ``DATE``
+    literals, which compare right with both date and timestamp columns; the
+    delta package's replaceWhere check does not coerce a ``'yyyy-MM-dd HH:mm:ss'``
+    string to a date. Other windows use ``TIMESTAMP`` literals.
+    """
+    def literal(moment: Any) -> str:
+        if (moment.hour, moment.minute, moment.second, moment.microsecond) == (0, 0, 0, 0):
+            return f"DATE '{moment.strftime('%Y-%m-%d')}'"
+        return f"TIMESTAMP '{moment.strftime('%Y-%m-%d %H:%M:%S')}'"
+
+    return f"`{column}` >= {literal(window.start)} AND `{column}` < {literal(window.end)}"

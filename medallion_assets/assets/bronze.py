@@ -24,7 +24,7 @@ def _stream_asset(stream_name: str, description: str):
     def _bronze_stream(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
         session = spark.spark_session
         query = start_bronze_stream(
-            session, lake, stream_name, commit_metadata={"dagsterRunId": context.run_id}
+            session, lake, stream_name, commit_metadata={"dagster_run_id": context.run_id}
         )
         query.awaitTermination()
         progress = [p for p in query.recentProgress if p.get("numInputRows")]
