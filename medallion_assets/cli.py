@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="medallion-assets", description="Bronze/silver/gold Delta lakehouse tools.")
     subcommands = parser.add_subparsers(dest="command", required=True)
     add_simulate_parser(subcommands)
+    from medallion_assets.streaming import add_stream_parser
+
+    add_stream_parser(subcommands)
     return parser
 
 

@@ -50,12 +50,18 @@ def build_definitions(deployment: str = "local") -> Definitions:
     from medallion_assets.assets import gold
     from medallion_assets.assets.checks import silver_checks
 
+    from medallion_assets.jobs import ingest_job
+    from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
+    from medallion_assets.streaming import bronze_streams_continuous
+
     assets = [*load_assets_from_modules([landing, bronze, silver]), *gold.gold_assets]
     return Definitions(
         assets=assets,
-        asset_checks=[*silver_checks, *gold.gold_checks],
-        jobs=jobs,
+        asset_checks=[*silver_checks, *gold.gold_checks, *stream_health_checks()],
+        jobs=[*jobs, bronze_streams_continuous],
         schedules=schedules,
+        # Continuous mode: checkpoint sensors follow the streams; triggered mode: the landing sensor.
+        sensors=[*stream_sensors(), build_landing_sensor(ingest_job)],
         resources=resources_for(deployment),
         # One process for the whole run: every asset shares one SparkSession (one JVM)
         # instead of a JVM per asset, which is what the multiprocess executor would cost.

@@ -27,7 +27,12 @@ _FILE_GLOBS = {"orders_raw": "*.json", "customers_cdc": "*.csv"}
 
 
 def bronze_stream_frame(
-    spark: SparkSession, lake: LakeResource, stream_name: str, *, max_files_per_trigger: int | None = None
+    spark: SparkSession,
+    lake: LakeResource,
+    stream_name: str,
+    *,
+    max_files_per_trigger: int | None = None,
+    max_bytes_per_trigger: int | str | None = None,
 ) -> DataFrame:
     """The streaming DataFrame of one bronze stream: rows as delivered + ``_source_file``, ``_ingested_at``.
 
@@ -36,6 +41,7 @@ def bronze_stream_frame(
         lake: where the landing folder is.
         stream_name: ``orders_raw`` or ``customers_cdc``.
         max_files_per_trigger: cap on files per micro-batch (None: Spark's default).
+        max_bytes_per_trigger: cap on bytes per micro-batch, e.g. ``67108864`` or ``"64m"``.
 
     Returns:
         A streaming DataFrame in the bronze schema of that stream.
@@ -47,6 +53,11 @@ def bronze_stream_frame(
     reader = spark.readStream.option("pathGlobFilter", _FILE_GLOBS[stream_name])
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    if max_bytes_per_trigger:
+        from medallion_assets.delta._options import parse_bytes
+
+        size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=stream_name)
+        reader = reader.option("maxBytesPerTrigger", str(size))
     folder = lake.landing_folder(stream_name)
     if stream_name == "orders_raw":
         # Lines stay text: parsing is silver's job, and bronze keeps bad lines as delivered.
@@ -63,6 +74,7 @@ def start_bronze_stream(
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
     max_files_per_trigger: int | None = None,
+    max_bytes_per_trigger: int | str | None = None,
     query_name: str | None = None,
 ) -> StreamingQuery:
     """Start the stream landing/<folder> -> bronze/<stream_name>.
@@ -76,12 +88,15 @@ def start_bronze_stream(
             A continuous service passes e.g. ``{"processingTime": "30 seconds"}``.
         commit_metadata: custom keys recorded in each Delta commit (e.g. the Dagster run id).
         max_files_per_trigger: cap on files per micro-batch.
+        max_bytes_per_trigger: cap on bytes per micro-batch (``"64m"``).
         query_name: the streaming query's name (default ``bronze_<stream>``).
 
     Returns:
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
-    frame = bronze_stream_frame(spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger)
+    frame = bronze_stream_frame(
+        spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
+    )
     _ensure_folder(lake.landing_folder(stream_name))
     table_path = lake.table_path(["bronze", stream_name])
     writer = (

@@ -1,0 +1,498 @@
+"""Continuous bronze ingestion, and what the streams' checkpoints say about them.
+
+Two halves:
+
+* Running: :func:`run_continuous` starts the bronze streams with a
+  processing-time trigger, logs each micro-batch's progress as Spark reports
+  it, and stops the queries cleanly on SIGTERM / Ctrl-C (or when a caller's
+  ``should_stop`` says so). ``medallion-assets stream`` and the
+  ``bronze_streams_continuous`` Dagster job both call it.
+* Reading: :func:`read_checkpoint` parses a checkpoint folder (``metadata``,
+  ``offsets/N``, ``commits/N``, ``sources/0/N[.compact]``);
+  :func:`committed_batches` joins committed batches with the Delta commits
+  that carry their app transaction; :func:`stream_health` measures the
+  backlog and a pending batch's age. The sensors and the asset check are
+  built on these (:mod:`medallion_assets.sensors`).
+
+Nothing here runs at import.
+"""
+
+
+import json
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from dagster import Config, OpExecutionContext, job, op
+from pydantic import Field
+
+from medallion_assets.resources import LANDING_FOLDERS, LakeResource, SparkResource
+
+log = logging.getLogger(__name__)
+
+#: The bronze streams (stream name == bronze table name).
+STREAMS = tuple(LANDING_FOLDERS)
+_FILE_SUFFIXES = {"orders_raw": ".json", "customers_cdc": ".csv"}
+
+
+# ---------------------------------------------------------------- configuration
+
+
+class StreamRateLimit(Config):
+    """Admission control of one stream's micro-batches."""
+
+    max_files_per_trigger: int | None = Field(
+        default=None, description="At most this many landed files per micro-batch (None: no limit)."
+    )
+    max_bytes_per_trigger: str | None = Field(
+        default=None, description="At most about this many bytes per micro-batch, e.g. '64m' (None: no limit)."
+    )
+
+
+class ContinuousStreamsConfig(Config):
+    """How the bronze streams run in continuous mode."""
+
+    streams: list[str] = Field(default_factory=lambda: list(STREAMS), description="Bronze streams to run.")
+    trigger_interval: str = Field(
+        default="10 seconds", description="Processing-time trigger: how often a micro-batch is planned."
+    )
+    rate_limits: dict[str, StreamRateLimit] = Field(
+        default_factory=dict, description="Per stream (by name) rate limits; streams not listed have none."
+    )
+    run_seconds: float | None = Field(
+        default=None, description="Stop after this many seconds (None: until stopped or terminated)."
+    )
+    poll_seconds: float = Field(default=1.0, description="How often progress is polled and logged.")
+
+
+class StreamHealthPolicy(Config):
+    """When a stream counts as stalled or behind."""
+
+    stall_after_seconds: float = Field(
+        default=600.0, description="A planned micro-batch (offset written) not committed for this long fails the check."
+    )
+    max_backlog_age_seconds: float = Field(
+        default=1800.0, description="A landed file no offset covers yet, older than this, fails the check."
+    )
+
+
+# ---------------------------------------------------------------- continuous runner
+
+
+def _progress_line(stream: str, progress: Mapping[str, Any]) -> str:
+    duration = progress.get("durationMs", {}).get("triggerExecution")
+    rate = progress.get("processedRowsPerSecond")
+    return (
+        f"{stream}: batch {progress.get('batchId')} input_rows={progress.get('numInputRows')} "
+        f"rows_per_second={rate if rate is None else round(float(rate), 1)} batch_duration_ms={duration}"
+    )
+
+
+@dataclass
+class ContinuousRun:
+    """What a continuous run did: per stream, the progress of each batch with input."""
+
+    progress: dict[str, list[dict]] = field(default_factory=dict)
+    stopped_by: str = ""
+
+
+def run_continuous(
+    spark,
+    lake: LakeResource,
+    config: ContinuousStreamsConfig,
+    *,
+    log_progress: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    install_signal_handlers: bool = True,
+) -> ContinuousRun:
+    """Run the bronze streams with a processing-time trigger until stopped.
+
+    Stops on SIGTERM or SIGINT (when ``install_signal_handlers`` and on the
+    main thread), when ``should_stop()`` turns true, after
+    ``config.run_seconds``, or when a query fails (its error is raised after
+    the others are stopped). Each stop waits for the running micro-batch, so
+    the checkpoint and the table agree when it returns.
+    """
+    from medallion_assets.ingest import start_bronze_stream
+
+    say = log_progress or log.info
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        def handler(signum, frame):
+            say(f"signal {signal.Signals(signum).name}: stopping the streams")
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    queries = {}
+    result = ContinuousRun(progress={s: [] for s in config.streams})
+    seen: dict[str, int] = {}
+    started = time.monotonic()
+    failure: BaseException | None = None
+    try:
+        for stream in config.streams:
+            limits = config.rate_limits.get(stream, StreamRateLimit())
+            queries[stream] = start_bronze_stream(
+                spark, lake, stream,
+                trigger={"processingTime": config.trigger_interval},
+                max_files_per_trigger=limits.max_files_per_trigger,
+                max_bytes_per_trigger=limits.max_bytes_per_trigger,
+                query_name=f"bronze_{stream}_continuous",
+            )
+            say(f"{stream}: started (trigger every {config.trigger_interval}, query id {queries[stream].id})")
+        while True:
+            for stream, query in queries.items():
+                for progress in query.recentProgress:
+                    batch = int(progress.get("batchId", -1))
+                    if batch <= seen.get(stream, -1):
+                        continue
+                    seen[stream] = batch
+                    if progress.get("numInputRows"):
+                        result.progress[stream].append(dict(progress))
+                        say(_progress_line(stream, progress))
+                if not query.isActive:
+                    failure = query.exception() or RuntimeError(f"stream {stream} stopped on its own")
+            if failure is not None:
+                result.stopped_by = "failure"
+                break
+            if stop.is_set():
+                result.stopped_by = "signal"
+                break
+            if should_stop is not None and should_stop():
+                result.stopped_by = "request"
+                break
+            if config.run_seconds is not None and time.monotonic() - started >= config.run_seconds:
+                result.stopped_by = "run_seconds"
+                break
+            stop.wait(config.poll_seconds)
+    except KeyboardInterrupt:
+        result.stopped_by = "interrupt"
+    finally:
+        for stream, query in queries.items():
+            try:
+                query.stop()
+            except Exception as exc:  # keep stopping the others
+                say(f"{stream}: stop failed: {exc}")
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        say(f"streams stopped ({result.stopped_by or 'error'})")
+    if failure is not None:
+        raise RuntimeError(f"a bronze stream failed: {failure}") from (failure if isinstance(failure, BaseException) else None)
+    return result
+
+
+@op(description="Run the bronze streams continuously (processing-time trigger) until the run is terminated.")
+def run_bronze_streams(context: OpExecutionContext, config: ContinuousStreamsConfig, spark: SparkResource,
+                       lake: LakeResource) -> None:
+    """Dagster's side of continuous mode: terminating the run stops the streams cleanly."""
+    run_continuous(spark.spark_session, lake, config, log_progress=context.log.info)
+
+
+@job(description="Continuous bronze ingestion: the streams run until this run is terminated; "
+                 "the checkpoint sensors report their batches and request silver and gold.")
+def bronze_streams_continuous():
+    run_bronze_streams()
+
+
+def _parse_pairs(values: Iterable[str], what: str) -> dict[str, str]:
+    pairs = {}
+    for item in values or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in STREAMS:
+            raise SystemExit(f"{what} takes STREAM=VALUE with STREAM one of {', '.join(STREAMS)}; got {item!r}")
+        pairs[name] = value
+    return pairs
+
+
+def add_stream_parser(subcommands) -> None:
+    """The ``stream`` subcommand: continuous bronze ingestion."""
+    parser = subcommands.add_parser(
+        "stream", help="Run the bronze streams continuously; stop with Ctrl-C or SIGTERM.",
+        description="Start the bronze streams with a processing-time trigger, log each micro-batch "
+                    "and stop cleanly on SIGTERM or Ctrl-C.",
+    )
+    parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
+    parser.add_argument("--streams", nargs="+", default=list(STREAMS), choices=STREAMS, help="Streams to run.")
+    parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
+    parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
+                        help="Per-stream cap on files per micro-batch (repeatable).")
+    parser.add_argument("--max-bytes-per-trigger", action="append", metavar="STREAM=SIZE", default=[],
+                        help="Per-stream cap on bytes per micro-batch, e.g. orders_raw=64m (repeatable).")
+    parser.add_argument("--run-seconds", type=float, default=None, help="Stop after this many seconds.")
+    parser.set_defaults(func=_stream_command)
+
+
+def _stream_command(args) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    files = {k: int(v) for k, v in _parse_pairs(args.max_files_per_trigger, "--max-files-per-trigger").items()}
+    size = _parse_pairs(args.max_bytes_per_trigger, "--max-bytes-per-trigger")
+    limits = {
+        s: StreamRateLimit(max_files_per_trigger=files.get(s), max_bytes_per_trigger=size.get(s))
+        for s in set(files) | set(size)
+    }
+    config = ContinuousStreamsConfig(streams=args.streams, trigger_interval=args.trigger_interval,
+                                     rate_limits=limits, run_seconds=args.run_seconds)
+    root = args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT")
+    lake = LakeResource(root=root) if root else LakeResource()
+    spark = SparkResource().spark_session
+    try:
+        run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True))
+    finally:
+        spark.stop()
+    return 0
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _local(path: str) -> str:
+    if path.startswith("file:"):
+        return unquote(urlparse(path).path)
+    if "://" in path:
+        raise ValueError(f"reading checkpoints on object stores is not supported here: {path}")
+    return path
+
+
+def _numbered(folder: str) -> dict[int, float]:
+    """``N -> mtime`` of the log files ``N`` in a checkpoint sub-folder."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return {}
+    found = {}
+    for name in names:
+        if name.isdigit():
+            try:
+                found[int(name)] = os.path.getmtime(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def _log_entries(path: str) -> list[dict]:
+    """The JSON lines after the version line of a checkpoint log file."""
+    with open(path) as handle:
+        lines = handle.read().splitlines()
+    return [json.loads(line) for line in lines[1:] if line.strip()]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A stream's checkpoint folder, read once."""
+
+    location: str
+    query_id: str | None
+    offsets: dict[int, float]
+    """Planned batch id -> time its offset file was written."""
+    commits: dict[int, float]
+    """Committed batch id -> time its commit file was written."""
+
+    @property
+    def last_committed(self) -> int:
+        return max(self.commits, default=-1)
+
+    @property
+    def last_planned(self) -> int:
+        return max(self.offsets, default=-1)
+
+    def pending(self) -> list[int]:
+        """Batches planned but not committed (at most one in a healthy stream)."""
+        return sorted(b for b in self.offsets if b not in self.commits and b > self.last_committed)
+
+    def input_files(self, batch_id: int, source: int = 0) -> list[str]:
+        """The files a file source gave batch ``batch_id`` (from ``sources/<source>/N`` or a compact file)."""
+        folder = os.path.join(self.location, "sources", str(source))
+        plain = os.path.join(folder, str(batch_id))
+        if os.path.exists(plain):
+            return [e["path"] for e in _log_entries(plain)]
+        compacts = sorted(
+            int(n.split(".")[0]) for n in _listdir(folder) if n.endswith(".compact") and n.split(".")[0].isdigit()
+        )
+        for number in compacts:
+            if number >= batch_id:
+                entries = _log_entries(os.path.join(folder, f"{number}.compact"))
+                return [e["path"] for e in entries if e.get("batchId") == batch_id]
+        return []
+
+    def seen_files(self, source: int = 0) -> set[str]:
+        """Every file any offset of the file source covers."""
+        folder = os.path.join(self.location, "sources", str(source))
+        names = _listdir(folder)
+        compacts = sorted((int(n.split(".")[0]) for n in names if n.endswith(".compact") and n.split(".")[0].isdigit()))
+        start = compacts[-1] if compacts else -1
+        seen: set[str] = set()
+        if compacts:
+            seen.update(e["path"] for e in _log_entries(os.path.join(folder, f"{start}.compact")))
+        for name in names:
+            if name.isdigit() and int(name) > start:
+                seen.update(e["path"] for e in _log_entries(os.path.join(folder, name)))
+        return seen
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
+def read_checkpoint(location: str) -> Checkpoint:
+    """Read a checkpoint folder (missing folders read as an empty checkpoint)."""
+    folder = _local(location)
+    query_id = None
+    try:
+        with open(os.path.join(folder, "metadata")) as handle:
+            query_id = json.loads(handle.readline()).get("id")
+    except (FileNotFoundError, ValueError):
+        pass
+    return Checkpoint(folder, query_id, _numbered(os.path.join(folder, "offsets")),
+                      _numbered(os.path.join(folder, "commits")))
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """A micro-batch as the bronze table's log records it."""
+
+    batch_id: int
+    delta_version: int
+    rows: int
+    data_files: int
+    timestamp_ms: int | None
+
+
+def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) -> dict[int, BatchCommit]:
+    """Batch id -> Delta commit, for the commits carrying ``query_id``'s app transaction.
+
+    Reads the commit files newest first and stops at the first batch at or
+    below ``after_batch``, so a sensor tick reads only the recent log.
+    """
+    folder = os.path.join(_local(table), "_delta_log")
+    versions = sorted((int(n[:-5]) for n in _listdir(folder) if n.endswith(".json") and n[:-5].isdigit()), reverse=True)
+    found: dict[int, BatchCommit] = {}
+    for version in versions:
+        try:
+            with open(os.path.join(folder, f"{version:020d}.json")) as handle:
+                actions = [json.loads(line) for line in handle if line.strip()]
+        except FileNotFoundError:
+            continue
+        txn = next((a["txn"] for a in actions if "txn" in a and a["txn"].get("appId") == query_id), None)
+        if txn is None:
+            continue
+        batch = int(txn["version"])
+        if batch <= after_batch:
+            break
+        rows, files = 0, 0
+        for action in actions:
+            if "add" in action:
+                files += 1
+                stats = action["add"].get("stats")
+                if stats:
+                    rows += int(json.loads(stats).get("numRecords", 0))
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        found.setdefault(batch, BatchCommit(batch, version, rows, files, info.get("timestamp")))
+    return found
+
+
+@dataclass(frozen=True)
+class StreamHealth:
+    """Backlog and stall figures of one stream, and the verdict of the policy."""
+
+    stream: str
+    last_committed_batch: int
+    pending_batch: int | None
+    pending_batch_age_seconds: float
+    backlog_files: int
+    oldest_backlog_age_seconds: float
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "last_committed_batch": self.last_committed_batch,
+            "pending_batch": -1 if self.pending_batch is None else self.pending_batch,
+            "pending_batch_age_seconds": round(self.pending_batch_age_seconds, 1),
+            "backlog_files": self.backlog_files,
+            "oldest_backlog_age_seconds": round(self.oldest_backlog_age_seconds, 1),
+        }
+
+
+def landed_files(lake: LakeResource, stream: str) -> dict[str, float]:
+    """The visible files of a stream's landing folder: ``file://`` URI -> mtime."""
+    from pathlib import Path
+
+    from medallion_assets.transforms.bronze import is_visible_data_file
+
+    folder = Path(_local(lake.landing_folder(stream)))
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in os.scandir(folder):
+        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(_FILE_SUFFIXES[stream]):
+            found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
+    return found
+
+
+def stream_health(lake: LakeResource, stream: str, policy: StreamHealthPolicy, *, now: float | None = None) -> StreamHealth:
+    """Measure one stream's backlog and pending batch against ``policy``."""
+    now = time.time() if now is None else now
+    checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
+    pending = checkpoint.pending()
+    pending_batch = pending[0] if pending else None
+    pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
+    seen = {_same_uri(p) for p in checkpoint.seen_files()}
+    backlog = {p: t for p, t in landed_files(lake, stream).items() if p not in seen}
+    oldest = now - min(backlog.values()) if backlog else 0.0
+    problems = []
+    if pending_batch is not None and pending_age > policy.stall_after_seconds:
+        problems.append(
+            f"batch {pending_batch} was planned {pending_age:.0f}s ago and has not committed "
+            f"(limit {policy.stall_after_seconds:.0f}s): the stream is stalled or down"
+        )
+    if backlog and oldest > policy.max_backlog_age_seconds:
+        problems.append(
+            f"{len(backlog)} landed file(s) not taken by any batch, the oldest {oldest:.0f}s old "
+            f"(limit {policy.max_backlog_age_seconds:.0f}s): the stream is not running or falls behind"
+        )
+    return StreamHealth(stream, checkpoint.last_committed, pending_batch, max(pending_age, 0.0), len(backlog),
+                        max(oldest, 0.0), problems)
+
+
+def _same_uri(path: str) -> str:
+    # Spark writes file:///a/b; Path.as_uri writes the same for local paths.
+    if path.startswith("file:/") and not path.startswith("file:///"):
+        return "file:///" + path[len("file:/"):]
+    return path
+
+
+# ---------------------------------------------------------------- protection of bronze
+
+
+class FullRefreshRefusedError(RuntimeError):
+    """A full refresh of a streaming bronze table was asked for, but the asset does not allow it."""
+
+
+def full_refresh_stream(lake: LakeResource, stream: str, *, allowed: bool) -> None:
+    """Drop a bronze stream's checkpoint and table, so the next run re-ingests all of landing/.
+
+    Raises:
+        FullRefreshRefusedError: unless ``allowed`` (the asset's ``allow_full_refresh``).
+    """
+    if not allowed:
+        raise FullRefreshRefusedError(
+            f"refusing a full refresh of bronze.{stream}: it drops the stream's checkpoint and every row "
+            "ingested so far, and landing/ may no longer hold all the files bronze was built from. "
+            f"Configure the asset with allow_full_refresh=True if the landed files are complete"
+        )
+    for path in (lake.checkpoint_dir(stream), lake.table_path(["bronze", stream])):
+        shutil.rmtree(_local(path), ignore_errors=True)

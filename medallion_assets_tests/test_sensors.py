@@ -1,0 +1,261 @@
+"""Checkpoint and landing sensors, the stream health check, bronze protection.
+
+The checkpoint folders here are written the way Spark writes them (``v1``
+then JSON lines) and the bronze table is a real Delta table written by
+delta-rs with app transactions, so the sensors read what a stream leaves
+behind. ``test_streaming_continuous.py`` runs them against a real stream.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from dagster import (
+    AssetCheckEvaluation,
+    AssetMaterialization,
+    AssetObservation,
+    DagsterInstance,
+    SensorResult,
+    SkipReason,
+    build_sensor_context,
+)
+
+from medallion_assets.resources import LakeResource
+from medallion_assets.sensors import (
+    build_checkpoint_sensor,
+    build_landing_sensor,
+    build_stream_health_check,
+)
+from medallion_assets.streaming import (
+    FullRefreshRefusedError,
+    StreamHealthPolicy,
+    full_refresh_stream,
+    read_checkpoint,
+    stream_health,
+)
+
+STREAM = "orders_raw"
+
+
+class FakeStream:
+    """Writes what a stream leaves behind: checkpoint files and Delta commits with app transactions."""
+
+    def __init__(self, lake: LakeResource, query_id: str = "q-1") -> None:
+        self.lake = lake
+        self.query_id = query_id
+        self.ckpt = Path(lake.checkpoint_dir(STREAM))
+        self.landing = Path(lake.landing_folder(STREAM))
+        self.table = lake.table_path(["bronze", STREAM])
+        self.landing.mkdir(parents=True, exist_ok=True)
+        (self.ckpt / "offsets").mkdir(parents=True, exist_ok=True)
+        (self.ckpt / "commits").mkdir(parents=True, exist_ok=True)
+        (self.ckpt / "sources" / "0").mkdir(parents=True, exist_ok=True)
+        (self.ckpt / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
+        self.batch = -1
+
+    def land(self, name: str, lines: int) -> str:
+        path = self.landing / name
+        path.write_text("".join(f'{{"n": {i}}}\n' for i in range(lines)))
+        return path.resolve().as_uri()
+
+    def plan(self, files: list[str]) -> int:
+        self.batch += 1
+        b = self.batch
+        (self.ckpt / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":%d}\n' % b)
+        (self.ckpt / "sources" / "0" / str(b)).write_text(
+            "v1\n" + "".join(json.dumps({"path": f, "timestamp": 0, "batchId": b}) + "\n" for f in files)
+        )
+        return b
+
+    def commit(self, rows: int) -> None:
+        from deltalake import write_deltalake
+        from deltalake.transaction import CommitProperties, Transaction
+
+        data = pa.table({"value": pa.array([f"line {i}" for i in range(rows)], pa.string())})
+        write_deltalake(self.table, data, mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(self.query_id, self.batch)]))
+        (self.ckpt / "commits" / str(self.batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+    def run_batch(self, names_and_lines: list[tuple[str, int]]) -> int:
+        files = [self.land(n, k) for n, k in names_and_lines]
+        b = self.plan(files)
+        self.commit(sum(k for _, k in names_and_lines))
+        return b
+
+
+@pytest.fixture
+def lake(tmp_path):
+    return LakeResource(root=str(tmp_path / "lake"))
+
+
+@pytest.fixture(scope="module")
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def tick(sensor_def, lake, instance, cursor):
+    context = build_sensor_context(instance=instance, cursor=cursor, resources={"lake": lake})
+    result = sensor_def(context)
+    return result
+
+
+def materializations(result) -> list[AssetMaterialization]:
+    if not isinstance(result, SensorResult):
+        return []
+    return [e for e in result.asset_events if isinstance(e, AssetMaterialization)]
+
+
+def test_checkpoint_sensor_reports_each_batch_once(lake, instance):
+    stream = FakeStream(lake)
+    sensor_def = build_checkpoint_sensor(STREAM)
+    assert isinstance(tick(sensor_def, lake, instance, None), SensorResult)  # health only, nothing to report
+    stream.run_batch([("a.json", 3), ("b.json", 2)])
+    stream.run_batch([("c.json", 4)])
+
+    first = tick(sensor_def, lake, instance, None)
+    events = materializations(first)
+    assert [e.metadata["batch_id"].value for e in events] == [0, 1]
+    assert [e.metadata["rows"].value for e in events] == [5, 4]
+    assert [e.metadata["input_files"].value for e in events] == [2, 1]
+    assert [e.metadata["delta_version"].value for e in events] == [0, 1]
+    assert [r.run_key for r in first.run_requests] == ["orders_raw:q-1:0-1"]
+    health = [e for e in first.asset_events if isinstance(e, AssetCheckEvaluation)]
+    assert len(health) == 1 and health[0].passed
+    assert any(isinstance(e, AssetObservation) for e in first.asset_events)
+
+    # Nothing new: no batch reported twice, no run requested.
+    second = tick(sensor_def, lake, instance, first.cursor)
+    assert materializations(second) == [] and not (isinstance(second, SensorResult) and second.run_requests)
+
+    # A planned batch that has not committed yet is not reported...
+    files = [stream.land("d.json", 6)]
+    stream.plan(files)
+    third = tick(sensor_def, lake, instance, second.cursor)
+    assert materializations(third) == []
+    # ... until it commits; the cursor (as the daemon stores it) carries over.
+    stream.commit(6)
+    fourth = tick(sensor_def, lake, instance, third.cursor)
+    assert [e.metadata["batch_id"].value for e in materializations(fourth)] == [2]
+    assert [r.run_key for r in fourth.run_requests] == ["orders_raw:q-1:2-2"]
+    assert json.loads(fourth.cursor)["last_batch"] == 2
+
+
+def test_checkpoint_sensor_starts_over_for_a_new_query(lake, instance, tmp_path):
+    stream = FakeStream(lake)
+    stream.run_batch([("a.json", 1)])
+    sensor_def = build_checkpoint_sensor(STREAM)
+    first = tick(sensor_def, lake, instance, None)
+    # Full refresh: checkpoint and table dropped, a new query id.
+    full_refresh_stream(lake, STREAM, allowed=True)
+    fresh = FakeStream(lake, query_id="q-2")
+    fresh.run_batch([("a.json", 1), ("b.json", 1)])
+    again = tick(sensor_def, lake, instance, first.cursor)
+    assert [e.metadata["batch_id"].value for e in materializations(again)] == [0]
+    assert [e.metadata["query_id"].value for e in materializations(again)] == ["q-2"]
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_health_turns_red_for_stall_and_old_backlog_and_green_when_fresh(lake, instance):
+    policy = StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120)
+    stream = FakeStream(lake)
+    stream.run_batch([("a.json", 2)])
+    assert stream_health(lake, STREAM, policy).passed
+
+    # Fresh backlog and a fresh pending batch: green.
+    stream.land("b.json", 1)
+    stream.plan([stream.land("c.json", 1)])
+    fresh = stream_health(lake, STREAM, policy)
+    assert fresh.passed and fresh.backlog_files == 1 and fresh.pending_batch == 1
+
+    # The pending batch gets old: stalled.
+    _age(stream.ckpt / "offsets" / "1", 300)
+    stalled = stream_health(lake, STREAM, policy)
+    assert not stalled.passed and "batch 1" in stalled.problems[0] and stalled.pending_batch_age_seconds >= 299
+
+    # The batch commits; the landed-but-untaken file gets old: behind.
+    stream.commit(1)
+    _age(stream.landing / "b.json", 600)
+    behind = stream_health(lake, STREAM, policy)
+    assert not behind.passed and behind.backlog_files == 1 and behind.oldest_backlog_age_seconds >= 599
+    assert "not taken by any batch" in behind.problems[0]
+
+    # The same verdicts through the sensor (check evaluation + plotted observation) and the asset check.
+    sensor_def = build_checkpoint_sensor(STREAM, policy=policy)
+    result = tick(sensor_def, lake, instance, None)
+    evaluation = next(e for e in result.asset_events if isinstance(e, AssetCheckEvaluation))
+    assert not evaluation.passed and evaluation.metadata["backlog_files"].value == 1
+    # Taken by a batch: green again.
+    stream.plan([(stream.landing / "b.json").resolve().as_uri()])
+    stream.commit(1)
+    assert stream_health(lake, STREAM, policy).passed
+
+
+def test_stream_health_check_definition(lake, instance):
+    from dagster import AssetKey, Definitions, asset
+
+    policy = StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120)
+    stream = FakeStream(lake)
+    stream.run_batch([("a.json", 2)])
+    _age(stream.landing / "a.json", 1000)  # taken: its age does not matter
+    stream.land("late.json", 1)
+    _age(stream.landing / "late.json", 1000)
+
+    @asset(key=["bronze", STREAM])
+    def bronze_placeholder():
+        return None
+
+    check = build_stream_health_check(STREAM, policy=policy)
+    defs = Definitions(assets=[bronze_placeholder], asset_checks=[check], resources={"lake": lake})
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=instance, raise_on_error=False)
+    evaluations = result.get_asset_check_evaluations()
+    assert len(evaluations) == 1 and not evaluations[0].passed
+    assert evaluations[0].metadata["backlog_files"].value == 1
+
+
+def test_landing_sensor_keys_runs_by_file_set(lake, instance):
+    from dagster import job, op
+
+    @op
+    def noop():
+        return None
+
+    @job
+    def ingest():
+        noop()
+
+    sensor_def = build_landing_sensor(ingest)
+    assert isinstance(tick(sensor_def, lake, instance, None), SkipReason)
+    stream = FakeStream(lake)
+    stream.land("a.json", 1)
+    stream.land("b.json", 1)
+    first = tick(sensor_def, lake, instance, None)
+    assert len(first.run_requests) == 1
+    # The same files seen again (cursor lost) give the same run key: no second run.
+    again = tick(sensor_def, lake, instance, None)
+    assert again.run_requests[0].run_key == first.run_requests[0].run_key
+    assert isinstance(tick(sensor_def, lake, instance, first.cursor), SkipReason)
+    time.sleep(0.01)
+    stream.land("c.json", 1)
+    third = tick(sensor_def, lake, instance, first.cursor)
+    assert third.run_requests[0].run_key != first.run_requests[0].run_key
+    assert third.run_requests[0].tags["medallion/landed_files"] == "1"
+
+
+def test_full_refresh_of_a_streaming_bronze_table_is_refused_unless_allowed(lake):
+    stream = FakeStream(lake)
+    stream.run_batch([("a.json", 1)])
+    with pytest.raises(FullRefreshRefusedError, match="allow_full_refresh"):
+        full_refresh_stream(lake, STREAM, allowed=False)
+    assert read_checkpoint(lake.checkpoint_dir(STREAM)).last_committed == 0
+    full_refresh_stream(lake, STREAM, allowed=True)
+    assert read_checkpoint(lake.checkpoint_dir(STREAM)).query_id is None
+    assert not Path(stream.table).exists()
