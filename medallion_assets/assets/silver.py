@@ -31,7 +31,8 @@ CUSTOMERS_HISTORY = AssetKey(["silver", "customers_history"])
 ORDERS_EXPECTATIONS = [
     expect_or_fail("orders_key_present", "o_orderkey IS NOT NULL", "the merge key"),
     expect_or_drop("orders_status_known", "o_orderstatus IN ('O', 'F', 'P')"),
-    expect("orders_total_price_non_negative", "o_totalprice >= 0"),
+    # A negative total means the feed's amounts are corrupt: stop before gold revenue is wrong.
+    expect_or_fail("orders_total_price_non_negative", "o_totalprice >= 0", "amounts of the feed are sane"),
 ]
 LINEITEM_EXPECTATIONS = [
     expect_or_drop("lineitem_discount_in_range", "l_discount BETWEEN 0 AND 1"),
@@ -118,7 +119,15 @@ def customers_and_history(customers_cdc: DataFrame):
     """customers (latest state, deletes applied, c_phone and c_address masked) and their type-2 history."""
     changes, rejects = T.parse_customer_changes(customers_cdc)
     changes = changes.cache()
-    latest = T.latest_customer_changes(changes).withColumn("_sequence", _sequence("updated_at"))
+    # The merge's sequence carries the winner's file too, so a tie on updated_at
+    # goes to the later file across runs as it does within one (the contract's rule).
+    winner_files = changes.groupBy("c_custkey", "updated_at").agg(F.max("_source_file").alias("_source_file"))
+    latest = (
+        T.latest_customer_changes(changes)
+        .join(winner_files, ["c_custkey", "updated_at"], "left")
+        .withColumn("_sequence", _sequence("updated_at", "_source_file"))
+        .drop("_source_file")
+    )
     upserts = latest.where(F.col("op") != "D")
     customer_upserts = T.customer_rows(upserts).join(upserts.select("c_custkey", "_sequence"), "c_custkey")
     customers = apply_expectations(customer_upserts, CUSTOMERS_EXPECTATIONS, asset_key=CUSTOMERS, table_name="customers")
