@@ -16,6 +16,23 @@ def test_definitions_hold_layers_jobs_and_checks():
     keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
     assert {"bronze/orders_raw", "silver/orders", "silver/lineitem", "silver/customers", "quarantine/orders"} <= keys
     assert {job.name for job in defs.jobs} >= {"ingest", "refresh", "table_maintenance"}
+    gold = {
+        "gold/pricing_summary", "gold/shipping_priority", "gold/local_supplier_volume",
+        "gold/forecasting_revenue_change", "gold/daily_revenue", "gold/monthly_revenue", "gold/customer_lifetime_value",
+    }
+    assert gold <= keys
+    checks = {(k.asset_key.to_user_string(), k.name) for k in defs.resolve_asset_graph().asset_check_keys}
+    assert {
+        ("silver/orders", "orders_key_unique"),
+        ("silver/lineitem", "lineitem_references_orders"),
+        ("silver/orders", "orders_references_customers"),
+        ("silver/customers", "customers_references_nation"),
+        ("gold/monthly_revenue", "revenue_reconciles_with_silver"),
+        ("gold/daily_revenue", "fresh"),
+        ("silver/orders", "orders_key_present"),
+    } <= checks
+    refresh = defs.resolve_job_def("refresh")
+    assert {"silver/orders", "gold/daily_revenue"} <= {k.to_user_string() for k in refresh.asset_layer.executable_asset_keys}
 
 
 def test_unknown_deployment_is_refused():
