@@ -259,3 +259,22 @@ def test_full_refresh_of_a_streaming_bronze_table_is_refused_unless_allowed(lake
     full_refresh_stream(lake, STREAM, allowed=True)
     assert read_checkpoint(lake.checkpoint_dir(STREAM)).query_id is None
     assert not Path(stream.table).exists()
+
+
+def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
+    from dagster import materialize
+
+    from medallion_assets.assets.bronze import orders_raw
+    from medallion_assets.resources import SparkResource
+
+    stream = FakeStream(lake)
+    stream.run_batch([("a.json", 1)])
+    result = materialize(
+        [orders_raw], resources={"lake": lake, "spark": SparkResource()}, instance=instance, raise_on_error=False,
+        run_config={"ops": {"bronze__orders_raw": {"config": {"full_refresh": True}}}},
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    error = failure.step_failure_data.error
+    assert error.cause.cls_name == "FullRefreshRefusedError" and "allow_full_refresh" in error.cause.message
+    assert read_checkpoint(lake.checkpoint_dir(STREAM)).last_committed == 0  # nothing dropped

@@ -5,7 +5,8 @@ the files its checkpoint has not seen); reference snapshots are batch loads.
 """
 
 
-from dagster import AssetExecutionContext, AssetKey, MaterializeResult, Output, asset
+from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, Output, asset
+from pydantic import Field
 
 from medallion_assets.ingest import load_reference_snapshot, start_bronze_stream
 from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table
@@ -13,15 +14,31 @@ from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms.bronze import REFERENCE_TABLES
 
 
-def _stream_asset(stream_name: str, description: str):
+class BronzeStreamConfig(Config):
+    """Run options of a streaming bronze asset."""
+
+    full_refresh: bool = Field(
+        default=False,
+        description="Drop the stream's checkpoint and table first and re-ingest all of landing/. "
+        "Refused unless the asset is defined with allow_full_refresh=True.",
+    )
+
+
+def _stream_asset(stream_name: str, description: str, *, allow_full_refresh: bool = False):
     @asset(
         key=["bronze", stream_name],
         group_name="bronze",
         description=description,
         deps=[AssetKey(["landing", "simulated_batch"])],
-        metadata={"delta/write_mode": "append (Structured Streaming sink)"},
+        metadata={"delta/write_mode": "append (Structured Streaming sink)", "allow_full_refresh": allow_full_refresh},
     )
-    def _bronze_stream(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
+    def _bronze_stream(
+        context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
+    ) -> MaterializeResult:
+        if config.full_refresh:
+            from medallion_assets.streaming import full_refresh_stream
+
+            full_refresh_stream(lake, stream_name, allowed=allow_full_refresh)
         session = spark.spark_session
         query = start_bronze_stream(
             session, lake, stream_name, commit_metadata={"dagster_run_id": context.run_id}
