@@ -62,8 +62,6 @@ class MaintenanceConfig(Config):
 @op(description="OPTIMIZE (compaction) then VACUUM of every Delta table of the lake.")
 def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lake: LakeResource) -> None:
     """Compact and vacuum each table; never vacuums below Delta's 7-day retention check."""
-    from pathlib import Path
-
     from medallion_assets.io_manager import _delta_table_class
 
     if config.retention_hours < 168:
@@ -72,17 +70,13 @@ def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, 
     client = DeltaTableClient(session)
     DeltaTable = _delta_table_class()
     for layer in config.layers:
-        layer_dir = Path(lake.root_path) / layer
-        if not layer_dir.is_dir():
-            continue
-        for table_dir in sorted(p for p in layer_dir.iterdir() if p.is_dir()):
-            path = str(table_dir)
+        for path in lake.table_paths(layer):
             if not client.exists(path):
                 continue
             table = DeltaTable.forPath(session, path)
             table.optimize().executeCompaction()
             table.vacuum(config.retention_hours)
-            context.log.info(f"maintained {layer}/{table_dir.name}")
+            context.log.info(f"maintained {layer}/{path.rstrip('/').rsplit('/', 1)[-1]}")
 
 
 @job(description="Weekly OPTIMIZE and VACUUM of the lake's tables.")

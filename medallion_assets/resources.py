@@ -161,6 +161,23 @@ class LakeResource(ConfigurableResource):
             raise ValueError(f"asset keys of the lake are [layer, table], got {parts}")
         return self._join(*parts)
 
+    def table_paths(self, layer: str) -> list[str]:
+        """The folders directly under ``<root>/<layer>`` (candidate tables), sorted.
+
+        Lists through pyarrow's filesystems, so an object-store root works as a
+        local one does (given pyarrow's support for that store).
+        """
+        from pyarrow import fs
+
+        folder = self._join(layer)
+        if "://" in folder:
+            filesystem, base = fs.FileSystem.from_uri(folder)
+        else:
+            filesystem, base = fs.LocalFileSystem(), folder
+        infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
+        names = sorted(info.base_name for info in infos if info.type == fs.FileType.Directory)
+        return [self._join(layer, name) for name in names]
+
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Nothing to open: folders are created by the writers that need them.
         return None

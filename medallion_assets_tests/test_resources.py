@@ -17,6 +17,15 @@ def test_lake_layout(tmp_path):
         lake.table_path(["orders"])
 
 
+def test_lake_lists_table_folders(tmp_path):
+    lake = LakeResource(root=str(tmp_path))
+    assert lake.table_paths("gold") == []  # no layer folder yet
+    for name in ("orders", "lineitem"):
+        (tmp_path / "silver" / name / "_delta_log").mkdir(parents=True)
+    (tmp_path / "silver" / "README").write_text("not a table")
+    assert lake.table_paths("silver") == [str(tmp_path / "silver" / "lineitem"), str(tmp_path / "silver" / "orders")]
+
+
 def test_lake_root_must_not_be_blank():
     with pytest.raises(ValidationError):
         LakeResource(root="  ")
