@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from medallion_assets import simulate
-from medallion_assets.transforms import gold
+from medallion_assets.transforms import bronze, gold, silver
 
 duckdb = pytest.importorskip("duckdb")
 SCALE_FACTOR = 0.01
@@ -171,3 +171,70 @@ def test_customer_lifetime_value_equals_duckdb(duck, tables):
     rows = _rows(result)
     assert any(row[3] == 0 for row in rows), "TPC-H has customers without orders"
     _assert_rows_equal(rows, expected, approximate=frozenset({7}))
+
+
+def _published_answer(duck, number: int) -> tuple[list[str], list[list[str]]]:
+    """The TPC-H reference answer that ships with the extension, as text."""
+    answer = duck.execute(
+        "SELECT answer FROM tpch_answers() WHERE query_nr = ? AND scale_factor = ?", [number, SCALE_FACTOR]
+    ).fetchone()[0]
+    header, *lines = answer.strip().split("\n")
+    return header.split("|"), [line.split("|") for line in lines]
+
+
+def _assert_matches_published(duck, number: int, result, approximate: frozenset[int] = frozenset()):
+    columns, answer = _published_answer(duck, number)
+    assert result.columns == columns
+    rows = _rows(result)
+    assert len(rows) == len(answer)
+    for row, expected in zip(rows, answer):
+        for index, (got, text) in enumerate(zip(row, expected)):
+            if index in approximate:
+                assert math.isclose(float(got), float(text), rel_tol=1e-9, abs_tol=1e-6), (row, expected)
+            elif isinstance(got, Decimal):
+                assert got == Decimal(text), (row, expected)
+            else:
+                assert str(got) == text, (row, expected)
+
+
+def _tpch_answers(duck, customer, orders, lineitem, supplier, nation, region):
+    _assert_matches_published(duck, 1, gold.pricing_summary(lineitem), approximate=frozenset({6, 7, 8}))
+    _assert_matches_published(duck, 3, gold.shipping_priority(customer, orders, lineitem))
+    _assert_matches_published(
+        duck, 5, gold.local_supplier_volume(customer, orders, lineitem, supplier, nation, region)
+    )
+    _assert_matches_published(duck, 6, gold.forecasting_revenue_change(lineitem))
+
+
+def test_gold_on_tpch_equals_the_published_answers(duck, tables):
+    _tpch_answers(
+        duck,
+        tables["customer"],
+        tables["orders"],
+        tables["lineitem"],
+        tables["supplier"],
+        tables["nation"],
+        tables["region"],
+    )
+
+
+@pytest.mark.slow
+def test_gold_on_silver_of_a_noisy_delivery_equals_the_published_answers(spark, duck, tmp_path):
+    landing = tmp_path / "landing"
+    simulate.land_all(landing, scale_factor=SCALE_FACTOR, batches=2, seed=7)
+
+    events, _ = silver.parse_order_events(bronze.orders_raw(spark.read.text(str(landing / "orders"))))
+    winners = silver.latest_order_changes(events).cache()
+    orders, lineitem = silver.order_rows(winners).cache(), silver.lineitem_rows(winners).cache()
+    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+    changes, _ = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(landing / "customers"))))
+    customer = silver.mask_customer_pii(silver.latest_customer_state(changes)).cache()
+    reference = {}
+    for table in ("supplier", "nation", "region"):
+        newest = bronze.latest_reference_snapshot([str(p) for p in (landing / "reference" / table).iterdir()])
+        reference[table] = silver.conform_reference(spark.read.parquet(newest), table)
+
+    assert orders.count() == 15_000
+    _tpch_answers(duck, customer, orders, lineitem, reference["supplier"], reference["nation"], reference["region"])
+    for frame in (winners, orders, lineitem, customer):
+        frame.unpersist()
