@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from urllib.parse import unquote
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -239,11 +240,9 @@ def _add_actions(files: Iterable[WrittenFile], *, data_change: bool) -> list[Add
 
 def delete_files(location: str, files: Iterable[WrittenFile]) -> None:
     """Remove data files a failed or skipped write left (never ones in the log)."""
-    from urllib.parse import unquote
-
     for f in files:
         try:
-            os.remove(os.path.join(location, unquote(f.path)))
+            os.remove(os.path.join(location, f.path))
         except FileNotFoundError:
             pass
 
@@ -260,7 +259,7 @@ def delete_uncommitted_files(location: str, files: Iterable[WrittenFile]) -> Non
     table = open_existing(location)
     live = set()
     if table is not None:
-        live = set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+        live = {unquote(p) for p in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()}
     delete_files(location, [f for f in files if f.path not in live])
 
 
@@ -277,11 +276,9 @@ def _commit_properties(plan: WritePlan, extra: Mapping[str, object] | None = Non
 
 
 def _relative_action_path(location: str, data_file: DataFile) -> str:
-    from urllib.parse import quote
-
+    # As for adds, delta-rs URI-encodes the path it is given.
     prefix = location.rstrip("/") + "/"
-    path = data_file.path[len(prefix):] if data_file.path.startswith(prefix) else data_file.path
-    return quote(path, safe="/=")
+    return data_file.path[len(prefix):] if data_file.path.startswith(prefix) else data_file.path
 
 
 def _remove(location: str, data_file: DataFile, now: int) -> RemoveAction:
@@ -366,10 +363,19 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
             if version is not None:
                 return version
             table = open_existing(plan.location)
-        if plan.read_version is not None and table.version() != plan.read_version and plan.mode == "overwrite":
-            # delta-rs checks conflicts against the version it loaded, which is
-            # the one this write planned against.
-            table.load_as_version(plan.read_version)
+        if plan.read_version is not None and plan.mode == "overwrite" and table.version() != plan.read_version:
+            # An overwrite replaces what it read. delta-rs lets a blind append
+            # slip under it, so refuse any commit since the planned version,
+            # as delta-spark's ConcurrentAppendException does.
+            winners = sorted(
+                (h["version"], h.get("operation")) for h in table.history() if h["version"] > plan.read_version
+            )
+            described = ", ".join(f"{version}: {operation}" for version, operation in winners)
+            raise ConcurrentWriteError(
+                f"the overwrite was planned against version {plan.read_version}, but concurrent commits "
+                f"({described}) changed the table since; nothing was committed: rerun the write",
+                table=plan.location,
+            )
         adds = _add_actions(files, data_change=plan.options.data_change)
         schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
         if plan.schema_changed and not plan.options.overwrite_schema:
@@ -391,6 +397,9 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
         committed = True
         table.update_incremental()
         return table.version()
+    except ConcurrentWriteError:
+        delete_files(plan.location, created)
+        raise
     except CommitFailedError as exc:
         delete_files(plan.location, created)
         raise ConcurrentWriteError(

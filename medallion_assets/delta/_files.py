@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,7 +67,7 @@ class WrittenFile:
     """A data file a task wrote, ready to become an Add action."""
 
     path: str
-    """Path relative to the table root, URI-encoded as the Delta log wants it."""
+    """Path relative to the table root, as on disk (delta-rs URI-encodes it in the log)."""
     size: int
     partition_values: dict[str, str | None]
     modification_time: int
@@ -384,7 +383,7 @@ class TableFileWriter:
         handle.writer.close()
         self._done.append(
             WrittenFile(
-                path=quote(handle.relative_path, safe="/="),
+                path=handle.relative_path,
                 size=os.path.getsize(handle.full_path),
                 partition_values=handle.partition_values,
                 modification_time=int(time.time() * 1000),

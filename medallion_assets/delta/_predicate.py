@@ -83,7 +83,7 @@ _TOKEN = re.compile(
     r"(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?[LlDd]?|\.\d+)"
     r"|(?P<str>'(?:[^']|'')*')"
     r"|(?P<bq>`(?:[^`]|``)+`)"
-    r"|(?P<op><=>|<=|>=|<>|!=|==|=|<|>|\(|\)|,|-)"
+    r"|(?P<op>::|<=>|<=|>=|<>|!=|==|=|<|>|\(|\)|,|-)"
     r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
     r")"
 )
@@ -191,6 +191,21 @@ class _Parser:
         return Cmp(op, left, self.parse_operand())
 
     def parse_operand(self) -> Expr:
+        operand = self._parse_operand()
+        while self.op("::"):
+            self.skip_type()  # DataFusion writes casts of literals; comparisons coerce them anyway
+        return operand
+
+    def skip_type(self) -> None:
+        tok = self.peek()
+        if tok is None or tok[0] != "word":
+            raise self.error("expected a type after ::")
+        self.i += 1
+        if self.op("("):
+            while self.peek() is not None and not self.op(")"):
+                self.i += 1
+
+    def _parse_operand(self) -> Expr:
         if self.op("("):
             inner = self.parse_or()
             if not self.op(")"):

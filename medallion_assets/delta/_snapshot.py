@@ -18,6 +18,7 @@ import pyarrow as pa
 from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import types as T
 
+from medallion_assets.delta._files import serialize_partition_value
 from medallion_assets.delta._schema import delta_to_spark_schema, spark_to_arrow_schema
 from medallion_assets.delta.errors import DeltaOptionError, NotADeltaTableError, UnsupportedFeatureError
 
@@ -189,7 +190,9 @@ def resolve_snapshot(
             DataFile(
                 path=file_location(location, row["path"]),
                 size=int(row["size_bytes"]),
-                partition_values={c: row.get(f"partition.{c}") for c in partition_columns},
+                # delta-rs hands partition values over typed; the log (and the rest of
+                # this package) speaks the Delta protocol's strings.
+                partition_values={c: serialize_partition_value(row.get(f"partition.{c}")) for c in partition_columns},
                 num_records=row.get("num_records"),
                 min_values=_split_stats(row, "min."),
                 max_values=_split_stats(row, "max."),

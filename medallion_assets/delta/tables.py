@@ -646,6 +646,9 @@ class DeltaTable:
                 retention_hours=hours,
                 dry_run=dryRun,
                 enforce_retention_duration=False if hours is not None else enforce,
+                # List the folder, as delta-spark does: files a failed job left
+                # behind were never in the log, so only a full vacuum finds them.
+                full=True,
             )
         self.lastOperationMetrics = {"numDeletedFiles": len(deleted), "filesDeleted": list(deleted)}
         return self._spark.createDataFrame([(p,) for p in deleted], "path string")
