@@ -384,7 +384,9 @@ def to_arrow_expression(expr: Expr, schema: pa.Schema) -> pc.Expression:
         if isinstance(e, In):
             t = type_of(e.child)
             values = pa.array([_scalar(v, t).as_py() for v in e.values], type=t) if t else pa.array(e.values)
-            test = pc.field(e.child.name).isin(values)
+            column = pc.field(e.child.name)
+            # SQL: NULL IN (...) is NULL, not false, so NOT IN must not match it either.
+            test = pc.if_else(column.is_null(), pa.scalar(None, pa.bool_()), column.isin(values))
             return ~test if e.negated else test
         if isinstance(e, Cmp):
             lt, rt = type_of(e.left), type_of(e.right)
