@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -623,7 +623,7 @@ def _plan_delivery(plan: SimulationPlan, tables: dict[str, pa.Table]) -> _Delive
 # --------------------------------------------------------------------------
 
 
-def _publish(target: Path, write: Any) -> Path:
+def _publish(target: Path, write: Callable[[Path], None]) -> Path:
     """Write through ``write(path)`` to a dot-name, then rename into place."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
@@ -636,7 +636,7 @@ def _publish(target: Path, write: Any) -> Path:
     return target
 
 
-def _write_text(text: str) -> Any:
+def _write_text(text: str) -> Callable[[Path], None]:
     def write(path: Path) -> None:
         path.write_text(text, encoding="utf-8", newline="")
 
