@@ -75,14 +75,22 @@ def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
 def orders_and_lineitem(orders_raw: DataFrame):
     """orders and lineitem: latest state per order (deletes applied), merged from new events."""
     events, rejects = T.parse_order_events(orders_raw)
-    changes = T.latest_order_changes(T.deduplicate_events(events)).withColumn("_sequence", _sequence("event_time", "event_id")).cache()
+    unique_events = T.deduplicate_events(events)
+    # The winner's file goes along so a row that fails an expectation is quarantined with it.
+    winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
+    changes = (
+        T.latest_order_changes(unique_events)
+        .join(winner_files, ["o_orderkey", "event_time", "event_id"], "left")
+        .withColumn("_sequence", _sequence("event_time", "event_id"))
+        .cache()
+    )
     upserts = changes.where(F.col("op") == "upsert")
     deletes = changes.where(F.col("op") == "delete")
 
-    order_upserts = T.order_rows(upserts).join(upserts.select("o_orderkey", "_sequence"), "o_orderkey")
+    order_upserts = T.order_rows(upserts).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
     orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders")
     lineitem_upserts = T.lineitem_rows(upserts).join(
-        upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence"), "l_orderkey"
+        upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence", "_source_file"), "l_orderkey"
     )
     lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
 
@@ -93,10 +101,10 @@ def orders_and_lineitem(orders_raw: DataFrame):
     if orders.blocked or lineitem.blocked:
         return  # a failed expectation: the tables stay as they are; the blocking check stops downstream
     deleted_orders = deletes.select("o_orderkey", "_sequence")
-    order_rows = orders.kept.withColumn("_deleted", F.lit(False)).unionByName(
+    order_rows = orders.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
         deleted_orders.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
     )
-    line_rows = lineitem.kept.withColumn("_deleted", F.lit(False)).unionByName(
+    line_rows = lineitem.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
         deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey").withColumn("_deleted", F.lit(True)),
         allowMissingColumns=True,
     )
@@ -126,16 +134,18 @@ def customers_and_history(customers_cdc: DataFrame):
         T.latest_customer_changes(changes)
         .join(winner_files, ["c_custkey", "updated_at"], "left")
         .withColumn("_sequence", _sequence("updated_at", "_source_file"))
-        .drop("_source_file")
     )
     upserts = latest.where(F.col("op") != "D")
-    customer_upserts = T.customer_rows(upserts).join(upserts.select("c_custkey", "_sequence"), "c_custkey")
+    # Masked before the expectations, so quarantined records carry no PII either.
+    customer_upserts = T.mask_customer_pii(T.customer_rows(upserts)).join(
+        upserts.select("c_custkey", "_sequence", "_source_file"), "c_custkey"
+    )
     customers = apply_expectations(customer_upserts, CUSTOMERS_EXPECTATIONS, asset_key=CUSTOMERS, table_name="customers")
     yield Output(_rejects_to_quarantine(rejects, "customers").unionByName(customers.quarantined), output_name="quarantine_customers")
     yield from customers.check_results
     if customers.blocked:
         return
-    rows = T.mask_customer_pii(customers.kept).withColumn("_deleted", F.lit(False)).unionByName(
+    rows = customers.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
         latest.where(F.col("op") == "D").select("c_custkey", "_sequence").withColumn("_deleted", F.lit(True)),
         allowMissingColumns=True,
     )
