@@ -94,10 +94,11 @@ def start_bronze_stream(
     Returns:
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
+    # Before the frame: a file stream source refuses a missing folder when it is defined.
+    _ensure_folder(lake.landing_folder(stream_name))
     frame = bronze_stream_frame(
         spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
-    _ensure_folder(lake.landing_folder(stream_name))
     table_path = lake.table_path(["bronze", stream_name])
     writer = (
         frame.writeStream.outputMode("append")
