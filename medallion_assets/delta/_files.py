@@ -352,6 +352,9 @@ class TableFileWriter:
             allow_truncated_timestamps=False,
             use_dictionary=True,
             write_statistics=True,
+            # As Spark writes them: decimals of up to 18 digits as INT32/INT64,
+            # which Spark's vectorized reader decodes much faster than fixed bytes.
+            store_decimal_as_integer=True,
         )
         return _OpenFile(relative, full, writer, _FileStats(self.data_schema), values)
 
