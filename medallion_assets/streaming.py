@@ -137,6 +137,18 @@ def run_continuous(
     seen: dict[str, int] = {}
     started = time.monotonic()
     failure: BaseException | None = None
+
+    def drain(stream, query) -> None:
+        # Log each batch with input once, as Spark's query progress reports it.
+        for progress in query.recentProgress:
+            batch = int(progress.get("batchId", -1))
+            if batch <= seen.get(stream, -1):
+                continue
+            seen[stream] = batch
+            if progress.get("numInputRows"):
+                result.progress[stream].append(dict(progress))
+                say(_progress_line(stream, progress))
+
     try:
         for stream in config.streams:
             limits = config.rate_limits.get(stream, StreamRateLimit())
@@ -150,14 +162,7 @@ def run_continuous(
             say(f"{stream}: started (trigger every {config.trigger_interval}, query id {queries[stream].id})")
         while True:
             for stream, query in queries.items():
-                for progress in query.recentProgress:
-                    batch = int(progress.get("batchId", -1))
-                    if batch <= seen.get(stream, -1):
-                        continue
-                    seen[stream] = batch
-                    if progress.get("numInputRows"):
-                        result.progress[stream].append(dict(progress))
-                        say(_progress_line(stream, progress))
+                drain(stream, query)
                 if not query.isActive:
                     failure = query.exception() or RuntimeError(f"stream {stream} stopped on its own")
             if failure is not None:
@@ -179,6 +184,7 @@ def run_continuous(
         for stream, query in queries.items():
             try:
                 query.stop()
+                drain(stream, query)  # the batch that finished while stopping
             except Exception as exc:  # keep stopping the others
                 say(f"{stream}: stop failed: {exc}")
         for sig, old in previous.items():

@@ -1,0 +1,139 @@
+"""Continuous mode in a real process, followed by the checkpoint sensor on a real instance.
+
+``medallion-assets stream`` runs in a subprocess; files land while it runs;
+the ``orders_raw`` checkpoint sensor (from the project's Definitions, run
+with ``build_sensor_context`` on an ephemeral instance) reports each
+committed batch once and requests the downstream run. SIGTERM stops the
+stream cleanly; after a restart the sensor's cursor picks up where it left off.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dagster import AssetCheckEvaluation, AssetMaterialization, DagsterInstance, SensorResult, build_sensor_context
+
+from medallion_assets.resources import LakeResource
+from medallion_assets.streaming import read_checkpoint
+from medallion_assets_tests.delta.readers import read_with_deltalake
+
+pytestmark = pytest.mark.slow
+STREAM = "orders_raw"
+
+
+def land(folder: Path, name: str, lines: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text("".join(f'{{"event_id": "{name}-{i}"}}\n' for i in range(lines)))
+    tmp.rename(folder / name)
+
+
+def start_stream(root: Path, log_file: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_DELTA_STREAM_PAUSE")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    return subprocess.Popen(
+        [sys.executable, "-m", "medallion_assets.cli", "stream", "--lake-root", str(root),
+         "--streams", STREAM, "--trigger-interval", "1 second", "--max-files-per-trigger", f"{STREAM}=5"],
+        env=env, start_new_session=True, stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
+    )
+
+
+def wait_for(condition, proc, timeout=240, what=""):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the stream process ended (rc {proc.returncode}) while waiting for {what}")
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_continuous_stream_and_checkpoint_sensor(tmp_path):
+    from medallion_assets.definitions import build_definitions
+
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    landing = Path(lake.landing_folder(STREAM))
+    ckpt = lake.checkpoint_dir(STREAM)
+    table = lake.table_path(["bronze", STREAM])
+    defs = build_definitions()
+    sensor_def = defs.get_sensor_def(f"{STREAM}_checkpoint_sensor")
+    log_file = tmp_path / "stream.log"
+    reported: list[int] = []
+    cursor = None
+
+    def tick(instance):
+        nonlocal cursor
+        context = build_sensor_context(instance=instance, cursor=cursor, resources={"lake": lake}, definitions=defs)
+        result = sensor_def(context)
+        if isinstance(result, SensorResult):
+            cursor = result.cursor or cursor
+            batches = [e.metadata["batch_id"].value for e in result.asset_events if isinstance(e, AssetMaterialization)]
+            reported.extend(batches)
+            return result, batches
+        return result, []
+
+    def committed_with(lines_total):
+        return lambda: Path(table, "_delta_log").exists() and read_with_deltalake(table).num_rows == lines_total
+
+    with DagsterInstance.ephemeral() as instance:
+        proc = start_stream(root, log_file)
+        try:
+            wait_for(lambda: read_checkpoint(ckpt).query_id is not None, proc, what="the query to start")
+            land(landing, "a.json", 10)
+            wait_for(committed_with(10), proc, what="a.json in bronze")
+            wait_for(lambda: not read_checkpoint(ckpt).pending() and read_checkpoint(ckpt).commits, proc, what="commit")
+            result, batches = tick(instance)
+            assert batches and result.run_requests, "the first batch is reported and silver/gold requested"
+            rows = sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization))
+            assert rows == 10
+            assert tick(instance)[1] == []  # nothing twice
+
+            land(landing, "b.json", 7)
+            wait_for(committed_with(17), proc, what="b.json in bronze")
+            wait_for(lambda: not read_checkpoint(ckpt).pending(), proc, what="commit")
+            result, batches = tick(instance)
+            assert batches and result.run_requests
+            assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 7
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                assert proc.wait(timeout=120) == 0
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+        output = log_file.read_text()
+        assert "input_rows=10" in output and "input_rows=7" in output and "rows_per_second=" in output
+        assert "batch_duration_ms=" in output and "streams stopped (signal)" in output
+
+        # While it is down: a landed file shows up as backlog, and nothing is reported.
+        land(landing, "c.json", 5)
+        result, batches = tick(instance)
+        assert batches == []
+        health = [e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)] if isinstance(result, SensorResult) else []
+        assert not health or health[-1].metadata["backlog_files"].value == 1
+
+        # Restart: the new batch is reported once, nothing before it again.
+        proc = start_stream(root, log_file)
+        try:
+            wait_for(committed_with(22), proc, what="c.json in bronze")
+            wait_for(lambda: not read_checkpoint(ckpt).pending(), proc, what="commit")
+            result, batches = tick(instance)
+            assert batches and result.run_requests
+            assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 5
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    assert reported == sorted(set(reported)), "each batch reported once, in order"
+    assert reported == sorted(read_checkpoint(ckpt).commits)
+    assert read_with_deltalake(table).num_rows == 22
