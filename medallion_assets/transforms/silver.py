@@ -150,8 +150,15 @@ _CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
 # and nested values (``order``, ``lineitems``) their raw JSON, which lets each
 # level be validated with its own reason.
 _ENVELOPE_TEXT_SCHEMA = _schema(
-    ("event_id", StringType()), ("event_time", StringType()), ("op", StringType()), ("order", StringType())
+    ("event_id", StringType()),
+    ("event_time", StringType()),
+    ("op", StringType()),
+    ("order", StringType()),
+    ("_corrupt_record", StringType()),
 )
+# from_json fills the corrupt-record field for text that is not a JSON object,
+# so well-formed lines are parsed once only.
+_ENVELOPE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
 _ORDER_TEXT_SCHEMA = StructType(
     [StructField(name, StringType(), True) for name in _ORDER_COLUMNS] + [StructField("lineitems", StringType(), True)]
 )
@@ -224,7 +231,7 @@ def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
         (order columns null for deletes, except ``o_orderkey``); rejects with
         ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
     """
-    envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA)
+    envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, _ENVELOPE_OPTIONS)
     order = F.from_json(F.col("_envelope.order"), _ORDER_TEXT_SCHEMA)
     lineitems = F.from_json(F.col("_order.lineitems"), _LINEITEMS_TEXT_SCHEMA)
     parsed = (
@@ -274,8 +281,12 @@ def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
     )
     is_upsert = op == F.lit("upsert")
     reason = F.coalesce(
-        F.when(F.try_parse_json("value").isNull(), F.lit("not valid JSON")),
-        F.when(_not_json_object(F.col("value")), F.lit("not a JSON object")),
+        # Only lines that are not a JSON object pay for the second parse that
+        # tells invalid JSON from a JSON scalar or array.
+        F.when(
+            F.col("_envelope").isNull() | F.col("_envelope._corrupt_record").isNotNull(),
+            F.when(F.try_parse_json("value").isNull(), F.lit("not valid JSON")).otherwise(F.lit("not a JSON object")),
+        ),
         event_id_reason,
         event_time_reason,
         op_reason,

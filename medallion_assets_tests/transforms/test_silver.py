@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -149,6 +150,7 @@ def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
         _event("e10", "1996-01-03T00:00:00Z", "upsert", _order(6, lineitems="none")),
         _event("e11", "1996-01-03T00:00:00Z", "upsert", _order(7, o_totalprice="1.234")),
         _event("e12", "1996-01-04T00:00:00Z", "delete", {"o_orderkey": 8}),
+        "[1, 2]",
     ]
 
     events, rejects = silver.parse_order_events(_raw(spark, lines))
@@ -165,8 +167,13 @@ def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
             (lines[8], "op is not upsert or delete: 'merge'"),
             (lines[9], "lineitems is not an array of objects"),
             (lines[10], "o_totalprice is not a decimal: '1.234'"),
+            (lines[12], "not a JSON object"),
         ]
     )
+    # The independent reference gives each line the same verdict.
+    for row in rejects.collect():
+        with pytest.raises(ValueError, match=f"^{re.escape(row.reason)}$"):
+            contract_reference.parse_order_line(row.value)
     good = {row.event_id: row for row in events.collect()}
     assert set(good) == {"e1", "e12"}
     first = good["e1"]
