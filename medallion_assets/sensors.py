@@ -49,6 +49,7 @@ from medallion_assets.streaming import (
     STREAMS,
     StreamHealth,
     StreamHealthPolicy,
+    batch_schema_drift,
     delta_commits_of_query,
     landed_files,
     read_checkpoint,
@@ -158,6 +159,10 @@ def build_checkpoint_sensor(
                     "query_id": checkpoint.query_id,
                     "files": MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]]),
                 }
+                drift = batch_schema_drift(lake, stream, commit.delta_version if commit else None, files)
+                metadata["schema_drift_rows"] = drift.rows
+                if drift.fields:
+                    metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)
                 if commit and commit.timestamp_ms:
                     metadata["committed_at"] = MetadataValue.timestamp(commit.timestamp_ms / 1000)
                 events.append(AssetMaterialization(

@@ -481,6 +481,83 @@ def _same_uri(path: str) -> str:
     return path
 
 
+# ---------------------------------------------------------------- schema drift
+
+
+@dataclass(frozen=True)
+class SchemaDrift:
+    """Landed rows of a batch carrying fields the landing contract does not define (kept raw in bronze)."""
+
+    rows: int
+    fields: list[str]
+
+
+def _order_fields() -> tuple[set[str], set[str], set[str]]:
+    from medallion_assets.transforms.silver import EVENT_LINEITEM_SCHEMA, ORDERS_SCHEMA
+
+    return ({"event_id", "event_time", "op", "order"}, {*ORDERS_SCHEMA.fieldNames(), "lineitems"},
+            set(EVENT_LINEITEM_SCHEMA.fieldNames()))
+
+
+def unknown_order_fields(line: str, known: tuple[set[str], set[str], set[str]] | None = None) -> set[str]:
+    """Dotted names of the fields of an order event line the contract does not know (bad JSON: none)."""
+    envelope, order_fields, item_fields = known or _order_fields()
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return set()
+    if not isinstance(event, dict):
+        return set()
+    found = {k for k in event if k not in envelope}
+    order = event.get("order")
+    if isinstance(order, dict):
+        found |= {f"order.{k}" for k in order if k not in order_fields}
+        for item in order.get("lineitems") or []:
+            if isinstance(item, dict):
+                found |= {f"order.lineitems.{k}" for k in item if k not in item_fields}
+    return found
+
+
+def batch_schema_drift(lake: LakeResource, stream: str, delta_version: int | None, input_files: list[str]) -> SchemaDrift:
+    """Count a batch's rows with fields unknown to the contract.
+
+    ``orders_raw``: the batch's bronze lines (from the files its Delta commit
+    added) parsed as JSON; ``customers_cdc``: the header of each input file
+    (a CSV with an extra column keeps the row raw in ``_corrupt_record``).
+    """
+    if stream == "orders_raw":
+        if delta_version is None or delta_version < 0:
+            return SchemaDrift(0, [])
+        import pyarrow.parquet as pq
+
+        table = _local(lake.table_path(["bronze", stream]))
+        known = _order_fields()
+        rows, fields = 0, set()
+        with open(os.path.join(table, "_delta_log", f"{delta_version:020d}.json")) as handle:
+            adds = [json.loads(line)["add"] for line in handle if '"add"' in line and line.strip()]
+        for add in adds:
+            for value in pq.read_table(os.path.join(table, unquote(add["path"])), columns=["value"]).column(0).to_pylist():
+                extra = unknown_order_fields(value or "", known)
+                if extra:
+                    rows += 1
+                    fields |= extra
+        return SchemaDrift(rows, sorted(fields))
+    from medallion_assets.transforms.bronze import CUSTOMER_CSV_COLUMNS
+
+    rows, fields = 0, set()
+    for uri in input_files:
+        try:
+            with open(_local(uri)) as handle:
+                header = handle.readline().strip().split(",")
+                extra = [c for c in header if c and c not in CUSTOMER_CSV_COLUMNS]
+                if extra:
+                    fields |= set(extra)
+                    rows += sum(1 for line in handle if line.strip())
+        except FileNotFoundError:
+            continue
+    return SchemaDrift(rows, sorted(fields))
+
+
 # ---------------------------------------------------------------- protection of bronze
 
 

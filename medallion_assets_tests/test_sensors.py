@@ -70,11 +70,11 @@ class FakeStream:
         )
         return b
 
-    def commit(self, rows: int) -> None:
+    def commit(self, rows: int, lines: list[str] | None = None) -> None:
         from deltalake import write_deltalake
         from deltalake.transaction import CommitProperties, Transaction
 
-        data = pa.table({"value": pa.array([f"line {i}" for i in range(rows)], pa.string())})
+        data = pa.table({"value": pa.array(lines or [f"line {i}" for i in range(rows)], pa.string())})
         write_deltalake(self.table, data, mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(self.query_id, self.batch)]))
         (self.ckpt / "commits" / str(self.batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
@@ -278,3 +278,52 @@ def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     error = failure.step_failure_data.error
     assert error.cause.cls_name == "FullRefreshRefusedError" and "allow_full_refresh" in error.cause.message
     assert read_checkpoint(lake.checkpoint_dir(STREAM)).last_committed == 0  # nothing dropped
+
+
+def test_schema_drift_is_counted_and_kept_raw(lake, instance):
+    stream = FakeStream(lake)
+    lines = [
+        '{"event_id": "1", "op": "upsert", "order": {"o_orderkey": 1}}',
+        '{"event_id": "2", "op": "upsert", "channel": "web", "order": {"o_orderkey": 2, "o_discount_code": "X"}}',
+        '{"event_id": "3", "op": "upsert", "order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
+        "not json",
+    ]
+    stream.plan([stream.land("a.json", 4)])
+    stream.commit(4, lines)
+    result = tick(build_checkpoint_sensor(STREAM), lake, instance, None)
+    [event] = materializations(result)
+    assert event.metadata["rows"].value == 4  # every line kept, drifted or not
+    assert event.metadata["schema_drift_rows"].value == 2
+    assert event.metadata["schema_drift_fields"].value == ["channel", "order.lineitems.l_gift", "order.o_discount_code"]
+
+
+def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, instance):
+    """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
+    from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets.transforms.bronze import CUSTOMER_CSV_COLUMNS
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    orders = Path(lake.landing_folder("orders_raw"))
+    customers = Path(lake.landing_folder("customers_cdc"))
+    orders.mkdir(parents=True)
+    customers.mkdir(parents=True)
+    (orders / "a.json").write_text(
+        '{"event_id": "1", "op": "upsert", "order": {"o_orderkey": 1}}\n'
+        '{"event_id": "2", "op": "upsert", "order": {"o_orderkey": 2, "o_loyalty_tier": "gold"}}\n'
+    )
+    header = ",".join([*CUSTOMER_CSV_COLUMNS, "c_email"])
+    row = "I,7,Customer#7,Street,1,11-111,10.00,BUILDING,hi,2024-01-01T00:00:00Z,a@b.c"
+    (customers / "a.csv").write_text(f"{header}\n{row}\n")
+    for stream in ("orders_raw", "customers_cdc"):
+        query = start_bronze_stream(spark, lake, stream)
+        query.awaitTermination()
+        assert query.exception() is None
+    bronze_orders = read_with_deltalake(lake.table_path(["bronze", "orders_raw"])).column("value").to_pylist()
+    assert any("o_loyalty_tier" in v for v in bronze_orders) and len(bronze_orders) == 2
+    bronze_customers = read_with_deltalake(lake.table_path(["bronze", "customers_cdc"])).to_pylist()
+    assert len(bronze_customers) == 1 and "a@b.c" in (bronze_customers[0]["_corrupt_record"] or "")
+
+    for stream, fields in (("orders_raw", ["order.o_loyalty_tier"]), ("customers_cdc", ["c_email"])):
+        [event] = materializations(tick(build_checkpoint_sensor(stream), lake, instance, None))
+        assert event.metadata["schema_drift_rows"].value == 1
+        assert event.metadata["schema_drift_fields"].value == fields
