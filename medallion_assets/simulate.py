@@ -46,6 +46,8 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
+
 _AMOUNT = pa.decimal128(15, 2)
 
 #: The contract's Arrow schema of each TPC-H table (keys int64, ``p_size`` and
@@ -143,21 +145,9 @@ TPCH_SCHEMAS: dict[str, pa.Schema] = {
 }
 
 #: Reference tables landed as Parquet snapshots.
-REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")
 
 #: Header of the customer change files, in contract order.
-CUSTOMER_CSV_HEADER: tuple[str, ...] = (
-    "op",
-    "c_custkey",
-    "c_name",
-    "c_address",
-    "c_nationkey",
-    "c_phone",
-    "c_acctbal",
-    "c_mktsegment",
-    "c_comment",
-    "updated_at",
-)
+CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
 
 STATE_FILE_NAME = "_simulator_state.json"
 

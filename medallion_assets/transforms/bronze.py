@@ -14,22 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-#: Columns of the customer change CSV files, in header order.
-CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
-    "op",
-    "c_custkey",
-    "c_name",
-    "c_address",
-    "c_nationkey",
-    "c_phone",
-    "c_acctbal",
-    "c_mktsegment",
-    "c_comment",
-    "updated_at",
-)
-
-#: Reference tables delivered as Parquet snapshots.
-REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES  # noqa: F401  (re-exported)
 
 _INGESTION_FIELDS = [
     StructField("_source_file", StringType(), True),
