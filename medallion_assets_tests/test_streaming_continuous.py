@@ -137,3 +137,26 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
     assert reported == sorted(set(reported)), "each batch reported once, in order"
     assert reported == sorted(read_checkpoint(ckpt).commits)
     assert read_with_deltalake(table).num_rows == 22
+
+
+def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_path):
+    """The ``bronze_streams_continuous`` job (bounded by run_seconds here) ingests what lands."""
+    from medallion_assets.resources import SparkResource
+    from medallion_assets.streaming import bronze_streams_continuous
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    land(Path(lake.landing_folder(STREAM)), "a.json", 4)
+    instance = DagsterInstance.ephemeral()
+    result = bronze_streams_continuous.execute_in_process(
+        instance=instance,
+        run_config={"ops": {"run_bronze_streams": {"config": {
+            "streams": [STREAM], "trigger_interval": "1 second", "run_seconds": 45,
+            "rate_limits": {STREAM: {"max_files_per_trigger": 1}},
+        }}}},
+        resources={"spark": SparkResource(), "lake": lake},
+    )
+    assert result.success
+    assert read_with_deltalake(lake.table_path(["bronze", STREAM])).num_rows == 4
+    messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert any("batch 0 input_rows=4" in m for m in messages)
+    assert any("streams stopped (run_seconds)" in m for m in messages)
