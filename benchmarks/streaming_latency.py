@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -117,28 +116,23 @@ def main(argv=None) -> int:
     tick()  # the cursor starts after the batches of the initial run
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    log_path = lake / "stream.log"
     stream = subprocess.Popen(
         [sys.executable, "-m", "medallion_assets.cli", "stream", "--lake-root", str(lake),
          "--trigger-interval", args.trigger_interval],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+        env=env, stdout=log_path.open("w"), stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    started_streams = threading.Event()
-    log_lines: list[str] = []
 
-    def pump():
-        count = 0
-        for line in stream.stdout:
-            log_lines.append(line.rstrip())
-            if ": started" in line:
-                count += 1
-                if count == 2:
-                    started_streams.set()
+    def log_lines() -> list[str]:
+        return log_path.read_text().splitlines()
 
-    threading.Thread(target=pump, daemon=True).start()
     results = []
     try:
-        if not started_streams.wait(300):
-            raise SystemExit("the streams did not start:\n" + "\n".join(log_lines[-30:]))
+        deadline = time.monotonic() + 300
+        while sum(": started" in line for line in log_lines()) < 2:
+            if time.monotonic() > deadline or stream.poll() is not None:
+                raise SystemExit("the streams did not start:\n" + "\n".join(log_lines()[-30:]))
+            time.sleep(0.5)
         time.sleep(3)  # let the first (empty) triggers pass
         landing = lake / "landing" / "orders"
         checkpoint = lake_res.checkpoint_dir("orders_raw")
@@ -176,7 +170,7 @@ def main(argv=None) -> int:
             stream.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(stream.pid, signal.SIGKILL)
-    progress = [line for line in log_lines if "input_rows=" in line]
+    progress = [line for line in log_lines() if "input_rows=" in line]
     if args.json:
         print(json.dumps({"results": results, "stream_progress": progress}, indent=2))
     else:

@@ -140,14 +140,14 @@ def run_continuous(
 
     def drain(stream, query) -> None:
         # Log each batch with input once, as Spark's query progress reports it.
+        # Idle triggers report the next batch id with no rows; only a batch with input counts as seen.
         for progress in query.recentProgress:
             batch = int(progress.get("batchId", -1))
-            if batch <= seen.get(stream, -1):
+            if batch <= seen.get(stream, -1) or not progress.get("numInputRows"):
                 continue
             seen[stream] = batch
-            if progress.get("numInputRows"):
-                result.progress[stream].append(dict(progress))
-                say(_progress_line(stream, progress))
+            result.progress[stream].append(dict(progress))
+            say(_progress_line(stream, progress))
 
     try:
         for stream in config.streams:
