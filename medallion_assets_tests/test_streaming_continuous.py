@@ -85,6 +85,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
         proc = start_stream(root, log_file)
         try:
             wait_for(lambda: read_checkpoint(ckpt).query_id is not None, proc, what="the query to start")
+            time.sleep(12)  # idle triggers first: Spark reports no-data progress every 10 s
             land(landing, "a.json", 10)
             wait_for(committed_with(10), proc, what="a.json in bronze")
             wait_for(lambda: not read_checkpoint(ckpt).pending() and read_checkpoint(ckpt).commits, proc, what="commit")
