@@ -158,6 +158,17 @@ def _assert_silver_matches_contract(lake: Path) -> None:
         assert rows(got, sort_by=keys) == rows(want, sort_by=keys), table
 
 
+def _assert_history_is_closed(lake: Path) -> None:
+    """One open (current) history row per customer, across runs; the live ones are silver's customers."""
+    history = read_with_deltalake(lake / "silver" / "customers_history").to_pylist()
+    current = [r for r in history if r["is_current"]]
+    assert all(r["valid_to"] is None for r in current)
+    assert all(r["valid_to"] is not None and r["valid_to"] >= r["valid_from"] for r in history if not r["is_current"])
+    assert len(current) == len({r["c_custkey"] for r in current}) == len({r["c_custkey"] for r in history})
+    live = {r["c_custkey"] for r in current if not r["is_deleted"]}
+    assert live == set(read_with_deltalake(lake / "silver" / "customers").column("c_custkey").to_pylist())
+
+
 def _assert_gold_matches_duckdb(lake: Path) -> None:
     answers = _duckdb_tpch_answers(lake)
     for table, number in TPCH_GOLD.items():
@@ -199,6 +210,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     timings["run 2"] = time.monotonic() - started
     _assert_checks_pass(run2)
     _assert_silver_matches_contract(lake)
+    _assert_history_is_closed(lake)
     _assert_gold_matches_duckdb(lake)
 
     # Bronze took exactly batch 2's lines, each file once.

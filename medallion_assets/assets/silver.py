@@ -115,7 +115,6 @@ def orders_and_lineitem(orders_raw: DataFrame):
 @multi_asset(
     outs={
         "customers": AssetOut(key=CUSTOMERS, metadata=delta_table(write_mode="merge", merge_keys=["c_custkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
-        "customers_history": AssetOut(key=CUSTOMERS_HISTORY, metadata=delta_table(write_mode="append"), is_required=False),
         "quarantine_customers": AssetOut(key=AssetKey(["quarantine", "customers"]), metadata=_QUARANTINE, is_required=False),
     },
     ins={"customers_cdc": AssetIn(key=AssetKey(["bronze", "customers_cdc"]), metadata={READ: "changes"})},
@@ -124,7 +123,7 @@ def orders_and_lineitem(orders_raw: DataFrame):
     can_subset=False,
 )
 def customers_and_history(customers_cdc: DataFrame):
-    """customers (latest state, deletes applied, c_phone and c_address masked) and their type-2 history."""
+    """customers: latest state, deletes applied, c_phone and c_address masked."""
     changes, rejects = T.parse_customer_changes(customers_cdc)
     changes = changes.cache()
     # The merge's sequence carries the winner's file too, so a tie on updated_at
@@ -150,7 +149,22 @@ def customers_and_history(customers_cdc: DataFrame):
         allowMissingColumns=True,
     )
     yield Output(rows, output_name="customers")
-    yield Output(T.mask_customer_pii(T.customer_history_rows(changes)), output_name="customers_history")
+
+
+@asset(
+    key=CUSTOMERS_HISTORY,
+    ins={"customers_cdc": AssetIn(key=AssetKey(["bronze", "customers_cdc"]))},
+    group_name="silver",
+    description=(
+        "Type-2 history of customers (valid_from, valid_to, is_current, is_deleted), PII masked. "
+        "Rebuilt from every bronze change, so a change arriving in a later run closes the row before it "
+        "(and a late, older change slots in between); not rewritten when bronze has not changed."
+    ),
+    metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"),
+)
+def customers_history(customers_cdc: DataFrame) -> DataFrame:
+    changes, _ = T.parse_customer_changes(customers_cdc)  # rejects are quarantined by customers_and_history
+    return T.mask_customer_pii(T.customer_history_rows(changes))
 
 
 def _reference_asset(table: str):
@@ -170,4 +184,4 @@ def _reference_asset(table: str):
 
 reference_assets = [_reference_asset(table) for table in REFERENCE_TABLES]
 
-silver_assets = [orders_and_lineitem, customers_and_history, *reference_assets]
+silver_assets = [orders_and_lineitem, customers_and_history, customers_history, *reference_assets]
