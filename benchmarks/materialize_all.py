@@ -1,0 +1,181 @@
+"""How many JVMs a full materialization starts, and what starting one costs.
+
+Run by hand from the repository root::
+
+    python benchmarks/materialize_all.py [--scale-factor 0.01] [--runs 2]
+
+It lands a small noisy TPC-H delivery (all batches) in a temporary lake, then,
+in this one Python process, materializes every asset and check of the project's
+Definitions (bronze, silver, gold; the landing asset excluded) ``--runs``
+times, the first with the data and the others with nothing new. While it runs
+a thread watches the process table for ``java`` processes descended from this
+process, and ``SparkContext.__init__`` is counted. It prints JSON:
+
+- ``session_start_s``: seconds to the first SparkSession (JVM start + context);
+- ``jvms_started`` / ``spark_contexts_created``: over all runs, with each JVM's
+  main class (spark-submit's short-lived launcher, then the driver);
+- per run: wall seconds, steps executed, asset materializations, checks.
+
+Nothing is written outside the temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def _children_java(root_pid: int) -> set[int]:
+    """PIDs of ``java`` processes whose ancestry includes ``root_pid`` (Linux /proc)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        names[int(entry)] = name
+    found = set()
+    for pid, name in names.items():
+        if name != "java":
+            continue
+        ancestor = pid
+        while ancestor > 1:
+            ancestor = parents.get(ancestor, 1)
+            if ancestor == root_pid:
+                found.add(pid)
+                break
+    return found
+
+
+def _main_class(pid: int) -> str:
+    """The Java main class of a JVM (``org.apache.spark.launcher.Main``, ``...SparkSubmit``), from /proc."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    spark_classes = [a for a in args if a.startswith("org.apache.spark.")]
+    return spark_classes[0] if spark_classes else "?"
+
+
+class JavaWatcher(threading.Thread):
+    """Polls the process table and remembers every JVM this process started."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.seen: set[int] = set()
+        self.classes: dict[int, str] = {}
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self._look()
+            self._stop_event.wait(self.interval)
+
+    def _look(self) -> None:
+        for pid in _children_java(os.getpid()) - self.seen:
+            self.seen.add(pid)
+            self.classes[pid] = _main_class(pid)
+
+    def stop(self) -> set[int]:
+        self._stop_event.set()
+        self.join()
+        self._look()
+        return self.seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # 0.01: below it tpchgen repeats partsupp keys and the blocking key check fails the run.
+    parser.add_argument("--scale-factor", type=float, default=0.01)
+    parser.add_argument("--runs", type=int, default=2, help="materializations (the 2nd+ find nothing new)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    with tempfile.TemporaryDirectory(prefix="medallion-bench-") as folder:
+        lake = Path(folder) / "lake"
+        os.environ["MEDALLION_LAKE_ROOT"] = str(lake)
+        os.environ["DAGSTER_HOME"] = str(Path(folder) / "dagster_home")
+        Path(os.environ["DAGSTER_HOME"]).mkdir()
+
+        from dagster import DagsterEventType, DagsterInstance, materialize
+        from pyspark import SparkContext
+
+        from medallion_assets.definitions import build_definitions
+        from medallion_assets.jobs import all_months_tags
+        from medallion_assets.simulate import land_all
+
+        contexts = {"created": 0}
+        original_init = SparkContext.__init__
+
+        def counting_init(self, *a, **kw):
+            contexts["created"] += 1
+            return original_init(self, *a, **kw)
+
+        SparkContext.__init__ = counting_init
+
+        land_all(lake / "landing", scale_factor=args.scale_factor, batches=2, seed=7)
+        defs = build_definitions("local")
+        assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in a.keys)]
+        instance = DagsterInstance.ephemeral()
+
+        watcher = JavaWatcher()
+        watcher.start()
+        started = time.monotonic()
+        defs.resources["spark"].spark_session  # noqa: B018 - what the first asset would pay
+        session_start = time.monotonic() - started
+        runs = []
+        for number in range(args.runs):
+            started = time.monotonic()
+            result = materialize(
+                [*assets, *defs.asset_checks],
+                resources=defs.resources,
+                instance=instance,
+                tags=all_months_tags(),
+                raise_on_error=False,
+            )
+            elapsed = time.monotonic() - started
+            steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
+            runs.append(
+                {
+                    "run": number + 1,
+                    "success": result.success,
+                    "wall_s": round(elapsed, 1),
+                    "steps": len(steps),
+                    "materializations": len(result.get_asset_materialization_events()),
+                    "checks": len(result.get_asset_check_evaluations()),
+                    "checks_passed": sum(e.passed for e in result.get_asset_check_evaluations()),
+                }
+            )
+        jvms = watcher.stop()
+        report = {
+            "scale_factor": args.scale_factor,
+            "cpus": os.cpu_count(),
+            "session_start_s": round(session_start, 1),
+            "jvms_started": len(jvms),
+            # spark-submit first runs a short launcher JVM that only builds the driver's command line.
+            "jvm_main_classes": sorted(watcher.classes.values()),
+            "spark_contexts_created": contexts["created"],
+            "runs": runs,
+        }
+        print(json.dumps(report, indent=2))
+        defs.resources["spark"].spark_session.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
