@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from deltalake import CommitProperties
 from pyspark.sql import types as T
 
 from medallion_assets.delta._sql import to_sql
@@ -102,6 +103,7 @@ class DeltaMergeBuilder:
         self._condition = to_sql(condition, what="merge condition")
         self._clauses: list[tuple[str, Any, Any]] = []
         self._merge_schema = False
+        self._commit_info: dict[str, Any] = {}
         self.metrics: dict[str, Any] | None = None
 
     # The target alias and source alias are needed to read assignment keys.
@@ -165,6 +167,15 @@ class DeltaMergeBuilder:
         self._merge_schema = True
         return self
 
+    def withCommitInfo(self, metadata: dict[str, Any]) -> DeltaMergeBuilder:
+        """Record extra key/values in the MERGE's commit (e.g. the run that wrote it).
+
+        delta-spark takes commit metadata from session configuration; here it is
+        explicit. ``userMetadata`` lands where delta-spark puts it.
+        """
+        self._commit_info.update(metadata)
+        return self
+
     def execute(self) -> DataFrame:
         """Run the MERGE (on the driver, in delta-rs) as one commit.
 
@@ -200,6 +211,7 @@ class DeltaMergeBuilder:
                 source_alias=s_alias,
                 target_alias=t_alias,
                 merge_schema=self._merge_schema,
+                commit_properties=CommitProperties(custom_metadata=dict(self._commit_info)) if self._commit_info else None,
             )
             for kind, cond, mapping in self._clauses:
                 if kind == "matched_update":

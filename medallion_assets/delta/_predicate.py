@@ -268,6 +268,15 @@ def _number(text: str) -> int | float | Decimal:
     return Decimal(text)
 
 
+def _date(raw: str) -> dt.date:
+    """A date from text, as Spark casts a string to a date ('1995-01-01 00:00:00' included)."""
+    text = raw.strip()
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).date()
+
+
 def _timestamp(raw: str) -> dt.datetime:
     value = dt.datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
     if value.tzinfo is None:
@@ -341,7 +350,9 @@ def _scalar(value: Any, type_: pa.DataType | None) -> pa.Scalar:
         return pa.scalar(value)
     try:
         if pa.types.is_date(type_) and isinstance(value, str):
-            value = dt.date.fromisoformat(value)
+            value = _date(value)
+        elif pa.types.is_date(type_) and isinstance(value, dt.datetime):
+            value = value.date()
         elif pa.types.is_timestamp(type_) and isinstance(value, str):
             value = _timestamp(value)
         elif pa.types.is_timestamp(type_) and isinstance(value, dt.date) and not isinstance(value, dt.datetime):
@@ -445,7 +456,9 @@ def _comparable(value: Any, sample: Any) -> Any:
                 value = value.replace(tzinfo=dt.timezone.utc)
             return value
         if isinstance(sample, dt.date):
-            return dt.date.fromisoformat(value) if isinstance(value, str) else value
+            if isinstance(value, dt.datetime):
+                return value.date()
+            return _date(value) if isinstance(value, str) else value
         if isinstance(sample, (int, float, Decimal)) and not isinstance(sample, bool):
             if isinstance(value, str):
                 return Decimal(value)

@@ -310,3 +310,22 @@ def test_merge_result_reads_back_through_the_delta_format(spark, tmp_path, parti
         if r["updated_at"] is not None:  # session time zone is UTC; Spark returns naive datetimes
             r["updated_at"] = r["updated_at"].replace(tzinfo=UTC)
     assert [{k: r[k] for k in TARGET_SCHEMA.names} for r in got] == expected
+
+
+def test_merge_records_commit_info(spark, tmp_path):
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.Table.from_pylist(TARGET, schema=TARGET_SCHEMA))
+    source = spark.createDataFrame(CHANGES, SOURCE_DDL).drop("op")
+    (
+        DeltaTable.forPath(spark, str(path)).alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll(condition="s.seq > t.seq")
+        .withCommitInfo({"dagster_run_id": "run-42", "userMetadata": "nightly"})
+        .execute()
+    )
+    last = RsTable(str(path)).history(1)[0]
+    assert last["operation"] == "MERGE"
+    assert last["dagster_run_id"] == "run-42"
+    assert last["userMetadata"] == "nightly"
+    updated = {r["id"]: r["seq"] for r in read_with_duckdb(path).to_pylist()}
+    assert updated == {1: 5, 2: 7, 3: 6, 4: 5}

@@ -45,6 +45,7 @@ DATA = pa.table(
         ("id NOT IN (1, 3)", [False, True, False, False]),
         ("day >= DATE '2024-01-05' AND day < '2024-01-10'", [False, True, True, False]),
         ("day BETWEEN '2024-01-01' AND '2024-01-05'", [True, True, False, False]),
+        ("day >= '2024-01-05 00:00:00' AND day < TIMESTAMP '2024-01-10 00:00:00'", [False, True, True, False]),
         ("amount > 1.5 OR region IS NULL", [False, True, False, True]),
         ("NOT (region = 'EU')", [False, True, False, False]),
         ("amount > '0'::decimal(15, 2)", [True, True, False, True]),
@@ -90,4 +91,5 @@ def test_file_verdicts_from_partition_values():
     assert verdict("region = 'EU'", partition={"region": "US"}) == Verdict.NONE
     assert verdict("region IS NULL", partition={"region": None}) == Verdict.ALL
     assert verdict("day < '2024-02-01'", partition={"day": "2024-01-31"}) == Verdict.ALL
+    assert verdict("day >= '2024-02-01 00:00:00'", partition={"day": "2024-01-31"}) == Verdict.NONE
     assert verdict("NOT region = 'EU'", partition={"region": "US"}) == Verdict.ALL
