@@ -489,7 +489,7 @@ def _delta_table_class() -> Any:
 
 def _execute_with_commit_metadata(merge: Any, commit_metadata: Mapping[str, str]) -> None:
     """Run a merge, recording ``commit_metadata`` in its commit when the builder can."""
-    if commit_metadata and hasattr(merge, "withCommitInfo"):
+    if commit_metadata:
         merge = merge.withCommitInfo(dict(commit_metadata))
     merge.execute()
 

@@ -137,6 +137,9 @@ def test_materialize_all_from_the_ui_turns_every_check_green(dagster_dev):
             assert page.get_by_text(group, exact=True).first.is_visible(), f"asset group {group} not shown"
 
         page.get_by_role("button", name="Materialize all…").click(timeout=120_000)
+        show_all = page.get_by_text("Show all partitions")
+        if show_all.count():
+            show_all.first.click()
         page.get_by_role("button", name="All", exact=True).click(timeout=60_000)
         page.screenshot(path=shots / "2-launch-dialog.png")
         page.get_by_role("button", name="Launch backfill").click()

@@ -36,8 +36,9 @@ from medallion_assets.transforms import gold as G
 
 GROUP = "gold"
 
-#: Order dates of TPC-H start on 1992-01-01; one partition per month.
-MONTHLY = MonthlyPartitionsDefinition(start_date="1992-01-01")
+#: TPC-H order dates run from 1992-01-01 to 1998-08-02: one partition per month of
+#: that range, so "all partitions" means the months that can hold orders.
+MONTHLY = MonthlyPartitionsDefinition(start_date="1992-01-01", end_date="1998-09-01")
 
 #: Gold is refreshed daily: allow a day and a bit.
 GOLD_MAX_LAG_HOURS = 26.0

@@ -278,20 +278,7 @@ def test_duplicate_source_matches_fail_like_delta_spark(spark, tmp_path):
     assert RsTable(str(path)).version() == 1
 
 
-@pytest.mark.parametrize(
-    "partitioned",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                reason="datasource reader: delta-rs get_add_actions(flatten=True) returns typed "
-                "partition values (datetime.date), _predicate._partition_value expects strings",
-                strict=False,
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("partitioned", [False, True])
 def test_merge_result_reads_back_through_the_delta_format(spark, tmp_path, partitioned):
     path = tmp_path / "t"
     table = _target(spark, path, partitioned=partitioned)
