@@ -9,6 +9,7 @@ driver. Streaming reads and writes live in :mod:`._streaming`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -112,6 +113,22 @@ class DeltaInputPartition(InputPartition):
         self.slices = slices
 
 
+# Spark's file sources do not make a split smaller than this (spark.sql.files.openCostInBytes).
+_MIN_SPLIT_BYTES = 4 * 1024 * 1024
+
+
+def split_budget(files: Sequence[DataFile], max_bytes: int, parallelism: int | None = None) -> int:
+    """Bytes per input partition: at most ``max_bytes``, but small enough to use every core.
+
+    Spark's own file sources size splits the same way, from the session's default
+    parallelism. A Python reader cannot see the session, so the cores of the
+    planning process stand in for it (the same number on an embedded session).
+    """
+    total = sum(f.size for f in files)
+    cores = parallelism or max(2, os.cpu_count() or 2)
+    return max(1, min(max_bytes, max(_MIN_SPLIT_BYTES, total // cores + 1)))
+
+
 def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[DeltaInputPartition]:
     """Pack files into partitions of about ``max_bytes``, splitting big files by row group."""
     slices: list[tuple[int, FileSlice]] = []
@@ -177,7 +194,7 @@ class DeltaBatchReader(DataSourceReader):
         files = self.live_files()
         if not files:
             return [DeltaInputPartition([])]
-        return plan_input_partitions(files, self.options.max_partition_bytes)
+        return plan_input_partitions(files, split_budget(files, self.options.max_partition_bytes))
 
     def read(self, partition: DeltaInputPartition) -> Iterator[pa.RecordBatch]:
         schema = self.snapshot.arrow_schema

@@ -24,8 +24,8 @@ from medallion_assets.delta import (
 )
 from medallion_assets.delta._commit import commit_write, plan_write
 from medallion_assets.delta._files import TableFileWriter
-from medallion_assets.delta._snapshot import resolve_snapshot
-from medallion_assets.delta.datasource import DeltaBatchReader, plan_input_partitions
+from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
+from medallion_assets.delta.datasource import DeltaBatchReader, plan_input_partitions, split_budget
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
@@ -333,6 +333,17 @@ def test_input_partitions_are_sized_by_bytes(spark, tmp_path):
     back = spark.read.format("delta").option("maxPartitionBytes", str(budget)).load(path)
     assert back.rdd.getNumPartitions() == len(parts)
     assert back.agg(F.count("*"), F.sum("id")).first() == (200_000, sum(range(200_000)))
+
+
+def test_split_budget_spreads_a_table_over_the_cores():
+    mb = 1024 * 1024
+    two_files = [DataFile(f"f{i}", 32 * mb, {}) for i in range(2)]
+    # Two 32 MB files on two cores: one file each, not both in one 128 MB partition.
+    assert split_budget(two_files, 128 * mb, parallelism=2) == 32 * mb + 1
+    assert len(plan_input_partitions(two_files, split_budget(two_files, 128 * mb, parallelism=2))) == 2
+    # Never above maxPartitionBytes, never below Spark's 4 MB open cost.
+    assert split_budget([DataFile("big", 10_000 * mb, {})], 128 * mb, parallelism=2) == 128 * mb
+    assert split_budget(two_files, 128 * mb, parallelism=1000) == 4 * mb
 
 
 def test_concurrent_appends_both_land(spark, tmp_path):
