@@ -54,6 +54,31 @@ def read_data_file(
     return conform_table(data, arrow_schema, table=table)
 
 
+def iter_data_file_batches(
+    data_file: DataFile,
+    arrow_schema: pa.Schema,
+    partition_columns: list[str],
+    *,
+    table: str,
+    row_groups: list[int] | None = None,
+    batch_rows: int = 65_536,
+):
+    """Like :func:`read_data_file`, batch by batch, so decoding overlaps with the consumer."""
+    parquet = pq.ParquetFile(data_file.path)
+    stored = set(parquet.schema_arrow.names)
+    wanted = [f.name for f in arrow_schema if f.name not in partition_columns and f.name in stored]
+    constants = {}
+    if partition_columns:
+        spark_types = _spark_types(arrow_schema, partition_columns)
+        constants = {
+            name: _partition_value(data_file.partition_values.get(name), spark_types[name]) for name in partition_columns
+        }
+    for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=wanted, use_threads=False):
+        for name, value in constants.items():
+            batch = batch.append_column(name, pa.array([value] * batch.num_rows, type=arrow_schema.field(name).type))
+        yield conform_table(batch, arrow_schema, table=table)
+
+
 def _spark_types(arrow_schema: pa.Schema, names: list[str]) -> dict[str, T.StructField]:
     from pyspark.sql.pandas.types import from_arrow_type
 

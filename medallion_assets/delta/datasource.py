@@ -28,7 +28,7 @@ from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncom
 from medallion_assets.delta._files import WrittenFile
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets.delta._predicate import Expr, Verdict, file_verdict, from_spark_filter
-from medallion_assets.delta._read import read_data_file
+from medallion_assets.delta._read import iter_data_file_batches
 from medallion_assets.delta._snapshot import DataFile, Snapshot, normalize_path, resolve_snapshot
 from medallion_assets.delta.errors import DeltaOptionError
 
@@ -199,14 +199,14 @@ class DeltaBatchReader(DataSourceReader):
     def read(self, partition: DeltaInputPartition) -> Iterator[pa.RecordBatch]:
         schema = self.snapshot.arrow_schema
         for piece in partition.slices:
-            data = read_data_file(
+            yield from iter_data_file_batches(
                 piece.file,
                 schema,
                 self.snapshot.partition_columns,
                 table=self.snapshot.location,
                 row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
+                batch_rows=_BATCH_ROWS,
             )
-            yield from data.to_batches(max_chunksize=_BATCH_ROWS)
 
 
 class ChangeFeedReader(DataSourceReader):
