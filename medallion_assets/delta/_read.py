@@ -34,24 +34,10 @@ def read_data_file(
     *,
     table: str,
     row_groups: list[int] | None = None,
-    columns: list[str] | None = None,
 ) -> pa.Table:
     """One data file as Arrow with the table's schema, partition columns filled in."""
-    parquet = pq.ParquetFile(data_file.path)
-    stored = set(parquet.schema_arrow.names)
-    wanted = [f.name for f in arrow_schema if f.name not in partition_columns and f.name in stored]
-    if columns is not None:
-        wanted = [c for c in wanted if c in columns]
-    if row_groups is None:
-        data = parquet.read(columns=wanted)
-    else:
-        data = parquet.read_row_groups(row_groups, columns=wanted)
-    if partition_columns:
-        spark_types = _spark_types(arrow_schema, partition_columns)
-        for name in partition_columns:
-            value = _partition_value(data_file.partition_values.get(name), spark_types[name])
-            data = data.append_column(name, pa.array([value] * data.num_rows, type=arrow_schema.field(name).type))
-    return conform_table(data, arrow_schema, table=table)
+    batches = iter_data_file_batches(data_file, arrow_schema, partition_columns, table=table, row_groups=row_groups)
+    return pa.Table.from_batches(list(batches), schema=arrow_schema)
 
 
 def iter_data_file_batches(
@@ -63,7 +49,10 @@ def iter_data_file_batches(
     row_groups: list[int] | None = None,
     batch_rows: int = 65_536,
 ):
-    """Like :func:`read_data_file`, batch by batch, so decoding overlaps with the consumer."""
+    """A data file as Arrow batches of the table's schema, partition columns filled in.
+
+    Batch by batch, so that decoding overlaps with whoever consumes the batches.
+    """
     parquet = pq.ParquetFile(data_file.path)
     stored = set(parquet.schema_arrow.names)
     wanted = [f.name for f in arrow_schema if f.name not in partition_columns and f.name in stored]
