@@ -42,6 +42,16 @@ def start_stream(root: Path, log_file: Path) -> subprocess.Popen:
     )
 
 
+def stop_stream(proc: subprocess.Popen) -> int | None:
+    """SIGTERM the stream, as a person's Ctrl-C would; SIGKILL it if it does not stop in time."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def wait_for(condition, proc, timeout=240, what=""):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -102,12 +112,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
             assert batches and result.run_requests
             assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 7
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                assert proc.wait(timeout=120) == 0
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            assert stop_stream(proc) == 0
         output = log_file.read_text()
         assert "input_rows=10" in output and "input_rows=7" in output and "rows_per_second=" in output
         assert "batch_duration_ms=" in output and "streams stopped (signal)" in output
@@ -128,12 +133,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
             assert batches and result.run_requests
             assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 5
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=120)
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_stream(proc)
 
     assert reported == sorted(set(reported)), "each batch reported once, in order"
     assert reported == sorted(read_checkpoint(ckpt).commits)

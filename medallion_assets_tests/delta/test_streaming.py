@@ -32,18 +32,20 @@ def ids_of(table: Path) -> list[int]:
     return sorted(r["id"] for r in read_with_deltalake(table).to_pylist())
 
 
-def run_available_now(spark, source: Path, table: Path, checkpoint: Path, **options):
-    reader = spark.readStream.schema(SCHEMA)
-    for k, v in options.items():
-        reader = reader.option(k, v)
+def write_available_now(frame, table: Path, checkpoint: Path):
+    """Run ``frame`` into the Delta table ``table`` with ``availableNow`` and wait for it."""
     query = (
-        reader.json(str(source)).writeStream.format("delta")
+        frame.writeStream.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start(str(table))
     )
     query.awaitTermination()
     return query
+
+
+def run_available_now(spark, source: Path, table: Path, checkpoint: Path, **options):
+    return write_available_now(spark.readStream.schema(SCHEMA).options(**options).json(str(source)), table, checkpoint)
 
 
 def txn_of(table: Path, version: int) -> dict | None:
@@ -237,17 +239,7 @@ def test_kill_between_delta_commit_and_checkpoint_commit(tmp_path, point):
 
 
 def _stream_copy(spark, src: Path, dst: Path, ckpt: Path, **options):
-    reader = spark.readStream.format("delta")
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    query = (
-        reader.load(str(src)).writeStream.format("delta")
-        .option("checkpointLocation", str(ckpt))
-        .trigger(availableNow=True)
-        .start(str(dst))
-    )
-    query.awaitTermination()
-    return query
+    return write_available_now(spark.readStream.format("delta").options(**options).load(str(src)), dst, ckpt)
 
 
 def _append(spark, table: Path, ids: range) -> None:
