@@ -493,9 +493,9 @@ class SchemaDrift:
 
 
 def _order_fields() -> tuple[set[str], set[str], set[str]]:
-    from medallion_assets.transforms.silver import EVENT_LINEITEM_SCHEMA, ORDERS_SCHEMA
+    from medallion_assets.transforms.silver import EVENT_LINEITEM_SCHEMA, ORDER_ENVELOPE_FIELDS, ORDERS_SCHEMA
 
-    return ({"event_id", "event_time", "op", "order"}, {*ORDERS_SCHEMA.fieldNames(), "lineitems"},
+    return (set(ORDER_ENVELOPE_FIELDS), {*ORDERS_SCHEMA.fieldNames(), "lineitems"},
             set(EVENT_LINEITEM_SCHEMA.fieldNames()))
 
 

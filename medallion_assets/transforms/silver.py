@@ -22,6 +22,10 @@ which implements them independently):
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -143,6 +147,37 @@ ORDER_EVENTS_SCHEMA = StructType(
     ]
 )
 
+
+@dataclass(frozen=True)
+class KeptOrderFields:
+    """Fields of order events the landing contract does not define, kept as text columns.
+
+    Silver's ``evolve`` drift policy fills this from :func:`drifted_order_fields`;
+    the default keeps none, so unknown fields are ignored.
+
+    Attributes:
+        order: Extra ``order`` fields; they become columns of ``silver.orders``.
+        lineitem: Extra line item fields; they become columns of ``silver.lineitem``.
+    """
+
+    order: tuple[str, ...] = ()
+    lineitem: tuple[str, ...] = ()
+
+
+def _with_text_fields(schema: StructType, names: Sequence[str]) -> StructType:
+    return StructType([*schema.fields, *(StructField(name, StringType(), True) for name in names)])
+
+
+def order_events_schema(kept: KeptOrderFields = KeptOrderFields()) -> StructType:
+    """:data:`ORDER_EVENTS_SCHEMA` with the kept extra fields as string columns."""
+    if not kept.order and not kept.lineitem:
+        return ORDER_EVENTS_SCHEMA
+    fields = ORDER_EVENTS_SCHEMA.fields
+    lineitems_at = ORDER_EVENTS_SCHEMA.fieldNames().index("lineitems")
+    items = StructField("lineitems", ArrayType(_with_text_fields(EVENT_LINEITEM_SCHEMA, kept.lineitem), True), True)
+    extra = [StructField(name, StringType(), True) for name in kept.order]
+    return StructType([*fields[:lineitems_at], *extra, items, *fields[lineitems_at + 1:]])
+
 _ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
 _CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
 
@@ -159,12 +194,12 @@ _ENVELOPE_TEXT_SCHEMA = _schema(
 # from_json fills the corrupt-record field for text that is not a JSON object,
 # so well-formed lines are parsed once only.
 _ENVELOPE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
-_ORDER_TEXT_SCHEMA = StructType(
-    [StructField(name, StringType(), True) for name in _ORDER_COLUMNS] + [StructField("lineitems", StringType(), True)]
-)
-_LINEITEMS_TEXT_SCHEMA = ArrayType(
-    StructType([StructField(field.name, StringType(), True) for field in EVENT_LINEITEM_SCHEMA.fields]), True
-)
+
+
+def _as_text(names: Iterable[str]) -> StructType:
+    return StructType([StructField(name, StringType(), True) for name in names])
+
+
 
 _INTEGER_PATTERN = r"^-?[0-9]+$"
 _DECIMAL_PATTERN = r"^-?[0-9]{1,13}(\.[0-9]{1,2})?$"
@@ -219,21 +254,27 @@ def _not_json_object(text: Column) -> Column:
     return ~F.ltrim(text).startswith("{")
 
 
-def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
+def parse_order_events(
+    orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()
+) -> tuple[DataFrame, DataFrame]:
     """Split ``bronze.orders_raw`` into typed order events and rejects.
 
     Args:
         orders_raw: Columns ``value`` (one NDJSON line), ``_source_file``,
             ``_ingested_at``.
+        kept: Fields the contract does not define that are kept (as their
+            JSON text, null when absent); any other unknown field is ignored.
 
     Returns:
-        ``(events, rejects)``: events with :data:`ORDER_EVENTS_SCHEMA`
+        ``(events, rejects)``: events with :func:`order_events_schema`
         (order columns null for deletes, except ``o_orderkey``); rejects with
         ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
     """
+    events_schema = order_events_schema(kept)
+    item_fields = [*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem]
     envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, _ENVELOPE_OPTIONS)
-    order = F.from_json(F.col("_envelope.order"), _ORDER_TEXT_SCHEMA)
-    lineitems = F.from_json(F.col("_order.lineitems"), _LINEITEMS_TEXT_SCHEMA)
+    order = F.from_json(F.col("_envelope.order"), _as_text([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
+    lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(_as_text(item_fields), True))
     parsed = (
         orders_raw.select("value", "_source_file", "_ingested_at", envelope.alias("_envelope"))
         .select("*", order.alias("_order"))
@@ -273,7 +314,8 @@ def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
 
     def typed_item(item: Column) -> Column:
         return F.struct(
-            *(_validated(item[f.name], f.name, f.dataType)[1].alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields)
+            *(_validated(item[f.name], f.name, f.dataType)[1].alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields),
+            *(item[name].alias(name) for name in kept.lineitem),
         )
 
     first_item_reason = F.try_element_at(
@@ -313,20 +355,93 @@ def parse_order_events(orders_raw: DataFrame) -> tuple[DataFrame, DataFrame]:
         F.col("_envelope.op").alias("op"),
         F.col("_typed_o_orderkey").alias("o_orderkey"),
         *(F.col(f"_typed_{name}").alias(name) for name in _ORDER_COLUMNS[1:]),
+        *(F.col(f"_order.{name}").alias(name) for name in kept.order),
         F.col("_typed_lineitems").alias("lineitems"),
         "_source_file",
         "_ingested_at",
     )
     # A delete carries only its key; whatever else it holds is not state.
-    deletes_blanked = {name: upsert_only(F.col(name)) for name in [*_ORDER_COLUMNS[1:], "lineitems"]}
+    deletes_blanked = {name: upsert_only(F.col(name)) for name in [*_ORDER_COLUMNS[1:], *kept.order, "lineitems"]}
     events = events.select(
         *(
             deletes_blanked.get(field.name, F.col(field.name)).cast(field.dataType).alias(field.name)
-            for field in ORDER_EVENTS_SCHEMA.fields
+            for field in events_schema.fields
         )
     )
     rejects = judged.where(F.col("reason").isNotNull()).select("value", "_source_file", "_ingested_at", "reason")
     return events, rejects
+
+
+#: The top-level fields of an order event line.
+ORDER_ENVELOPE_FIELDS = ("event_id", "event_time", "op", "order")
+
+# A kept field becomes a column: a plain identifier, never an internal ``_`` name.
+_COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+
+
+def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
+    """The fields of order event lines that the landing contract does not define.
+
+    Args:
+        orders_raw: Column ``value`` (one NDJSON line); lines that are not JSON
+            objects carry no fields.
+
+    Returns:
+        One row per field: ``level`` (``event``, ``order`` or ``lineitem``),
+        ``field``, and ``rows`` (the lines that carry it).
+    """
+    empty = F.array().cast("array<string>")
+
+    def unknown(keys: Column, known: Sequence[str], level: str) -> Column:
+        keys = F.coalesce(keys, empty)
+        return F.transform(
+            F.filter(keys, lambda key: ~key.isin(*known)),
+            lambda key: F.struct(F.lit(level).alias("level"), key.alias("field")),
+        )
+
+    envelope = F.from_json("value", "map<string,string>")
+    order = F.from_json(envelope["order"], "map<string,string>")
+    items = F.from_json(order["lineitems"], "array<map<string,string>>")
+    item_keys = F.flatten(F.transform(F.coalesce(items, F.array().cast("array<map<string,string>>")),
+                                      lambda item: F.coalesce(F.map_keys(item), empty)))
+    per_line = F.array_distinct(
+        F.concat(
+            unknown(F.map_keys(envelope), ORDER_ENVELOPE_FIELDS, "event"),
+            unknown(F.map_keys(order), [*_ORDER_COLUMNS, "lineitems"], "order"),
+            unknown(item_keys, EVENT_LINEITEM_SCHEMA.fieldNames(), "lineitem"),
+        )
+    )
+    return (
+        orders_raw.select(F.explode(per_line).alias("_field"))
+        .groupBy(F.col("_field.level").alias("level"), F.col("_field.field").alias("field"))
+        .agg(F.count(F.lit(1)).alias("rows"))
+    )
+
+
+def keep_order_fields(drifted: Iterable[tuple[str, str]]) -> tuple[KeptOrderFields, list[str]]:
+    """Which drifted ``(level, field)`` pairs the ``evolve`` policy turns into columns.
+
+    ``order`` and ``lineitem`` fields are kept when the name is a plain
+    identifier that differs (ignoring case, as Spark and Delta compare column
+    names) from every contract column and every other kept field. Envelope
+    (``event``) fields describe the delivery, not the order, and are never kept.
+
+    Returns:
+        ``(kept, skipped)``; ``skipped`` names each field left out as ``level.field``.
+    """
+    taken = {
+        "order": {name.lower() for name in [*_ORDER_COLUMNS, "lineitems"]},
+        "lineitem": {name.lower() for name in LINEITEM_SCHEMA.fieldNames()},
+    }
+    kept: dict[str, list[str]] = {"order": [], "lineitem": []}
+    skipped = []
+    for level, field in sorted(set(drifted)):
+        if level in kept and _COLUMN_NAME.match(field) and field.lower() not in taken[level]:
+            kept[level].append(field)
+            taken[level].add(field.lower())
+        else:
+            skipped.append(f"{level}.{field}")
+    return KeptOrderFields(order=tuple(kept["order"]), lineitem=tuple(kept["lineitem"])), skipped
 
 
 def deduplicate_events(events: DataFrame) -> DataFrame:
@@ -349,31 +464,28 @@ def latest_order_changes(events: DataFrame) -> DataFrame:
         events: Typed events from :func:`parse_order_events`.
 
     Returns:
-        One row per ``o_orderkey`` with the columns of
-        :data:`ORDER_EVENTS_SCHEMA` except the ingestion columns.
+        One row per ``o_orderkey`` with the columns of ``events`` except the
+        ingestion columns.
     """
-    payload = ["event_id", "event_time", "op", *_ORDER_COLUMNS[1:], "lineitems"]
+    payload = [c for c in events.columns if c not in ("o_orderkey", "_source_file", "_ingested_at")]
     winners = events.groupBy("o_orderkey").agg(
         F.max_by(F.struct(*payload), F.struct("event_time", "event_id")).alias("_winner")
     )
-    return winners.select(
-        F.col("_winner.event_id").alias("event_id"),
-        F.col("_winner.event_time").alias("event_time"),
-        F.col("_winner.op").alias("op"),
-        "o_orderkey",
-        *(F.col(f"_winner.{name}").alias(name) for name in [*_ORDER_COLUMNS[1:], "lineitems"]),
-    )
+    ordered = [c for c in events.columns if c not in ("_source_file", "_ingested_at")]
+    return winners.select(*(c if c == "o_orderkey" else F.col(f"_winner.{c}").alias(c) for c in ordered))
 
 
-def order_rows(order_changes: DataFrame) -> DataFrame:
-    """The ``orders`` rows of upsert events, with the TPC-H columns only."""
+def order_rows(order_changes: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
+    """The ``orders`` rows of upsert events: the TPC-H columns, then the kept extra fields."""
+    schema = _with_text_fields(ORDERS_SCHEMA, kept.order)
     return order_changes.where(F.col("op") == F.lit("upsert")).select(
-        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in ORDERS_SCHEMA.fields)
+        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields)
     )
 
 
-def lineitem_rows(order_changes: DataFrame) -> DataFrame:
-    """The ``lineitem`` rows of upsert events, one per line item."""
+def lineitem_rows(order_changes: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
+    """The ``lineitem`` rows of upsert events, one per line item, kept extra fields last."""
+    schema = _with_text_fields(LINEITEM_SCHEMA, kept.lineitem)
     exploded = order_changes.where(F.col("op") == F.lit("upsert")).select(
         F.col("o_orderkey").alias("l_orderkey"), F.explode("lineitems").alias("_item")
     )
@@ -382,7 +494,7 @@ def lineitem_rows(order_changes: DataFrame) -> DataFrame:
             (F.col("l_orderkey") if field.name == "l_orderkey" else F.col(f"_item.{field.name}"))
             .cast(field.dataType)
             .alias(field.name)
-            for field in LINEITEM_SCHEMA.fields
+            for field in schema.fields
         )
     )
 

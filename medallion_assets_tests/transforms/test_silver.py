@@ -213,6 +213,64 @@ def test_latest_order_changes_takes_the_newest_event_whatever_the_arrival(spark)
     assert sorted((row.l_orderkey, row.l_linenumber) for row in lineitem.collect()) == [(1, 1), (3, 1)]
 
 
+def _drifted_lines() -> list[str]:
+    gift = _order(2)
+    gift["lineitems"][0]["l_gift_wrap"] = True
+    return [
+        _event("e1", "1996-01-03T00:00:00Z", "upsert", _order(1, o_loyalty_tier="gold", o_channel=3)),
+        json.dumps({"event_id": "e2", "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "source": "web",
+                    "order": gift}),
+        _event("e3", "1996-01-03T00:00:00Z", "upsert", _order(3, **{"O_CLERK": "x", "bad name": 1})),
+        _event("e4", "1996-01-04T00:00:00Z", "delete", {"o_orderkey": 4, "o_loyalty_tier": "silver"}),
+        "not json",
+    ]
+
+
+def test_drifted_order_fields_are_found_per_level_with_their_line_counts(spark):
+    drifted = silver.drifted_order_fields(_raw(spark, _drifted_lines()))
+
+    assert sorted(tuple(row) for row in drifted.collect()) == [
+        ("event", "source", 1),
+        ("lineitem", "l_gift_wrap", 1),
+        ("order", "O_CLERK", 1),
+        ("order", "bad name", 1),
+        ("order", "o_channel", 1),
+        ("order", "o_loyalty_tier", 2),
+    ]
+    kept, skipped = silver.keep_order_fields((row.level, row.field) for row in drifted.collect())
+    assert kept == silver.KeptOrderFields(order=("o_channel", "o_loyalty_tier"), lineitem=("l_gift_wrap",))
+    assert skipped == ["event.source", "order.O_CLERK", "order.bad name"]
+
+
+def test_kept_drift_fields_become_text_columns_and_the_rest_is_ignored(spark):
+    raw = _raw(spark, _drifted_lines())
+    kept = silver.KeptOrderFields(order=("o_channel", "o_loyalty_tier"), lineitem=("l_gift_wrap",))
+
+    events, rejects = silver.parse_order_events(raw, kept)
+    winners = silver.latest_order_changes(events)
+    orders, lineitem = silver.order_rows(winners, kept), silver.lineitem_rows(winners, kept)
+
+    assert [row.value for row in rejects.collect()] == ["not json"]  # drift never rejects a line
+    assert events.schema == silver.order_events_schema(kept)
+    assert orders.columns == [*silver.ORDERS_SCHEMA.fieldNames(), "o_channel", "o_loyalty_tier"]
+    assertDataFrameEqual(
+        orders.select("o_orderkey", "o_clerk", "o_channel", "o_loyalty_tier"),
+        [(1, "Clerk#1", "3", "gold"), (2, "Clerk#1", None, None), (3, "Clerk#1", None, None)],
+    )
+    assertDataFrameEqual(
+        lineitem.select("l_orderkey", "l_linenumber", "l_gift_wrap"), [(1, 1, None), (2, 1, "true"), (3, 1, None)]
+    )
+    deleted = winners.where("o_orderkey = 4").first()
+    assert (deleted.op, deleted.o_loyalty_tier) == ("delete", None)  # a delete carries its key only
+
+    # The default keeps nothing: the same lines give exactly the contract's tables.
+    ignored_events, _ = silver.parse_order_events(raw)
+    ignored = silver.latest_order_changes(ignored_events)
+    assert silver.order_rows(ignored).schema == silver.ORDERS_SCHEMA
+    assert silver.lineitem_rows(ignored).schema == silver.LINEITEM_SCHEMA
+    assertDataFrameEqual(silver.order_rows(ignored), orders.drop("o_channel", "o_loyalty_tier"))
+
+
 def _cdc(spark, rows):
     ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
     padded = [(*row, None, f"file:/x/customers/{file}", ingested) for file, row in rows]
