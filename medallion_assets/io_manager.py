@@ -33,6 +33,7 @@ from dagster import (
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from medallion_assets.resources import LakeResource, SparkResource
 
@@ -346,9 +347,13 @@ class DeltaTableClient:
             if source.isEmpty():
                 return WriteResult(self.latest_version(path), "every change is older than a delete")
         table = DeltaTable.forPath(self.spark, path)
+        stored_schema = table.toDF().schema
+        source, new_columns = _evolve_source(source, stored_schema, spec)
         # Explicit assignments so the delete flag is never stored in the table.
-        assignments = {c: f"s.`{c}`" for c in table.toDF().columns}
+        assignments = {c: f"s.`{c}`" for c in [*stored_schema.fieldNames(), *new_columns]}
         merge = table.alias("t").merge(source.alias("s"), on)
+        if new_columns:
+            merge = merge.withSchemaEvolution()
         if spec.delete_column:
             deleted = f"s.`{spec.delete_column}`"
             merge = merge.whenMatchedDelete(condition=f"{deleted} AND {newer}" if newer else deleted)
@@ -388,13 +393,14 @@ class DeltaTableClient:
                 F.col("_deleted_at").isNull() | (F.col("_change_seq") > F.col("_deleted_at"))
             ).drop("_deleted_at")
         stored = self.read(path)
+        frame, new_columns = _evolve_source(frame, stored.schema, spec)
         stored_groups = stored.groupBy(group).agg(F.max(seq).alias("_stored_seq"))
         applied = (
             changes.join(stored_groups, group, "left")
             .where(F.col("_stored_seq").isNull() | (F.col("_change_seq") > F.col("_stored_seq")))
             .cache()
         )
-        columns = stored.columns
+        columns = [*stored.columns, *new_columns]
         upserts = (
             frame.where(~F.col(deleted))
             .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
@@ -404,18 +410,18 @@ class DeltaTableClient:
         removals = (
             stored.join(applied.select(group), group, "left_semi")
             .join(upserts.select(*keys), keys, "left_anti")
-            .select(*columns)
+            .select(*stored.columns, *(F.lit(None).cast(frame.schema[c].dataType).alias(c) for c in new_columns))
         )
         source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
         if source.isEmpty():
             return WriteResult(self.latest_version(path), "every change is older than the stored state")
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         assignments = {c: f"s.`{c}`" for c in columns}
+        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
+        if new_columns:
+            merge = merge.withSchemaEvolution()
         merge = (
-            DeltaTable.forPath(self.spark, path)
-            .alias("t")
-            .merge(source.alias("s"), on)
-            .whenMatchedDelete(condition="s._remove")
+            merge.whenMatchedDelete(condition="s._remove")
             .whenMatchedUpdate(condition="NOT s._remove", set=assignments)
             .whenNotMatchedInsert(condition="NOT s._remove", values=assignments)
         )
@@ -485,6 +491,23 @@ def _delta_table_class() -> Any:
     except ImportError:
         from medallion_assets.delta.tables import DeltaTable
     return DeltaTable
+
+
+def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str]]:
+    """Line a merge source up with the table when ``schema_mode`` is ``merge``.
+
+    A merged row replaces the stored one, so a table column the source lacks
+    is stored as null (a typed null column is added to the source). Source
+    columns the table lacks are returned, for the merge to add. With any other
+    schema mode the source is returned as it is, and no column is added.
+    """
+    if spec.schema_mode != "merge":
+        return frame, []
+    present = {c.lower() for c in frame.columns}
+    stored_names = {f.name.lower() for f in stored.fields}
+    missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in stored.fields if f.name.lower() not in present]
+    new_columns = [c for c in frame.columns if c.lower() not in stored_names and c != spec.delete_column]
+    return (frame.select("*", *missing) if missing else frame), new_columns
 
 
 def _execute_with_commit_metadata(merge: Any, commit_metadata: Mapping[str, str]) -> None:
