@@ -5,9 +5,11 @@ Each step reads only the bronze rows added since it last ran (the IO manager's
 fail a drop/fail expectation go to ``quarantine.<table>`` with the reason.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: Dagster reads the config class from the annotation.
+from typing import Literal
 
-from dagster import AssetIn, AssetKey, AssetOut, AssetSpec, Output, asset, multi_asset
+from dagster import AssetIn, AssetKey, AssetOut, AssetSpec, Config, MetadataValue, Output, asset, multi_asset
+from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -57,14 +59,29 @@ def _sequence(*columns: str) -> F.Column:
     return F.concat_ws("|", *parts).alias("_sequence")
 
 
+class OrdersSilverConfig(Config):
+    """How ``silver.orders`` and ``silver.lineitem`` treat the order events they merge."""
+
+    schema_drift: Literal["ignore", "evolve"] = Field(
+        default="ignore",
+        description=(
+            "Fields of order events that the landing contract does not define: 'ignore' drops them "
+            "(bronze keeps the raw line); 'evolve' adds each order field as a string column of "
+            "silver.orders and each line item field as one of silver.lineitem (envelope fields "
+            "and names that are not plain identifiers stay ignored)."
+        ),
+    )
+
+
 def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
     return quarantine_rows(rejects.withColumnRenamed("reason", "_reason_text"), table_name, F.col("_reason_text"))
 
 
 @multi_asset(
     outs={
-        "orders": AssetOut(key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
-        "lineitem": AssetOut(key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey"), is_required=False),
+        # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
+        "orders": AssetOut(key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge"), is_required=False),
+        "lineitem": AssetOut(key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge"), is_required=False),
         "quarantine_orders": AssetOut(key=AssetKey(["quarantine", "orders"]), metadata=_QUARANTINE, is_required=False),
     },
     ins={"orders_raw": AssetIn(key=AssetKey(["bronze", "orders_raw"]), metadata={READ: "changes"})},
@@ -72,9 +89,15 @@ def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
     group_name="silver",
     can_subset=False,
 )
-def orders_and_lineitem(orders_raw: DataFrame):
+def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame):
     """orders and lineitem: latest state per order (deletes applied), merged from new events."""
-    events, rejects = T.parse_order_events(orders_raw)
+    drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(orders_raw).collect()]
+    if config.schema_drift == "evolve":
+        kept, ignored = T.keep_order_fields(drifted)
+    else:
+        kept, ignored = T.KeptOrderFields(), sorted(f"{level}.{field}" for level, field in set(drifted))
+    drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
+    events, rejects = T.parse_order_events(orders_raw, kept)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
@@ -87,9 +110,9 @@ def orders_and_lineitem(orders_raw: DataFrame):
     upserts = changes.where(F.col("op") == "upsert")
     deletes = changes.where(F.col("op") == "delete")
 
-    order_upserts = T.order_rows(upserts).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
+    order_upserts = T.order_rows(upserts, kept).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
     orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders")
-    lineitem_upserts = T.lineitem_rows(upserts).join(
+    lineitem_upserts = T.lineitem_rows(upserts, kept).join(
         upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence", "_source_file"), "l_orderkey"
     )
     lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
@@ -108,8 +131,10 @@ def orders_and_lineitem(orders_raw: DataFrame):
         deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey").withColumn("_deleted", F.lit(True)),
         allowMissingColumns=True,
     )
-    yield Output(order_rows, output_name="orders")
-    yield Output(line_rows, output_name="lineitem")
+    yield Output(order_rows, output_name="orders",
+                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order))})
+    yield Output(line_rows, output_name="lineitem",
+                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
 
 
 @multi_asset(
