@@ -178,28 +178,25 @@ def order_events_schema(kept: KeptOrderFields = KeptOrderFields()) -> StructType
     extra = [StructField(name, StringType(), True) for name in kept.order]
     return StructType([*fields[:lineitems_at], *extra, items, *fields[lineitems_at + 1:]])
 
+
 _ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
 _CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
 
-# Every leaf is read as a string: Spark then keeps a number's literal text,
-# and nested values (``order``, ``lineitems``) their raw JSON, which lets each
-# level be validated with its own reason.
-_ENVELOPE_TEXT_SCHEMA = _schema(
-    ("event_id", StringType()),
-    ("event_time", StringType()),
-    ("op", StringType()),
-    ("order", StringType()),
-    ("_corrupt_record", StringType()),
-)
-# from_json fills the corrupt-record field for text that is not a JSON object,
-# so well-formed lines are parsed once only.
-_ENVELOPE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+#: The top-level fields of an order event line.
+ORDER_ENVELOPE_FIELDS = ("event_id", "event_time", "op", "order")
 
 
 def _as_text(names: Iterable[str]) -> StructType:
     return StructType([StructField(name, StringType(), True) for name in names])
 
 
+# Every leaf is read as a string: Spark then keeps a number's literal text,
+# and nested values (``order``, ``lineitems``) their raw JSON, which lets each
+# level be validated with its own reason.
+_ENVELOPE_TEXT_SCHEMA = _as_text([*ORDER_ENVELOPE_FIELDS, "_corrupt_record"])
+# from_json fills the corrupt-record field for text that is not a JSON object,
+# so well-formed lines are parsed once only.
+_ENVELOPE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
 
 _INTEGER_PATTERN = r"^-?[0-9]+$"
 _DECIMAL_PATTERN = r"^-?[0-9]{1,13}(\.[0-9]{1,2})?$"
@@ -271,10 +268,10 @@ def parse_order_events(
         ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
     """
     events_schema = order_events_schema(kept)
-    item_fields = [*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem]
     envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, _ENVELOPE_OPTIONS)
     order = F.from_json(F.col("_envelope.order"), _as_text([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
-    lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(_as_text(item_fields), True))
+    item_text = _as_text([*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem])
+    lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(item_text, True))
     parsed = (
         orders_raw.select("value", "_source_file", "_ingested_at", envelope.alias("_envelope"))
         .select("*", order.alias("_order"))
@@ -371,9 +368,6 @@ def parse_order_events(
     rejects = judged.where(F.col("reason").isNotNull()).select("value", "_source_file", "_ingested_at", "reason")
     return events, rejects
 
-
-#: The top-level fields of an order event line.
-ORDER_ENVELOPE_FIELDS = ("event_id", "event_time", "op", "order")
 
 # A kept field becomes a column: a plain identifier, never an internal ``_`` name.
 _COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
