@@ -19,8 +19,10 @@ How lines are judged (the package's silver transforms follow the same rules):
   this order: JSON, ``event_id``, ``event_time``, ``op``, ``order``,
   ``o_orderkey``; for upserts then every order column in TPC-H order, then
   ``lineitems`` and each line item's columns (``lineitem <n>: ...``, n from 1).
-  Customer rows: field count, ``op``, ``c_custkey``, ``updated_at``, then for
-  I/U every other column in header order.
+  Customer rows: too few fields, ``op``, ``c_custkey``, ``updated_at``, then
+  for I/U every other column in header order. Fields past the contract's
+  columns are schema drift and ignored; a line with them whose other fields
+  fail a check is ``malformed CSV line``.
 - Order state: the valid event with the greatest ``(event_time, event_id)``;
   a delete removes the order. Customer state: the valid row with the greatest
   ``updated_at`` (ties: the later file name, then the later line); ``D``
@@ -271,8 +273,14 @@ def parse_customer_row(fields: list[str]) -> dict[str, Any]:
 
 
 def _parse_customer_row(fields: list[str]) -> dict[str, Any]:
-    if len(fields) != len(CUSTOMER_CSV_HEADER):
+    if len(fields) < len(CUSTOMER_CSV_HEADER):
         raise _Reject("malformed CSV line")
+    if len(fields) > len(CUSTOMER_CSV_HEADER):
+        # Fields past the contract's are schema drift, ignored when the rest is valid.
+        try:
+            return _parse_customer_row(fields[: len(CUSTOMER_CSV_HEADER)])
+        except _Reject:
+            raise _Reject("malformed CSV line") from None
     raw = dict(zip(CUSTOMER_CSV_HEADER, fields))
     op = raw["op"] or None
     if op is None:
@@ -308,7 +316,7 @@ def _customer_changes(landing: Path) -> tuple[list[dict[str, Any]], list[tuple[s
         with path.open(encoding="utf-8", newline="") as handle:
             rows = csv.reader(handle)
             header = next(rows, None)
-            if header != CUSTOMER_CSV_HEADER:
+            if header is None or header[: len(CUSTOMER_CSV_HEADER)] != CUSTOMER_CSV_HEADER:
                 raise ValueError(f"{path}: unexpected header {header}")
             for line_number, fields in enumerate(rows, start=2):
                 if not fields:

@@ -15,6 +15,10 @@ which implements them independently):
   ``not valid JSON``, ``missing o_orderkey``,
   ``o_totalprice is not a decimal: 'abc'``,
   ``lineitem 2: l_quantity is not a decimal: 'x'``.
+- Fields the contract does not define are ignored (unless silver's ``evolve``
+  policy keeps order fields): unknown JSON keys, and CSV fields past the
+  contract's columns, provided the contract's fields of the line are valid
+  (else the line is ``malformed CSV line``).
 - The state of an order is its event with the greatest ``(event_time,
   event_id)``; of a customer its change with the greatest ``updated_at``
   (ties: the greater source file name). Deletes remove the row.
@@ -528,13 +532,19 @@ def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFra
     checked = {field.name: _validated(F.col(field.name), field.name, field.dataType) for field in CUSTOMER_SCHEMA.fields}
     updated_at_reason, updated_at = _validated(F.col("updated_at"), "updated_at", TimestampType())
     is_change = op.isin("I", "U")
-    reason = F.coalesce(
-        F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed CSV line")),
+    field_reason = F.coalesce(
         op_reason,
         checked["c_custkey"][0],
         updated_at_reason,
         *(F.when(is_change, checked[name][0]) for name in _CUSTOMER_COLUMNS[1:]),
     )
+    # Spark keeps a line whose field count is off in _corrupt_record. With too
+    # few fields some contract field is missing; with more, the contract's
+    # fields come first and the extra ones are columns the contract does not
+    # know (schema drift), which silver ignores as it does unknown JSON fields.
+    reason = F.when(
+        F.col("_corrupt_record").isNotNull() & field_reason.isNotNull(), F.lit("malformed CSV line")
+    ).otherwise(field_reason)
     raw_fields = ["op", *_CUSTOMER_COLUMNS, "updated_at"]
     judged = customers_cdc.select(
         "*",

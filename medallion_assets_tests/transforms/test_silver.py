@@ -3,6 +3,7 @@ against the independent contract reference on a simulated delivery."""
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import re
@@ -79,6 +80,37 @@ def test_customers_equal_the_contract_reference(spark, landing, customers_cdc):
         r for r in contract_reference.expected_reject_reasons(landing) if r[0].startswith("customers/")
     )
     assert _file_and_reason(rejects) == expected_rejects
+
+
+def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, tmp_path):
+    """Schema drift in the customer feed: a file whose header adds a column."""
+    header = [*bronze.CUSTOMER_CSV_COLUMNS, "c_email"]
+    rows = [
+        ["I", "7", "Customer#7", "1 Main St", "3", "13-111-222-3333", "10.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "a@b.c"],
+        ["U", "8", "Customer, 8", "1 Main St", "3", "13-111-222-3333", "11.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "x,y"],
+        ["U", "9", "Customer#9", "1 Main St", "3", "13-111-222-3333", "12.3.4", "BUILDING", "c", "2024-01-01T00:00:00Z", "z"],
+        ["U", "10", "a line cut short"],
+    ]
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    with (folder / "drifted.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerows([header, *rows])
+    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+
+    changes, rejects = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(folder))))
+
+    assertDataFrameEqual(
+        changes.select("op", "c_custkey", "c_name", "c_acctbal"),
+        [("I", 7, "Customer#7", Decimal("10.00")), ("U", 8, "Customer, 8", Decimal("11.00"))],
+    )
+    assert sorted(row.reason for row in rejects.collect()) == ["malformed CSV line", "malformed CSV line"]
+    # The independent reference gives each row the same verdict.
+    for fields in rows[:2]:
+        assert contract_reference.parse_customer_row(fields)["c_custkey"] in (7, 8)
+    for fields in rows[2:]:
+        with pytest.raises(ValueError, match="^malformed CSV line$"):
+            contract_reference.parse_customer_row(fields)
 
 
 def test_reference_snapshots_conform_to_the_contract(spark, landing):
