@@ -10,23 +10,9 @@ from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 from medallion_assets.assets import bronze, gold, silver
 from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake
+from medallion_assets_tests.order_events import order_event_line
 
 pytestmark = pytest.mark.slow
-
-
-def _event(key: int, total: str, event_id: str) -> str:
-    item = {
-        "l_linenumber": 1, "l_partkey": 1, "l_suppkey": 1, "l_quantity": "1", "l_extendedprice": "10.00",
-        "l_discount": "0.05", "l_tax": "0.01", "l_returnflag": "N", "l_linestatus": "O",
-        "l_shipdate": "1996-03-13", "l_commitdate": "1996-02-12", "l_receiptdate": "1996-03-22",
-        "l_shipinstruct": "NONE", "l_shipmode": "TRUCK", "l_comment": "x",
-    }
-    order = {
-        "o_orderkey": key, "o_custkey": 1, "o_orderstatus": "F", "o_totalprice": total,
-        "o_orderdate": "1996-01-02", "o_orderpriority": "5-LOW", "o_clerk": "Clerk#000000951",
-        "o_shippriority": 0, "o_comment": "c", "lineitems": [item],
-    }
-    return json.dumps({"event_id": event_id, "event_time": "1996-01-02T10:22:31Z", "op": "upsert", "order": order})
 
 
 def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, monkeypatch):
@@ -34,7 +20,8 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
     orders_dir = lake / "landing" / "orders"
     orders_dir.mkdir(parents=True)
-    lines = [_event(1, "100.00", "e1"), _event(2, "-5.00", "e2"), _event(3, "7.50", "e3")]
+    lines = [order_event_line(1, "e1", total="100.00"), order_event_line(2, "e2", total="-5.00"),
+             order_event_line(3, "e3", total="7.50")]
     (orders_dir / "batch-00001-001.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     downstream = [gold.monthly_revenue, gold.pricing_summary, gold.forecasting_revenue_change]

@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets.assets import bronze, silver
 from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.order_events import order_event_line
 
 pytestmark = pytest.mark.slow
 
 
 def _event(key: int, event_id: str, event_time: str, **extra) -> str:
-    item = {
-        "l_linenumber": 1, "l_partkey": 1, "l_suppkey": 1, "l_quantity": "1", "l_extendedprice": "10.00",
-        "l_discount": "0.05", "l_tax": "0.01", "l_returnflag": "N", "l_linestatus": "O",
-        "l_shipdate": "1996-03-13", "l_commitdate": "1996-02-12", "l_receiptdate": "1996-03-22",
-        "l_shipinstruct": "NONE", "l_shipmode": "TRUCK", "l_comment": "x",
-        **{k: v for k, v in extra.items() if k.startswith("l_")},
-    }
-    order = {
-        "o_orderkey": key, "o_custkey": 1, "o_orderstatus": "F", "o_totalprice": "10.00",
-        "o_orderdate": "1996-01-02", "o_orderpriority": "5-LOW", "o_clerk": "Clerk#000000951",
-        "o_shippriority": 0, "o_comment": "c", "lineitems": [item],
-        **{k: v for k, v in extra.items() if k.startswith("o_")},
-    }
-    return json.dumps({"event_id": event_id, "event_time": event_time, "op": "upsert", "channel": "web", "order": order})
+    # Every line carries an envelope field too ("channel"), which no policy keeps.
+    return order_event_line(
+        key, event_id, event_time=event_time, envelope_fields={"channel": "web"},
+        order_fields={k: v for k, v in extra.items() if k.startswith("o_")},
+        item_fields={k: v for k, v in extra.items() if k.startswith("l_")},
+    )
 
 
 def _land(lake, name: str, lines: list[str]) -> None:
