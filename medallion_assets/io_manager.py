@@ -80,7 +80,11 @@ class WriteSpec(BaseModel):
         description="Merge only: boolean column; a true row deletes its key (and is remembered as a tombstone).",
     )
     schema_mode: Literal["strict", "merge", "overwrite"] = Field(
-        default="strict", description="strict, merge (add new columns) or overwrite (replace the schema)."
+        default="strict",
+        description=(
+            "strict, merge (add new columns; in a merge, table columns the rows lack are stored as null) "
+            "or overwrite (replace the schema)."
+        ),
     )
     partition_columns: tuple[str, ...] = Field(
         default=(), description="Columns the table is partitioned by when it is created."
