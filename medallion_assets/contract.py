@@ -1,10 +1,13 @@
 """Names fixed by the landing contract (shared/LANDING_CONTRACT.md), shared by its producer and consumers.
 
-The simulator writes files with these columns and the bronze transforms read
-them; keeping one definition means a change to the contract is made once.
+The simulator writes files with these columns and types, and the bronze and
+silver transforms read them; keeping one definition means a change to the
+contract is made once.
 """
 
 from __future__ import annotations
+
+import pyarrow as pa
 
 #: Columns of the customer change CSV files, in header order.
 CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
@@ -22,3 +25,99 @@ CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
 
 #: Reference tables landed as full Parquet snapshots under landing/reference/<table>/.
 REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")
+
+_AMOUNT = pa.decimal128(15, 2)
+
+#: The contract's Arrow schema of each TPC-H table (keys int64, ``p_size`` and
+#: ``ps_availqty`` int32, amounts decimal(15,2), dates date32).
+TPCH_SCHEMAS: dict[str, pa.Schema] = {
+    "region": pa.schema(
+        [("r_regionkey", pa.int64()), ("r_name", pa.string()), ("r_comment", pa.string())]
+    ),
+    "nation": pa.schema(
+        [
+            ("n_nationkey", pa.int64()),
+            ("n_name", pa.string()),
+            ("n_regionkey", pa.int64()),
+            ("n_comment", pa.string()),
+        ]
+    ),
+    "supplier": pa.schema(
+        [
+            ("s_suppkey", pa.int64()),
+            ("s_name", pa.string()),
+            ("s_address", pa.string()),
+            ("s_nationkey", pa.int64()),
+            ("s_phone", pa.string()),
+            ("s_acctbal", _AMOUNT),
+            ("s_comment", pa.string()),
+        ]
+    ),
+    "customer": pa.schema(
+        [
+            ("c_custkey", pa.int64()),
+            ("c_name", pa.string()),
+            ("c_address", pa.string()),
+            ("c_nationkey", pa.int64()),
+            ("c_phone", pa.string()),
+            ("c_acctbal", _AMOUNT),
+            ("c_mktsegment", pa.string()),
+            ("c_comment", pa.string()),
+        ]
+    ),
+    "part": pa.schema(
+        [
+            ("p_partkey", pa.int64()),
+            ("p_name", pa.string()),
+            ("p_mfgr", pa.string()),
+            ("p_brand", pa.string()),
+            ("p_type", pa.string()),
+            ("p_size", pa.int32()),
+            ("p_container", pa.string()),
+            ("p_retailprice", _AMOUNT),
+            ("p_comment", pa.string()),
+        ]
+    ),
+    "partsupp": pa.schema(
+        [
+            ("ps_partkey", pa.int64()),
+            ("ps_suppkey", pa.int64()),
+            ("ps_availqty", pa.int32()),
+            ("ps_supplycost", _AMOUNT),
+            ("ps_comment", pa.string()),
+        ]
+    ),
+    "orders": pa.schema(
+        [
+            ("o_orderkey", pa.int64()),
+            ("o_custkey", pa.int64()),
+            ("o_orderstatus", pa.string()),
+            ("o_totalprice", _AMOUNT),
+            ("o_orderdate", pa.date32()),
+            ("o_orderpriority", pa.string()),
+            ("o_clerk", pa.string()),
+            ("o_shippriority", pa.int32()),
+            ("o_comment", pa.string()),
+        ]
+    ),
+    "lineitem": pa.schema(
+        [
+            ("l_orderkey", pa.int64()),
+            ("l_partkey", pa.int64()),
+            ("l_suppkey", pa.int64()),
+            ("l_linenumber", pa.int32()),
+            ("l_quantity", _AMOUNT),
+            ("l_extendedprice", _AMOUNT),
+            ("l_discount", _AMOUNT),
+            ("l_tax", _AMOUNT),
+            ("l_returnflag", pa.string()),
+            ("l_linestatus", pa.string()),
+            ("l_shipdate", pa.date32()),
+            ("l_commitdate", pa.date32()),
+            ("l_receiptdate", pa.date32()),
+            ("l_shipinstruct", pa.string()),
+            ("l_shipmode", pa.string()),
+            ("l_comment", pa.string()),
+        ]
+    ),
+}

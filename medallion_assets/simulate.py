@@ -46,103 +46,7 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
-
-_AMOUNT = pa.decimal128(15, 2)
-
-#: The contract's Arrow schema of each TPC-H table (keys int64, ``p_size`` and
-#: ``ps_availqty`` int32, amounts decimal(15,2), dates date32).
-TPCH_SCHEMAS: dict[str, pa.Schema] = {
-    "region": pa.schema(
-        [("r_regionkey", pa.int64()), ("r_name", pa.string()), ("r_comment", pa.string())]
-    ),
-    "nation": pa.schema(
-        [
-            ("n_nationkey", pa.int64()),
-            ("n_name", pa.string()),
-            ("n_regionkey", pa.int64()),
-            ("n_comment", pa.string()),
-        ]
-    ),
-    "supplier": pa.schema(
-        [
-            ("s_suppkey", pa.int64()),
-            ("s_name", pa.string()),
-            ("s_address", pa.string()),
-            ("s_nationkey", pa.int64()),
-            ("s_phone", pa.string()),
-            ("s_acctbal", _AMOUNT),
-            ("s_comment", pa.string()),
-        ]
-    ),
-    "customer": pa.schema(
-        [
-            ("c_custkey", pa.int64()),
-            ("c_name", pa.string()),
-            ("c_address", pa.string()),
-            ("c_nationkey", pa.int64()),
-            ("c_phone", pa.string()),
-            ("c_acctbal", _AMOUNT),
-            ("c_mktsegment", pa.string()),
-            ("c_comment", pa.string()),
-        ]
-    ),
-    "part": pa.schema(
-        [
-            ("p_partkey", pa.int64()),
-            ("p_name", pa.string()),
-            ("p_mfgr", pa.string()),
-            ("p_brand", pa.string()),
-            ("p_type", pa.string()),
-            ("p_size", pa.int32()),
-            ("p_container", pa.string()),
-            ("p_retailprice", _AMOUNT),
-            ("p_comment", pa.string()),
-        ]
-    ),
-    "partsupp": pa.schema(
-        [
-            ("ps_partkey", pa.int64()),
-            ("ps_suppkey", pa.int64()),
-            ("ps_availqty", pa.int32()),
-            ("ps_supplycost", _AMOUNT),
-            ("ps_comment", pa.string()),
-        ]
-    ),
-    "orders": pa.schema(
-        [
-            ("o_orderkey", pa.int64()),
-            ("o_custkey", pa.int64()),
-            ("o_orderstatus", pa.string()),
-            ("o_totalprice", _AMOUNT),
-            ("o_orderdate", pa.date32()),
-            ("o_orderpriority", pa.string()),
-            ("o_clerk", pa.string()),
-            ("o_shippriority", pa.int32()),
-            ("o_comment", pa.string()),
-        ]
-    ),
-    "lineitem": pa.schema(
-        [
-            ("l_orderkey", pa.int64()),
-            ("l_partkey", pa.int64()),
-            ("l_suppkey", pa.int64()),
-            ("l_linenumber", pa.int32()),
-            ("l_quantity", _AMOUNT),
-            ("l_extendedprice", _AMOUNT),
-            ("l_discount", _AMOUNT),
-            ("l_tax", _AMOUNT),
-            ("l_returnflag", pa.string()),
-            ("l_linestatus", pa.string()),
-            ("l_shipdate", pa.date32()),
-            ("l_commitdate", pa.date32()),
-            ("l_receiptdate", pa.date32()),
-            ("l_shipinstruct", pa.string()),
-            ("l_shipmode", pa.string()),
-            ("l_comment", pa.string()),
-        ]
-    ),
-}
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES, TPCH_SCHEMAS
 
 #: Reference tables landed as Parquet snapshots.
 
@@ -585,7 +489,7 @@ def _plan_snapshots(plan: SimulationPlan, tables: dict[str, pa.Table]) -> dict[i
     older["part"] = part.set_column(
         part.schema.get_field_index("p_retailprice"),
         "p_retailprice",
-        pa.array([price + Decimal("1.00") for price in part["p_retailprice"].to_pylist()], _AMOUNT),
+        pa.array([price + Decimal("1.00") for price in part["p_retailprice"].to_pylist()], part["p_retailprice"].type),
     )
     supplier = final["supplier"]
     older["supplier"] = supplier.set_column(

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     DataType,
@@ -45,95 +46,24 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-AMOUNT = DecimalType(15, 2)
+from medallion_assets.contract import REFERENCE_TABLES, TPCH_SCHEMAS
 
 
-def _schema(*columns: tuple[str, DataType]) -> StructType:
-    return StructType([StructField(name, kind, True) for name, kind in columns])
+def _spark_schema(table: str) -> StructType:
+    return from_arrow_schema(TPCH_SCHEMAS[table], prefer_timestamp_ntz=False)
 
 
 #: TPC-H ``orders`` as silver stores it.
-ORDERS_SCHEMA = _schema(
-    ("o_orderkey", LongType()),
-    ("o_custkey", LongType()),
-    ("o_orderstatus", StringType()),
-    ("o_totalprice", AMOUNT),
-    ("o_orderdate", DateType()),
-    ("o_orderpriority", StringType()),
-    ("o_clerk", StringType()),
-    ("o_shippriority", IntegerType()),
-    ("o_comment", StringType()),
-)
+ORDERS_SCHEMA = _spark_schema("orders")
 
 #: TPC-H ``lineitem`` as silver stores it.
-LINEITEM_SCHEMA = _schema(
-    ("l_orderkey", LongType()),
-    ("l_partkey", LongType()),
-    ("l_suppkey", LongType()),
-    ("l_linenumber", IntegerType()),
-    ("l_quantity", AMOUNT),
-    ("l_extendedprice", AMOUNT),
-    ("l_discount", AMOUNT),
-    ("l_tax", AMOUNT),
-    ("l_returnflag", StringType()),
-    ("l_linestatus", StringType()),
-    ("l_shipdate", DateType()),
-    ("l_commitdate", DateType()),
-    ("l_receiptdate", DateType()),
-    ("l_shipinstruct", StringType()),
-    ("l_shipmode", StringType()),
-    ("l_comment", StringType()),
-)
+LINEITEM_SCHEMA = _spark_schema("lineitem")
 
 #: TPC-H ``customer`` as silver stores it (``c_phone``/``c_address`` masked).
-CUSTOMER_SCHEMA = _schema(
-    ("c_custkey", LongType()),
-    ("c_name", StringType()),
-    ("c_address", StringType()),
-    ("c_nationkey", LongType()),
-    ("c_phone", StringType()),
-    ("c_acctbal", AMOUNT),
-    ("c_mktsegment", StringType()),
-    ("c_comment", StringType()),
-)
+CUSTOMER_SCHEMA = _spark_schema("customer")
 
 #: The reference tables' contract schemas.
-REFERENCE_SCHEMAS: dict[str, StructType] = {
-    "region": _schema(("r_regionkey", LongType()), ("r_name", StringType()), ("r_comment", StringType())),
-    "nation": _schema(
-        ("n_nationkey", LongType()),
-        ("n_name", StringType()),
-        ("n_regionkey", LongType()),
-        ("n_comment", StringType()),
-    ),
-    "supplier": _schema(
-        ("s_suppkey", LongType()),
-        ("s_name", StringType()),
-        ("s_address", StringType()),
-        ("s_nationkey", LongType()),
-        ("s_phone", StringType()),
-        ("s_acctbal", AMOUNT),
-        ("s_comment", StringType()),
-    ),
-    "part": _schema(
-        ("p_partkey", LongType()),
-        ("p_name", StringType()),
-        ("p_mfgr", StringType()),
-        ("p_brand", StringType()),
-        ("p_type", StringType()),
-        ("p_size", IntegerType()),
-        ("p_container", StringType()),
-        ("p_retailprice", AMOUNT),
-        ("p_comment", StringType()),
-    ),
-    "partsupp": _schema(
-        ("ps_partkey", LongType()),
-        ("ps_suppkey", LongType()),
-        ("ps_availqty", IntegerType()),
-        ("ps_supplycost", AMOUNT),
-        ("ps_comment", StringType()),
-    ),
-}
+REFERENCE_SCHEMAS: dict[str, StructType] = {table: _spark_schema(table) for table in REFERENCE_TABLES}
 
 #: A line item inside an order event (its order key is the event's).
 EVENT_LINEITEM_SCHEMA = StructType([field for field in LINEITEM_SCHEMA.fields if field.name != "l_orderkey"])
