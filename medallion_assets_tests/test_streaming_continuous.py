@@ -91,26 +91,26 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
     def committed_with(lines_total):
         return lambda: Path(table, "_delta_log").exists() and read_with_deltalake(table).num_rows == lines_total
 
+    def reported_once(instance, proc, file_name: str, lines_total: int, lines_new: int) -> None:
+        """Wait until the file's batch is committed, then check one tick reports it and requests downstream."""
+        wait_for(committed_with(lines_total), proc, what=f"{file_name} in bronze")
+        wait_for(lambda: not read_checkpoint(ckpt).pending() and read_checkpoint(ckpt).commits, proc, what="commit")
+        result, batches = tick(instance)
+        assert batches and result.run_requests, f"the batch of {file_name} is reported and silver/gold requested"
+        rows = sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization))
+        assert rows == lines_new
+
     with DagsterInstance.ephemeral() as instance:
         proc = start_stream(root, log_file)
         try:
             wait_for(lambda: read_checkpoint(ckpt).query_id is not None, proc, what="the query to start")
             time.sleep(12)  # idle triggers first: Spark reports no-data progress every 10 s
             land(landing, "a.json", 10)
-            wait_for(committed_with(10), proc, what="a.json in bronze")
-            wait_for(lambda: not read_checkpoint(ckpt).pending() and read_checkpoint(ckpt).commits, proc, what="commit")
-            result, batches = tick(instance)
-            assert batches and result.run_requests, "the first batch is reported and silver/gold requested"
-            rows = sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization))
-            assert rows == 10
+            reported_once(instance, proc, "a.json", 10, 10)
             assert tick(instance)[1] == []  # nothing twice
 
             land(landing, "b.json", 7)
-            wait_for(committed_with(17), proc, what="b.json in bronze")
-            wait_for(lambda: not read_checkpoint(ckpt).pending(), proc, what="commit")
-            result, batches = tick(instance)
-            assert batches and result.run_requests
-            assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 7
+            reported_once(instance, proc, "b.json", 17, 7)
         finally:
             assert stop_stream(proc) == 0
         output = log_file.read_text()
@@ -127,11 +127,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
         # Restart: the new batch is reported once, nothing before it again.
         proc = start_stream(root, log_file)
         try:
-            wait_for(committed_with(22), proc, what="c.json in bronze")
-            wait_for(lambda: not read_checkpoint(ckpt).pending(), proc, what="commit")
-            result, batches = tick(instance)
-            assert batches and result.run_requests
-            assert sum(e.metadata["rows"].value for e in result.asset_events if isinstance(e, AssetMaterialization)) == 5
+            reported_once(instance, proc, "c.json", 22, 5)
         finally:
             stop_stream(proc)
 
