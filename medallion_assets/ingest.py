@@ -16,7 +16,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
+from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.resources import LakeResource
 
 #: Bronze streams and how their files are read.
@@ -100,44 +102,37 @@ def start_bronze_stream(
         spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
     table_path = lake.table_path(["bronze", stream_name])
+    engine = engine_for(spark)
+    _create_bronze_table(spark, engine, table_path, frame.schema)
     writer = (
-        frame.writeStream.outputMode("append")
+        frame.writeStream.format("delta")
+        .outputMode("append")
         .queryName(query_name or f"bronze_{stream_name}")
         .option("checkpointLocation", lake.checkpoint_dir(stream_name))
         .trigger(**dict(trigger or {"availableNow": True}))
     )
-    if _has_delta_stream_sink():
-        writer = writer.format("delta").option("delta.enableChangeDataFeed", "true")
-        for key, value in (commit_metadata or {}).items():
-            writer = writer.option(f"commitInfo.{key}", value)
-        return writer.start(table_path)
-    # Until the delta package's stream sink lands: each micro-batch is an append
-    # made idempotent by the app transaction (query id, batch id), so a batch
-    # replayed after a crash commits once.
-    return writer.foreachBatch(_idempotent_append(table_path, commit_metadata or {})).start()
+    for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
+        writer = writer.option(key, value)
+    return writer.start(table_path)
 
 
-def _has_delta_stream_sink() -> bool:
-    import importlib.util
+def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, schema: StructType) -> None:
+    """Create a bronze table before its stream first writes, with its change data feed on.
 
-    return importlib.util.find_spec("medallion_assets.delta._streaming") is not None
-
-
-def _idempotent_append(table_path: str, commit_metadata: Mapping[str, str]):
-    def append_batch(batch: DataFrame, batch_id: int) -> None:
-        query_id = batch.sparkSession.conf.get("spark.sql.streaming.queryId", None) or "bronze"
-        writer = (
-            batch.write.format("delta")
-            .mode("append")
-            .option("txnAppId", f"{table_path}:{query_id}")
-            .option("txnVersion", str(batch_id))
-            .option("delta.enableChangeDataFeed", "true")
-        )
-        for key, value in commit_metadata.items():
-            writer = writer.option(f"commitInfo.{key}", value)
-        writer.save(table_path)
-
-    return append_batch
+    Silver reads bronze increments through the change data feed. Created with
+    the table builder, which both engines take, rather than a sink option that
+    each engine spells differently.
+    """
+    if engine.is_delta_table(spark, path):
+        return
+    (
+        engine.table_class()
+        .createIfNotExists(spark)
+        .location(path)
+        .addColumns(schema)
+        .property("delta.enableChangeDataFeed", "true")
+        .execute()
+    )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.resources import LakeResource, SparkResource
 
 #: Metadata keys an asset declares its storage with (see :func:`delta_table`).
@@ -212,65 +213,57 @@ class _StepReads:
 
 
 class DeltaTableClient:
-    """Reads and writes Delta tables with one SparkSession.
+    """Reads and writes Delta tables with one SparkSession, on the session's Delta engine.
 
     Knows storage and nothing about Dagster, so it can be used from scripts and
-    maintenance jobs too.
+    maintenance jobs too. What the two engines spell differently is asked of
+    :class:`~medallion_assets.engine.DeltaEngine`; the rest is delta-spark's
+    surface, which both ``DeltaTable`` classes share.
 
     Args:
-        spark: a session with the ``delta`` format enabled.
+        spark: the session.
+        engine: its Delta engine (default: the one the session runs).
     """
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None) -> None:
         self.spark = spark
+        self.engine = engine or engine_for(spark)
 
     # ---- reading -------------------------------------------------------
     def exists(self, path: str) -> bool:
         """Whether ``path`` holds a Delta table."""
-        DeltaTable = _delta_table_class()
-
-        return DeltaTable.isDeltaTable(self.spark, path)
+        return self.engine.is_delta_table(self.spark, path)
 
     def latest_version(self, path: str) -> int | None:
         """The table's current version, or ``None`` if there is no table."""
         if not self.exists(path):
             return None
-        import deltalake
-
-        return deltalake.DeltaTable(path).version()
+        return self.engine.latest_commit(self.spark, path).version
 
     def read(self, path: str, *, version: int | None = None, columns: Sequence[str] | None = None) -> DataFrame:
-        """The table at its latest (or a pinned) version, through the native Parquet route."""
-        from medallion_assets.delta import read_delta
-
-        return read_delta(self.spark, path, version=version, columns=list(columns) if columns else None)
+        """The table at its latest (or a pinned) version."""
+        return self.engine.read(self.spark, path, version=version, columns=columns)
 
     def read_changes(self, path: str, *, after_version: int, to_version: int) -> DataFrame:
         """Rows inserted by commits ``after_version + 1 .. to_version``.
 
-        Uses the change data feed, which delta-rs derives from the commits' Add
-        actions: it skips ``dataChange=false`` rewrites (OPTIMIZE), so compaction
-        never replays rows, and it reads only the files of the new commits, so
-        the cost follows the new data, not the table. Built on the driver
-        (delta-rs), which suits the per-run increments of bronze. The table must
-        have ``delta.enableChangeDataFeed`` on (the bronze streams set it).
+        Through the table's change data feed, which skips ``dataChange=false``
+        rewrites (OPTIMIZE), so compaction never replays rows, and reads only
+        the files of the new commits, so the cost follows the new data, not the
+        table. The table must have ``delta.enableChangeDataFeed`` on (the
+        bronze streams set it).
         """
-        DeltaTable = _delta_table_class()
-
-        table_columns = self.read(path, version=to_version).schema
-        if to_version <= after_version:
-            return self.spark.createDataFrame([], table_columns)
-        changes = DeltaTable.forPath(self.spark, path).changes(
-            startingVersion=after_version + 1, endingVersion=to_version
-        )
-        return changes.where(F.col("_change_type") == "insert").select(*table_columns.fieldNames())
+        return self.engine.read_inserts(self.spark, path, after_version=after_version, to_version=to_version)
 
     def last_commit_info(self, path: str) -> dict[str, Any]:
-        """The newest commit's commitInfo (operation, metrics, custom metadata)."""
-        import deltalake
-
-        history = deltalake.DeltaTable(path).history(1)
-        return history[0] if history else {}
+        """The newest commit: ``version``, ``operation``, ``operationMetrics`` and its custom metadata."""
+        commit = self.engine.latest_commit(self.spark, path)
+        return {
+            **commit.custom,
+            "version": commit.version,
+            "operation": commit.operation,
+            "operationMetrics": commit.operation_metrics,
+        }
 
     # ---- writing -------------------------------------------------------
     def write(
@@ -295,9 +288,12 @@ class DeltaTableClient:
             The version committed, or why nothing was committed.
         """
         commit_metadata = dict(commit_metadata or {})
+        _check_column_names(frame, path)
         if spec.mode in ("append", "merge") and frame.isEmpty():
             return WriteResult(self.latest_version(path), "no new rows")
-        if spec.partition_columns or (spec.mode == "merge") or replace_where:
+        # Tables are created by the builder, which both engines accept with partitions
+        # and properties (the delta-rs engine's writer cannot take partitionBy).
+        if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             self._create_if_missing(stored, path, spec)
         if spec.mode == "merge":
@@ -309,10 +305,8 @@ class DeltaTableClient:
             writer = writer.option("mergeSchema", "true")
         elif spec.schema_mode == "overwrite":
             writer = writer.option("overwriteSchema", "true")
-        for key, value in spec.table_properties.items():
-            writer = writer.option(key if key.startswith("delta.") else f"delta.{key}", value)
-        for key, value in commit_metadata.items():
-            writer = writer.option(f"commitInfo.{key}", value)
+        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
+            writer = writer.option(key, value)
         writer.save(path)
         return WriteResult(self.latest_version(path))
 
@@ -320,9 +314,7 @@ class DeltaTableClient:
         # Python data sources cannot take .partitionBy(); the builder can.
         if self.exists(path):
             return
-        DeltaTable = _delta_table_class()
-
-        builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(frame.schema)
+        builder = self.engine.table_class().createIfNotExists(self.spark).location(path).addColumns(frame.schema)
         if spec.partition_columns:
             builder = builder.partitionedBy(*spec.partition_columns)
         for key, value in spec.table_properties.items():
@@ -332,14 +324,12 @@ class DeltaTableClient:
     def _merge(
         self, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
     ) -> WriteResult:
-        """Upsert ``frame`` on the merge keys; runs in delta-rs on the driver.
+        """Upsert ``frame`` on the merge keys (on the delta-rs engine, in delta-rs on the driver).
 
         With a delete column, deleted keys are kept with their sequence value in
         a tombstone table next to the target, so a change older than a delete
         that arrives later cannot bring the row back.
         """
-        DeltaTable = _delta_table_class()
-
         if spec.replace_group:
             return self._merge_groups(frame, path, spec, commit_metadata)
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.merge_keys)
@@ -350,7 +340,7 @@ class DeltaTableClient:
             source = self._drop_superseded_by_tombstones(source, path, spec)
             if source.isEmpty():
                 return WriteResult(self.latest_version(path), "every change is older than a delete")
-        table = DeltaTable.forPath(self.spark, path)
+        table = self.engine.for_path(self.spark, path)
         stored_schema = table.toDF().schema
         source, new_columns = _evolve_source(source, stored_schema, spec)
         # Explicit assignments so the delete flag is never stored in the table.
@@ -369,7 +359,7 @@ class DeltaTableClient:
         else:
             merge = merge.whenMatchedUpdate(condition=newer, set=assignments)
             merge = merge.whenNotMatchedInsert(values=assignments)
-        _execute_with_commit_metadata(merge, commit_metadata)
+        self.engine.execute_merge(self.spark, merge, commit_metadata)
         if spec.delete_column:
             self._remember_deletes(frame, path, spec)
         return WriteResult(self.latest_version(path))
@@ -384,8 +374,6 @@ class DeltaTableClient:
         sequence is newer than the group's stored rows and its tombstone;
         stored rows of an applied group that the change lacks are deleted.
         """
-        DeltaTable = _delta_table_class()
-
         group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
         changes = frame.groupBy(group).agg(
             F.max(seq).alias("_change_seq"), F.max(F.col(deleted).cast("int")).cast("boolean").alias("_change_deletes")
@@ -421,7 +409,7 @@ class DeltaTableClient:
             return WriteResult(self.latest_version(path), "every change is older than the stored state")
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         assignments = {c: f"s.`{c}`" for c in columns}
-        merge = DeltaTable.forPath(self.spark, path).alias("t").merge(source.alias("s"), on)
+        merge = self.engine.for_path(self.spark, path).alias("t").merge(source.alias("s"), on)
         if new_columns:
             merge = merge.withSchemaEvolution()
         merge = (
@@ -429,7 +417,7 @@ class DeltaTableClient:
             .whenMatchedUpdate(condition="NOT s._remove", set=assignments)
             .whenNotMatchedInsert(condition="NOT s._remove", values=assignments)
         )
-        _execute_with_commit_metadata(merge, commit_metadata)
+        self.engine.execute_merge(self.spark, merge, commit_metadata)
         group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
         if not group_deletes.isEmpty():
             tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
@@ -467,19 +455,18 @@ class DeltaTableClient:
         Version, operation and its metrics, rows, files, bytes, the schema as
         ``dagster/column_schema``, partition columns and a preview.
         """
-        DeltaTable = _delta_table_class()
-
-        table = DeltaTable.forPath(self.spark, path)
+        table = self.engine.for_path(self.spark, path)
         detail = table.detail().first().asDict(recursive=True)
-        commit = self.last_commit_info(path)
+        commit = self.engine.latest_commit(self.spark, path)
         frame = self.read(path)
-        metrics = commit.get("operationMetrics") or {}
+        metrics = commit.operation_metrics
         return {
+            "delta/engine": self.engine.name,
             "dagster/column_schema": spark_table_schema(frame),
             "dagster/row_count": frame.count(),
             "dagster/uri": MetadataValue.path(path),
-            "delta/version": commit.get("version", self.latest_version(path)),
-            "delta/operation": commit.get("operation", ""),
+            "delta/version": commit.version,
+            "delta/operation": commit.operation,
             "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
             "delta/num_files": int(detail.get("numFiles") or 0),
             "delta/size_bytes": int(detail.get("sizeInBytes") or 0),
@@ -488,13 +475,20 @@ class DeltaTableClient:
         }
 
 
-def _delta_table_class() -> Any:
-    # The delta package exports DeltaTable from its top level once tables.py is wired in.
-    try:
-        from medallion_assets.delta import DeltaTable
-    except ImportError:
-        from medallion_assets.delta.tables import DeltaTable
-    return DeltaTable
+#: Characters Delta refuses in column names of tables without column mapping
+#: (delta-spark enforces it; delta-rs would store them): one rule for both engines.
+_INVALID_COLUMN_CHARACTERS = " ,;{}()\n\t="
+
+
+def _check_column_names(frame: DataFrame, path: str) -> None:
+    """Refuse column names Delta cannot store without column mapping, before anything is written."""
+    bad = [name for name in frame.columns if any(ch in name for ch in _INVALID_COLUMN_CHARACTERS)]
+    if bad:
+        raise ValueError(
+            f"cannot write {path}: column name(s) {bad} contain a character Delta does not allow "
+            f"in column names (one of {_INVALID_COLUMN_CHARACTERS!r}); give them plain names with "
+            "alias(), e.g. F.sum('n').alias('total')"
+        )
 
 
 def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str]]:
@@ -512,13 +506,6 @@ def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tup
     missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in stored.fields if f.name.lower() not in present]
     new_columns = [c for c in frame.columns if c.lower() not in stored_names and c != spec.delete_column]
     return (frame.select("*", *missing) if missing else frame), new_columns
-
-
-def _execute_with_commit_metadata(merge: Any, commit_metadata: Mapping[str, str]) -> None:
-    """Run a merge, recording ``commit_metadata`` in its commit when the builder can."""
-    if commit_metadata:
-        merge = merge.withCommitInfo(dict(commit_metadata))
-    merge.execute()
 
 
 def spark_table_schema(frame: DataFrame) -> TableSchema:
@@ -601,7 +588,7 @@ class DeltaIOManager(ConfigurableIOManager):
     _reads: dict[tuple[str, str], _StepReads] = PrivateAttr(default_factory=dict)
 
     def _client(self) -> DeltaTableClient:
-        return DeltaTableClient(self.spark.spark_session)
+        return DeltaTableClient(self.spark.spark_session, self.spark.delta_engine_in_use)
 
     def _path(self, key: AssetKey) -> str:
         return self.lake.table_path(key.path)

@@ -62,18 +62,16 @@ class MaintenanceConfig(Config):
 @op(description="OPTIMIZE (compaction) then VACUUM of every Delta table of the lake.")
 def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lake: LakeResource) -> None:
     """Compact and vacuum each table; never vacuums below Delta's 7-day retention check."""
-    from medallion_assets.io_manager import _delta_table_class
-
     if config.retention_hours < 168:
         raise ValueError("retention below 168 hours can break readers and time travel; Delta refuses it too")
     session = spark.spark_session
-    client = DeltaTableClient(session)
-    DeltaTable = _delta_table_class()
+    client = DeltaTableClient(session, spark.delta_engine_in_use)
+    context.log.info(f"Delta engine: {client.engine.name}")
     for layer in config.layers:
         for path in lake.table_paths(layer):
             if not client.exists(path):
                 continue
-            table = DeltaTable.forPath(session, path)
+            table = client.engine.for_path(session, path)
             table.optimize().executeCompaction()
             table.vacuum(config.retention_hours)
             context.log.info(f"maintained {layer}/{path.rstrip('/').rsplit('/', 1)[-1]}")

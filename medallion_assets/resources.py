@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from medallion_assets.engine import DeltaEngine
 
 #: Spark settings of the embedded session, sized for one machine: few shuffle
 #: partitions because the tables are small, and UTC so that timestamps read the
@@ -64,6 +67,24 @@ class SparkResource(LazyPySparkResource):
         default_factory=lambda: dict(EMBEDDED_SPARK_CONFIG),
         description="Extra Spark configuration, applied to the session builder (key -> value).",
     )
+    delta_engine: str = Field(
+        default="auto",
+        description=(
+            "Delta engine of the session: auto (delta-spark when the platform, DELTA_SPARK_JARS or Maven "
+            "provides it, else delta-rs), delta-spark (fail without it) or delta-rs."
+        ),
+    )
+    delta_spark_jars: str | None = Field(
+        default=None,
+        description="Local delta-spark jars: a folder of jars or a comma list of jar files (air-gapped clusters).",
+    )
+    delta_spark_maven: bool = Field(
+        default=False,
+        description=(
+            "Fetch delta-spark from Maven (spark.jars.packages) when no jars are named. Off by default: "
+            "a machine without Maven access would wait on the download."
+        ),
+    )
     python_workers_use_driver_interpreter: bool = Field(
         default=True,
         description=(
@@ -73,11 +94,24 @@ class SparkResource(LazyPySparkResource):
         ),
     )
 
+    _engine: Any = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _master_or_remote(self) -> SparkResource:
         if not self.master and not self.remote:
             raise ValueError("SparkResource needs either `master` or `remote`.")
+        if self.delta_engine not in ("auto", "delta-spark", "delta-rs"):
+            raise ValueError(f"delta_engine must be auto, delta-spark or delta-rs, got {self.delta_engine!r}")
         return self
+
+    @property
+    def delta_engine_in_use(self) -> DeltaEngine:
+        """The Delta engine of this resource's session (starts the session if needed)."""
+        if self._engine is None:
+            from medallion_assets.engine import engine_for
+
+            self._engine = engine_for(self.spark_session)
+        return self._engine
 
     def _init_session(self) -> None:
         # Overrides dagster-pyspark's builder: master/remote first, then enable_delta.
@@ -85,11 +119,19 @@ class SparkResource(LazyPySparkResource):
             return
         from pyspark.sql import SparkSession
 
-        from medallion_assets.delta import enable_delta
+        from medallion_assets.engine import plan_engine, start_engine
 
+        plan = plan_engine(
+            self.delta_engine, jars=self.delta_spark_jars or None, maven=self.delta_spark_maven  # type: ignore[arg-type]
+        )
         builder = SparkSession.builder.appName(self.app_name)
         builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
-        config = {str(k): str(v) for k, v in self.spark_config.items()}
+        config = dict(plan.spark_config) if not self.remote else {}
+        if plan.source and not self.remote and str(self.master).startswith("local"):
+            # delta-spark rebuilds a table's snapshot with 50 tasks by default, sized for
+            # clusters; an embedded session has its cores. Clusters keep Delta's default.
+            config["spark.databricks.delta.snapshotPartitions"] = str(_local_cores(str(self.master)))
+        config.update({str(k): str(v) for k, v in self.spark_config.items()})
         if (
             not self.remote
             and self.python_workers_use_driver_interpreter
@@ -99,7 +141,16 @@ class SparkResource(LazyPySparkResource):
             config["spark.pyspark.python"] = sys.executable
         for key, value in config.items():
             builder = builder.config(key, value)
-        self._spark_session = enable_delta(builder.getOrCreate())
+        session = builder.getOrCreate()
+        self._engine = start_engine(session, plan)
+        self._spark_session = session
+
+
+def _local_cores(master: str) -> int:
+    """The cores of a ``local``, ``local[N]`` or ``local[*]`` master."""
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    count = inside.split(",")[0]
+    return os.cpu_count() or 1 if count == "*" else max(int(count), 1)
 
 
 class LakeResource(ConfigurableResource):

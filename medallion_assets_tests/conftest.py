@@ -1,36 +1,82 @@
-"""Shared fixtures: one real SparkSession for the whole test session."""
+"""Shared fixtures: one real SparkSession for the whole test session, on one Delta engine.
+
+The engine of a test session is ``MEDALLION_TEST_ENGINE``: ``delta-rs`` (the
+default, which every clone can run) or ``delta-spark`` (needs the jars named by
+``DELTA_SPARK_JARS``). ``test_engines.py`` runs the tests marked
+``both_engines`` once more in a test session of the other engine, since one
+Python process holds one SparkContext. Processes the tests start (Dagster
+subprocesses, stream runners, ``dagster dev``) inherit ``MEDALLION_DELTA_ENGINE``
+set to the same engine.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
+
+ENGINES = ("delta-rs", "delta-spark")
+
+
+def session_engine() -> str:
+    """The Delta engine this test session runs."""
+    engine = os.environ.get("MEDALLION_TEST_ENGINE", "delta-rs")
+    if engine not in ENGINES:
+        raise pytest.UsageError(f"MEDALLION_TEST_ENGINE must be one of {ENGINES}, got {engine!r}")
+    return engine
+
+
+def pytest_configure(config):
+    # Subprocesses of the tests build their sessions through the project's resource.
+    os.environ["MEDALLION_DELTA_ENGINE"] = session_engine()
+
+
+def pytest_collection_modifyitems(config, items):
+    if session_engine() == "delta-rs":
+        return
+    package_tests = Path(__file__).parent / "delta"
+    skip = pytest.mark.skip(reason="tests of medallion_assets.delta (the delta-rs engine) run in a delta-rs session")
+    for item in items:
+        if package_tests in Path(str(item.fspath)).parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def delta_engine() -> str:
+    """The name of the Delta engine of this test session."""
+    return session_engine()
 
 
 @pytest.fixture(scope="session")
 def spark():
-    """A local SparkSession with the ``delta`` format, shared by every test.
+    """A local SparkSession on the session's Delta engine, shared by every test.
 
     Starting a JVM costs seconds, so the whole suite shares one; Dagster runs
     made in-process pick it up through ``getOrCreate``.
     """
     from pyspark.sql import SparkSession
 
-    from medallion_assets.delta import enable_delta
+    from medallion_assets.engine import plan_engine, start_engine
 
+    engine = session_engine()
+    plan = plan_engine(engine, jars=os.environ.get("DELTA_SPARK_JARS") if engine == "delta-spark" else None)  # type: ignore[arg-type]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
-        .appName("medallion-assets-tests")
+        .appName(f"medallion-assets-tests-{engine}")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
+        .config("spark.databricks.delta.snapshotPartitions", "2")
     )
+    for key, value in plan.spark_config.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    enable_delta(session)
+    assert start_engine(session, plan).name == engine
     yield session
     session.stop()

@@ -12,7 +12,7 @@ from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.order_events import order_event_line
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 
 
 def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, monkeypatch):

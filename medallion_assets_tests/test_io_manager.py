@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dagster import AssetIn, AssetKey, DagsterInstance, MonthlyPartitionsDefinition, asset, materialize
+
+from pyspark.sql import functions as F
 
 from medallion_assets.io_manager import DeltaIOManager, DeltaTableClient, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
+
+pytestmark = pytest.mark.both_engines
 
 
 def _resources(tmp_path):
@@ -80,7 +86,7 @@ def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
 
     @asset(key=["gold", "total"], ins={"numbers": AssetIn(key=["bronze", "numbers"], metadata={"delta/columns": ["n"]})})
     def total(numbers):
-        return numbers.groupBy().sum("n")
+        return numbers.groupBy().agg(F.sum("n").alias("total"))
 
     resources = _resources(tmp_path)
     instance = DagsterInstance.ephemeral()  # the skip compares with the instance's last materialization
@@ -111,3 +117,17 @@ def test_time_window_partition_replaces_only_its_month(spark, tmp_path):
         assert materialize([daily], resources=resources, partition_key=key).success
     rows = DeltaTableClient(spark).read(resources["lake"].table_path(["gold", "daily"])).collect()
     assert sorted(str(r.day) for r in rows) == ["1995-01-01", "1995-02-01"]
+
+
+def test_column_names_delta_cannot_store_are_refused_before_writing(spark, tmp_path):
+    @asset(key=["gold", "sums"])
+    def sums():
+        return spark.range(3).groupBy().sum("id")  # column "sum(id)"
+
+    resources = _resources(tmp_path)
+    result = materialize([sums], resources=resources, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else failure.step_failure_data.error.message
+    assert "sum(id)" in message and "alias" in message
+    assert not DeltaTableClient(spark).exists(resources["lake"].table_path(["gold", "sums"]))

@@ -12,6 +12,8 @@ from medallion_assets.jobs import table_maintenance
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets_tests.delta.readers import read_with_duckdb
 
+pytestmark = pytest.mark.both_engines
+
 
 def _small_files_table(spark, path: str, appends: int) -> None:
     for i in range(appends):

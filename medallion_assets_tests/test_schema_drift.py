@@ -10,7 +10,7 @@ from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 
 
 def _event(key: int, event_id: str, event_time: str, **extra) -> str:

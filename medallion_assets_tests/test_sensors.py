@@ -37,6 +37,8 @@ from medallion_assets.streaming import (
     stream_health,
 )
 
+pytestmark = pytest.mark.both_engines
+
 STREAM = "orders_raw"
 
 

@@ -21,7 +21,7 @@ from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 STREAM = "orders_raw"
 
 

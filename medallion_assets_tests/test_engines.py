@@ -1,0 +1,83 @@
+"""The engine choice, and the tests marked ``both_engines`` on the other engine.
+
+One Python process holds one SparkContext, so the second engine's tests run in
+a test session of their own: a ``pytest -m both_engines`` subprocess with
+``MEDALLION_TEST_ENGINE`` set to the other engine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from medallion_assets.engine import DELTA_SPARK_SESSION_CONFIG, delta_spark_jar_files, plan_engine
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _delta_spark_jars() -> str | None:
+    location = os.environ.get("DELTA_SPARK_JARS")
+    if not location:
+        return None
+    try:
+        delta_spark_jar_files(location)
+    except FileNotFoundError:
+        return None
+    return location
+
+
+def test_auto_without_jars_plans_the_delta_rs_engine():
+    plan = plan_engine("auto")
+    assert plan.source is None and plan.spark_config == {}
+    assert "DELTA_SPARK_JARS" in plan.reason
+
+
+def test_jars_folder_plans_delta_spark(tmp_path):
+    (tmp_path / "b.jar").write_bytes(b"")
+    (tmp_path / "a.jar").write_bytes(b"")
+    plan = plan_engine("auto", jars=str(tmp_path))
+    assert plan.source == "jars"
+    assert plan.spark_config["spark.jars"] == f"{tmp_path / 'a.jar'},{tmp_path / 'b.jar'}"
+    for key, value in DELTA_SPARK_SESSION_CONFIG.items():
+        assert plan.spark_config[key] == value
+
+
+def test_bad_jar_locations_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="holds no .jar"):
+        plan_engine("auto", jars=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="missing.jar"):
+        plan_engine("delta-spark", jars=str(tmp_path / "missing.jar"))
+    with pytest.raises(ValueError, match="MEDALLION_DELTA_ENGINE"):
+        plan_engine("delta-lake")  # type: ignore[arg-type]
+
+
+def test_maven_is_an_explicit_opt_in():
+    plan = plan_engine("auto", maven=True, delta_version="4.4.1")
+    assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.1"
+    assert "spark.jars.packages" not in plan_engine("auto").spark_config
+
+
+def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):
+    from medallion_assets.engine import engine_for
+
+    assert engine_for(spark).name == delta_engine
+
+
+@pytest.mark.slow
+def test_both_engines_suite_on_the_other_engine(delta_engine):
+    other = "delta-spark" if delta_engine == "delta-rs" else "delta-rs"
+    env = dict(os.environ, MEDALLION_TEST_ENGINE=other, MEDALLION_DELTA_ENGINE=other)
+    if other == "delta-spark":
+        jars = _delta_spark_jars()
+        if jars is None:
+            pytest.skip("delta-spark engine not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+        env["DELTA_SPARK_JARS"] = jars
+    command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-p", "no:cacheprovider", "-q", "-rs"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    summary = result.stdout[-8000:]
+    print(summary)
+    assert result.returncode == 0, f"the both_engines tests failed on {other}:\n{summary}\n{result.stderr[-4000:]}"
