@@ -4,7 +4,9 @@ Built lazily (Dagster's ``@definitions``), so importing this module reads no
 environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 ``local`` (default: embedded ``local[*]`` Spark), ``cluster`` (master from
 ``SPARK_MASTER_URL``) or ``connect`` (Spark Connect at ``SPARK_REMOTE``); the
-asset code is the same in all three.
+asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
+``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
+(:mod:`medallion_assets.engine`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,38 @@ def lake_resource() -> LakeResource:
     return LakeResource()
 
 
+#: Environment variables of the Delta engine choice -> SparkResource fields.
+ENGINE_VARIABLES = {
+    "MEDALLION_DELTA_ENGINE": "delta_engine",
+    "DELTA_SPARK_JARS": "delta_spark_jars",
+    "MEDALLION_DELTA_SPARK_MAVEN": "delta_spark_maven",
+}
+
+
+def engine_settings() -> dict[str, Any]:
+    """The engine fields of the Spark resource, from the variables that are set.
+
+    Unset variables keep the resource's defaults (``auto``, no jars, no Maven).
+    The Maven switch is a boolean, which ``EnvVar`` cannot carry: it is read
+    when the definitions are built.
+    """
+    settings: dict[str, Any] = {
+        field: EnvVar(name) for name, field in ENGINE_VARIABLES.items() if os.environ.get(name) and field != "delta_spark_maven"
+    }
+    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN"):
+        settings["delta_spark_maven"] = os.environ["MEDALLION_DELTA_SPARK_MAVEN"].strip().lower() in ("1", "true", "yes")
+    return settings
+
+
 def spark_resource(deployment: str) -> SparkResource:
     """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``."""
+    engine = engine_settings()
     if deployment == "local":
-        return SparkResource()
+        return SparkResource(**engine)
     if deployment == "cluster":
-        return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False)
+        return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False, **engine)
     if deployment == "connect":
-        return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"))
+        return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"), **engine)
     raise ValueError(f"MEDALLION_DEPLOYMENT must be local, cluster or connect, got {deployment!r}")
 
 

@@ -96,12 +96,18 @@ class SparkResource(LazyPySparkResource):
 
     _engine: Any = PrivateAttr(default=None)
 
+    @field_validator("delta_engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
+        if type(value) is str and value not in ("auto", "delta-spark", "delta-rs"):
+            raise ValueError(f"delta_engine must be auto, delta-spark or delta-rs, got {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _master_or_remote(self) -> SparkResource:
         if not self.master and not self.remote:
             raise ValueError("SparkResource needs either `master` or `remote`.")
-        if self.delta_engine not in ("auto", "delta-spark", "delta-rs"):
-            raise ValueError(f"delta_engine must be auto, delta-spark or delta-rs, got {self.delta_engine!r}")
         return self
 
     @property

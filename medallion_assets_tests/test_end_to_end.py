@@ -102,7 +102,7 @@ def _assert_same_rows(gold: list[dict], duck: list[dict], what: str) -> None:
         assert all(_same_value(g[c], d[c]) for c in columns), f"{what}: {g} != {d}"
 
 
-def _table_versions(lake: Path) -> dict[str, int]:
+def table_versions(lake: Path) -> dict[str, int]:
     import deltalake
 
     versions = {}
@@ -113,7 +113,7 @@ def _table_versions(lake: Path) -> dict[str, int]:
     return versions
 
 
-def _landed_lines(files) -> dict[str, int]:
+def landed_lines(files) -> dict[str, int]:
     counts = {}
     for path in files:
         if path.suffix == ".json":
@@ -121,7 +121,7 @@ def _landed_lines(files) -> dict[str, int]:
     return counts
 
 
-def _materialize_everything(defs, instance):
+def materialize_everything(defs, instance):
     from medallion_assets.jobs import all_months_tags
 
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in getattr(a, "keys", []))]
@@ -136,7 +136,7 @@ def _materialize_everything(defs, instance):
     return result
 
 
-def _assert_checks_pass(result) -> int:
+def assert_checks_pass(result) -> int:
     evaluations = result.get_asset_check_evaluations()
     failed = [(e.asset_key.to_user_string(), e.check_name, dict(e.metadata)) for e in evaluations if not e.passed]
     assert not failed, failed
@@ -148,7 +148,7 @@ def _metadata(result, key: list[str]) -> dict:
     return {k: v.value for k, v in materialization.materialization.metadata.items()}
 
 
-def _assert_silver_matches_contract(lake: Path) -> None:
+def assert_silver_matches_contract(lake: Path) -> None:
     expected = contract_reference.expected_silver_state(lake / "landing")
     expected["customers"] = contract_reference.masked_customers(expected["customers"])
     for table, keys in SILVER_KEYS.items():
@@ -158,7 +158,7 @@ def _assert_silver_matches_contract(lake: Path) -> None:
         assert rows(got, sort_by=keys) == rows(want, sort_by=keys), table
 
 
-def _assert_history_is_closed(lake: Path) -> None:
+def assert_history_is_closed(lake: Path) -> None:
     """One open (current) history row per customer, across runs; the live ones are silver's customers."""
     history = read_with_deltalake(lake / "silver" / "customers_history").to_pylist()
     current = [r for r in history if r["is_current"]]
@@ -169,7 +169,7 @@ def _assert_history_is_closed(lake: Path) -> None:
     assert live == set(read_with_deltalake(lake / "silver" / "customers").column("c_custkey").to_pylist())
 
 
-def _assert_gold_matches_duckdb(lake: Path) -> None:
+def assert_gold_matches_duckdb(lake: Path) -> None:
     answers = _duckdb_tpch_answers(lake)
     for table, number in TPCH_GOLD.items():
         gold = read_with_deltalake(lake / "gold" / table).to_pylist()
@@ -191,11 +191,11 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     # ---- batch 1
     batch1 = simulate.land_next_batch(lake / "landing", **land)
     started = time.monotonic()
-    run1 = _materialize_everything(defs, instance)
+    run1 = materialize_everything(defs, instance)
     timings["run 1"] = time.monotonic() - started
-    checks1 = _assert_checks_pass(run1)
-    _assert_silver_matches_contract(lake)
-    _assert_gold_matches_duckdb(lake)
+    checks1 = assert_checks_pass(run1)
+    assert_silver_matches_contract(lake)
+    assert_gold_matches_duckdb(lake)
     bronze_path = lake / "bronze" / "orders_raw"
     import deltalake
 
@@ -206,22 +206,22 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     # ---- batch 2
     batch2 = simulate.land_next_batch(lake / "landing", **land)
     started = time.monotonic()
-    run2 = _materialize_everything(defs, instance)
+    run2 = materialize_everything(defs, instance)
     timings["run 2"] = time.monotonic() - started
-    _assert_checks_pass(run2)
-    _assert_silver_matches_contract(lake)
-    _assert_history_is_closed(lake)
-    _assert_gold_matches_duckdb(lake)
+    assert_checks_pass(run2)
+    assert_silver_matches_contract(lake)
+    assert_history_is_closed(lake)
+    assert_gold_matches_duckdb(lake)
 
     # Bronze took exactly batch 2's lines, each file once.
-    batch2_lines = _landed_lines(batch2.files)
+    batch2_lines = landed_lines(batch2.files)
     assert _metadata(run2, ["bronze", "orders_raw"])["new_rows"] == sum(batch2_lines.values())
     bronze = read_with_deltalake(bronze_path)
     per_file: dict[str, int] = {}
     for source in bronze.column("_source_file").to_pylist():
         name = Path(source.replace("file:", "")).name
         per_file[name] = per_file.get(name, 0) + 1
-    assert per_file == {**_landed_lines(batch1.files), **batch2_lines}
+    assert per_file == {**landed_lines(batch1.files), **batch2_lines}
     # Silver read only the bronze versions added by run 2, and they hold only batch 2's files.
     bronze_v2 = deltalake.DeltaTable(str(bronze_path)).version()
     consumed2 = _metadata(run2, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"]
@@ -231,10 +231,10 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert new_files == set(batch2_lines)
 
     # ---- nothing new: no table changes
-    before = _table_versions(lake)
+    before = table_versions(lake)
     started = time.monotonic()
-    run3 = _materialize_everything(defs, instance)
+    run3 = materialize_everything(defs, instance)
     timings["run 3 (nothing new)"] = time.monotonic() - started
-    _assert_checks_pass(run3)
-    assert _table_versions(lake) == before
+    assert_checks_pass(run3)
+    assert table_versions(lake) == before
     print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "checks_per_run": checks1}))
