@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def start_engine(spark: SparkSession, plan: EnginePlan) -> DeltaEngine:
     if plan.setting != "delta-rs" and has_native_delta(spark):
         reason = plan.reason if plan.source in ("jars", "maven") else "delta-spark shipped by the platform"
         log.info("Delta engine: delta-spark (%s)", reason)
-        return DeltaSparkEngine()
+        return _delta_spark_engine(spark, reason)
     if plan.setting == "delta-spark":
         raise DeltaEngineUnavailableError(
             "MEDALLION_DELTA_ENGINE is delta-spark, but the Spark session has no delta-spark classes: "
@@ -174,8 +175,8 @@ def start_engine(spark: SparkSession, plan: EnginePlan) -> DeltaEngine:
             "on a machine that reaches Maven, or use MEDALLION_DELTA_ENGINE=auto to fall back to delta-rs"
         )
     enable_delta(spark)
-    log.info("Delta engine: delta-rs (%s)", plan.reason or "chosen")
-    return DeltaRsEngine()
+    log.info("Delta engine: delta-rs (%s)", plan.reason)
+    return DeltaRsEngine(plan.reason)
 
 
 def engine_for(spark: SparkSession) -> DeltaEngine:
@@ -187,9 +188,16 @@ def engine_for(spark: SparkSession) -> DeltaEngine:
     from medallion_assets.delta import enable_delta, has_native_delta
 
     if has_native_delta(spark):
-        return DeltaSparkEngine()
+        return _delta_spark_engine(spark, "the session has delta-spark")
     enable_delta(spark)
-    return DeltaRsEngine()
+    return DeltaRsEngine("the session has no delta-spark")
+
+
+def _delta_spark_engine(spark: SparkSession, reason: str) -> DeltaSparkEngine:
+    # A Spark Connect session has no JVM handle; its delta-spark speaks SQL.
+    if hasattr(spark, "_jsparkSession"):
+        return DeltaSparkEngine(reason)
+    return DeltaSparkSqlEngine(f"{reason}; Spark Connect, through Delta SQL")
 
 
 @dataclass(frozen=True)
@@ -202,14 +210,48 @@ class CommitFacts:
     custom: dict[str, str]
 
 
-class DeltaEngine:
-    """What the project asks of a Delta engine beyond delta-spark's shared surface.
+@dataclass(frozen=True)
+class TableDetail:
+    """A table's current files, size and partitioning (``DESCRIBE DETAIL``)."""
 
-    Subclasses implement it once per connector. Paths are table locations;
-    every method takes the session it runs on.
+    num_files: int
+    size_bytes: int
+    partition_columns: list[str]
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One ``WHEN`` clause of a MERGE into a target aliased ``t`` from a source aliased ``s``.
+
+    Attributes:
+        action: ``delete`` and ``update`` apply to matched rows, ``insert`` to unmatched ones.
+        condition: SQL over ``t.`` and ``s.`` columns, or None for every row.
+        assignments: target column -> SQL expression (update and insert).
+    """
+
+    action: Literal["delete", "update", "insert"]
+    condition: str | None = None
+    assignments: Mapping[str, str] | None = None
+
+
+class DeltaEngine:
+    """What the project asks of a Delta engine.
+
+    One method per operation the IO manager, the bronze streams and table
+    maintenance need. The default implementations use delta-spark's
+    ``DeltaTable`` surface, which both engines' classes share; an engine
+    overrides what it spells differently. Paths are table locations; every
+    method takes the session it runs on.
     """
 
     name: ClassVar[EngineName]
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
+
+    def describe(self) -> str:
+        """The engine and why the session runs it, for the run log."""
+        return f"{self.name} ({self.reason})" if self.reason else self.name
 
     def table_class(self) -> Any:
         """The engine's ``DeltaTable`` class (delta-spark's surface)."""
@@ -244,13 +286,55 @@ class DeltaEngine:
         """Writer options that record ``metadata`` in the commit of a batch or streaming write."""
         raise NotImplementedError
 
+
+    def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
+                     partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
+        """Create an empty table at ``path`` unless one is there (``CREATE TABLE IF NOT EXISTS``)."""
+        builder = self.table_class().createIfNotExists(spark).location(path).addColumns(schema)
+        if partition_columns:
+            builder = builder.partitionedBy(*partition_columns)
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
+        builder.execute()
+
+    def schema(self, spark: SparkSession, path: str) -> StructType:
+        """The table's current schema."""
+        return self.for_path(spark, path).toDF().schema
+
+    def merge(self, spark: SparkSession, path: str, source: DataFrame, *, on: str,
+              clauses: Sequence[MergeClause], schema_evolution: bool = False,
+              metadata: Mapping[str, str] | None = None) -> None:
+        """MERGE ``source`` (alias ``s``) into the table (alias ``t``), clauses in order."""
+        builder = self.for_path(spark, path).alias("t").merge(source.alias("s"), on)
+        if schema_evolution:
+            builder = builder.withSchemaEvolution()
+        for clause in clauses:
+            assignments = dict(clause.assignments or {})
+            if clause.action == "delete":
+                builder = builder.whenMatchedDelete(condition=clause.condition)
+            elif clause.action == "update":
+                builder = builder.whenMatchedUpdate(condition=clause.condition, set=assignments)
+            else:
+                builder = builder.whenNotMatchedInsert(condition=clause.condition, values=assignments)
+        self.execute_merge(spark, builder, metadata or {})
+
+    def compact(self, spark: SparkSession, path: str) -> None:
+        """OPTIMIZE: rewrite small files into larger ones (no data change)."""
+        self.for_path(spark, path).optimize().executeCompaction()
+
+    def vacuum(self, spark: SparkSession, path: str, *, retention_hours: float) -> None:
+        """VACUUM: delete files no version within ``retention_hours`` references."""
+        self.for_path(spark, path).vacuum(retention_hours)
+
+    def detail(self, spark: SparkSession, path: str) -> TableDetail:
+        """Files, size and partition columns of the current version."""
+        row = self.for_path(spark, path).detail().first().asDict(recursive=True)
+        return TableDetail(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
+                           list(row.get("partitionColumns") or []))
+
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         """Run a merge builder, recording ``metadata`` in its commit."""
         raise NotImplementedError
-
-    def describe(self) -> str:
-        """One line for logs and metadata."""
-        return self.name
 
 
 class DeltaSparkEngine(DeltaEngine):
@@ -289,8 +373,11 @@ class DeltaSparkEngine(DeltaEngine):
         )
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
 
+    def _history(self, spark: SparkSession, path: str) -> DataFrame:
+        return self.for_path(spark, path).history(1)
+
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
-        [row] = self.for_path(spark, path).history(1).select(
+        [row] = self._history(spark, path).select(
             "version", "operation", "operationMetrics", "userMetadata"
         ).collect()
         custom: dict[str, str] = {}
@@ -366,3 +453,97 @@ class DeltaRsEngine(DeltaEngine):
         if metadata:
             merge = merge.withCommitInfo(dict(metadata))
         merge.execute()
+
+
+class DeltaSparkSqlEngine(DeltaSparkEngine):
+    """delta-spark through SQL, for Spark Connect sessions.
+
+    delta-spark's Python ``DeltaTable`` reaches a Connect server only through
+    Delta Connect's server plugin, which a Connect server with just the
+    delta-spark jars does not load. Delta's SQL (``MERGE INTO``, ``OPTIMIZE``,
+    ``VACUUM``, ``DESCRIBE DETAIL/HISTORY``, ``CREATE TABLE``) needs only the
+    session extension, so on Connect every operation is spoken in SQL against
+    ``delta.`<path>```. Same engine, same tables, same commits.
+    """
+
+    @staticmethod
+    def _table(path: str) -> str:
+        return "delta.`" + path.replace("`", "``") + "`"
+
+    def for_path(self, spark: SparkSession, path: str) -> Any:
+        raise NotImplementedError("on Spark Connect the delta-spark engine speaks SQL; use the engine's operations")
+
+    def is_delta_table(self, spark: SparkSession, path: str) -> bool:
+        from pyspark.errors import AnalysisException
+
+        try:
+            [row] = spark.sql(f"DESCRIBE DETAIL {self._table(path)}").select("format").collect()
+        except AnalysisException:
+            return False
+        return row["format"] == "delta"
+
+    def schema(self, spark: SparkSession, path: str) -> StructType:
+        return spark.read.format("delta").load(path).schema
+
+    def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
+                     partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
+        columns = ", ".join(
+            f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in schema.fields
+        )
+        statement = f"CREATE TABLE IF NOT EXISTS {self._table(path)} ({columns}) USING delta"
+        if partition_columns:
+            statement += " PARTITIONED BY (" + ", ".join(f"`{c}`" for c in partition_columns) + ")"
+        if properties:
+            statement += " TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in properties.items()) + ")"
+        spark.sql(statement)
+
+    def merge(self, spark: SparkSession, path: str, source: DataFrame, *, on: str,
+              clauses: Sequence[MergeClause], schema_evolution: bool = False,
+              metadata: Mapping[str, str] | None = None) -> None:
+        import uuid
+
+        view = f"merge_source_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        parts = [f"MERGE {'WITH SCHEMA EVOLUTION ' if schema_evolution else ''}INTO {self._table(path)} AS t",
+                 f"USING {view} AS s ON {on}"]
+        for clause in clauses:
+            when = "WHEN NOT MATCHED" if clause.action == "insert" else "WHEN MATCHED"
+            condition = f" AND ({clause.condition})" if clause.condition else ""
+            assignments = dict(clause.assignments or {})
+            if clause.action == "delete":
+                action = "DELETE"
+            elif clause.action == "update":
+                action = "UPDATE SET " + ", ".join(f"t.`{c}` = {e}" for c, e in assignments.items())
+            else:
+                action = ("INSERT (" + ", ".join(f"`{c}`" for c in assignments) + ") VALUES ("
+                          + ", ".join(assignments.values()) + ")")
+            parts.append(f"{when}{condition} THEN {action}")
+        try:
+            self.execute_merge(spark, _SqlStatement(spark, " ".join(parts)), metadata or {})
+        finally:
+            spark.catalog.dropTempView(view)
+
+    def compact(self, spark: SparkSession, path: str) -> None:
+        spark.sql(f"OPTIMIZE {self._table(path)}").collect()
+
+    def vacuum(self, spark: SparkSession, path: str, *, retention_hours: float) -> None:
+        spark.sql(f"VACUUM {self._table(path)} RETAIN {float(retention_hours)} HOURS").collect()
+
+    def detail(self, spark: SparkSession, path: str) -> TableDetail:
+        row = spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True)
+        return TableDetail(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
+                           list(row.get("partitionColumns") or []))
+
+    def _history(self, spark: SparkSession, path: str) -> DataFrame:
+        return spark.sql(f"DESCRIBE HISTORY {self._table(path)} LIMIT 1")
+
+
+@dataclass(frozen=True)
+class _SqlStatement:
+    """A SQL statement with a merge builder's ``execute()``."""
+
+    spark: SparkSession
+    text: str
+
+    def execute(self) -> None:
+        self.spark.sql(self.text).collect()

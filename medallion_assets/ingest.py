@@ -123,16 +123,8 @@ def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, sc
     the table builder, which both engines take, rather than a sink option that
     each engine spells differently.
     """
-    if engine.is_delta_table(spark, path):
-        return
-    (
-        engine.table_class()
-        .createIfNotExists(spark)
-        .location(path)
-        .addColumns(schema)
-        .property("delta.enableChangeDataFeed", "true")
-        .execute()
-    )
+    if not engine.is_delta_table(spark, path):
+        engine.create_table(spark, path, schema, properties={"delta.enableChangeDataFeed": "true"})
 
 
 @dataclass(frozen=True)
@@ -155,7 +147,7 @@ def load_reference_snapshot(spark: SparkSession, lake: LakeResource, table: str)
         raise ValueError(f"unknown reference table {table!r}; expected one of {REFERENCE_TABLES}")
     from medallion_assets.transforms.bronze import latest_reference_snapshot
 
-    newest = latest_reference_snapshot(_list_files(spark, lake.reference_folder(table), ".parquet"))
+    newest = latest_reference_snapshot(lake.files(lake.reference_folder(table), ".parquet"))
     if newest is None:
         return None
     frame = (
@@ -164,20 +156,6 @@ def load_reference_snapshot(spark: SparkSession, lake: LakeResource, table: str)
         .withColumn("_ingested_at", F.current_timestamp())
     )
     return ReferenceSnapshot(frame=frame, source_file=newest)
-
-
-def _list_files(spark: SparkSession, folder: str, suffix: str) -> list[str]:
-    # Through Hadoop's FileSystem so that object-store lakes list the same way as local ones.
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(folder)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(path):
-        return []
-    return [
-        status.getPath().toString()
-        for status in fs.listStatus(path)
-        if status.isFile() and status.getPath().getName().endswith(suffix)
-    ]
 
 
 def _ensure_folder(folder: str) -> None:

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from medallion_assets.engine import DeltaEngine, engine_for
+from medallion_assets.engine import DeltaEngine, MergeClause, engine_for
 from medallion_assets.resources import LakeResource, SparkResource
 
 #: Metadata keys an asset declares its storage with (see :func:`delta_table`).
@@ -311,15 +311,13 @@ class DeltaTableClient:
         return WriteResult(self.latest_version(path))
 
     def _create_if_missing(self, frame: DataFrame, path: str, spec: WriteSpec) -> None:
-        # Python data sources cannot take .partitionBy(); the builder can.
+        # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return
-        builder = self.engine.table_class().createIfNotExists(self.spark).location(path).addColumns(frame.schema)
-        if spec.partition_columns:
-            builder = builder.partitionedBy(*spec.partition_columns)
-        for key, value in spec.table_properties.items():
-            builder = builder.property(key if key.startswith("delta.") else f"delta.{key}", value)
-        builder.execute()
+        properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+        self.engine.create_table(
+            self.spark, path, frame.schema, partition_columns=spec.partition_columns, properties=properties
+        )
 
     def _merge(
         self, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
@@ -340,26 +338,23 @@ class DeltaTableClient:
             source = self._drop_superseded_by_tombstones(source, path, spec)
             if source.isEmpty():
                 return WriteResult(self.latest_version(path), "every change is older than a delete")
-        table = self.engine.for_path(self.spark, path)
-        stored_schema = table.toDF().schema
+        stored_schema = self.engine.schema(self.spark, path)
         source, new_columns = _evolve_source(source, stored_schema, spec)
         # Explicit assignments so the delete flag is never stored in the table.
         assignments = {c: f"s.`{c}`" for c in [*stored_schema.fieldNames(), *new_columns]}
-        merge = table.alias("t").merge(source.alias("s"), on)
-        if new_columns:
-            merge = merge.withSchemaEvolution()
         if spec.delete_column:
             deleted = f"s.`{spec.delete_column}`"
-            merge = merge.whenMatchedDelete(condition=f"{deleted} AND {newer}" if newer else deleted)
             not_deleted = f"NOT {deleted}"
-            merge = merge.whenMatchedUpdate(
-                condition=f"{not_deleted} AND {newer}" if newer else not_deleted, set=assignments
-            )
-            merge = merge.whenNotMatchedInsert(condition=not_deleted, values=assignments)
+            clauses = [
+                MergeClause("delete", f"{deleted} AND {newer}" if newer else deleted),
+                MergeClause("update", f"{not_deleted} AND {newer}" if newer else not_deleted, assignments),
+                MergeClause("insert", not_deleted, assignments),
+            ]
         else:
-            merge = merge.whenMatchedUpdate(condition=newer, set=assignments)
-            merge = merge.whenNotMatchedInsert(values=assignments)
-        self.engine.execute_merge(self.spark, merge, commit_metadata)
+            clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
+        self.engine.merge(
+            self.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
+        )
         if spec.delete_column:
             self._remember_deletes(frame, path, spec)
         return WriteResult(self.latest_version(path))
@@ -409,15 +404,14 @@ class DeltaTableClient:
             return WriteResult(self.latest_version(path), "every change is older than the stored state")
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         assignments = {c: f"s.`{c}`" for c in columns}
-        merge = self.engine.for_path(self.spark, path).alias("t").merge(source.alias("s"), on)
-        if new_columns:
-            merge = merge.withSchemaEvolution()
-        merge = (
-            merge.whenMatchedDelete(condition="s._remove")
-            .whenMatchedUpdate(condition="NOT s._remove", set=assignments)
-            .whenNotMatchedInsert(condition="NOT s._remove", values=assignments)
+        clauses = [
+            MergeClause("delete", "s._remove"),
+            MergeClause("update", "NOT s._remove", assignments),
+            MergeClause("insert", "NOT s._remove", assignments),
+        ]
+        self.engine.merge(
+            self.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
         )
-        self.engine.execute_merge(self.spark, merge, commit_metadata)
         group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
         if not group_deletes.isEmpty():
             tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
@@ -455,8 +449,7 @@ class DeltaTableClient:
         Version, operation and its metrics, rows, files, bytes, the schema as
         ``dagster/column_schema``, partition columns and a preview.
         """
-        table = self.engine.for_path(self.spark, path)
-        detail = table.detail().first().asDict(recursive=True)
+        detail = self.engine.detail(self.spark, path)
         commit = self.engine.latest_commit(self.spark, path)
         frame = self.read(path)
         metrics = commit.operation_metrics
@@ -468,9 +461,9 @@ class DeltaTableClient:
             "delta/version": commit.version,
             "delta/operation": commit.operation,
             "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
-            "delta/num_files": int(detail.get("numFiles") or 0),
-            "delta/size_bytes": int(detail.get("sizeInBytes") or 0),
-            "delta/partition_columns": MetadataValue.json(list(detail.get("partitionColumns") or [])),
+            "delta/num_files": detail.num_files,
+            "delta/size_bytes": detail.size_bytes,
+            "delta/partition_columns": MetadataValue.json(detail.partition_columns),
             "preview": MetadataValue.md(markdown_preview(frame, preview_rows)),
         }
 
@@ -677,6 +670,7 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **consumed_metadata})
             return
 
+        context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
         result, metadata = SparkDataFrameTypeHandler().handle_output(
             client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata
         )

@@ -71,9 +71,8 @@ def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, 
         for path in lake.table_paths(layer):
             if not client.exists(path):
                 continue
-            table = client.engine.for_path(session, path)
-            table.optimize().executeCompaction()
-            table.vacuum(config.retention_hours)
+            client.engine.compact(session, path)
+            client.engine.vacuum(session, path, retention_hours=config.retention_hours)
             context.log.info(f"maintained {layer}/{path.rstrip('/').rsplit('/', 1)[-1]}")
 
 

@@ -219,21 +219,27 @@ class LakeResource(ConfigurableResource):
         return self._join(*parts)
 
     def table_paths(self, layer: str) -> list[str]:
-        """The folders directly under ``<root>/<layer>`` (candidate tables), sorted.
+        """The folders directly under ``<root>/<layer>`` (candidate tables), sorted."""
+        folder = self._join(layer)
+        return [self._join(layer, name) for name in self._list(folder, directories=True)]
 
-        Lists through pyarrow's filesystems, so an object-store root works as a
-        local one does (given pyarrow's support for that store).
-        """
+    def files(self, folder: str, suffix: str) -> list[str]:
+        """The files directly in ``folder`` whose names end with ``suffix``, as full paths, sorted."""
+        return [f"{folder.rstrip('/')}/{name}" for name in self._list(folder, directories=False) if name.endswith(suffix)]
+
+    @staticmethod
+    def _list(folder: str, *, directories: bool) -> list[str]:
+        # Through pyarrow's filesystems on the driver, so an object-store root lists as a local
+        # one does (given pyarrow's support for that store), with no JVM (Spark Connect has none).
         from pyarrow import fs
 
-        folder = self._join(layer)
         if "://" in folder:
             filesystem, base = fs.FileSystem.from_uri(folder)
         else:
             filesystem, base = fs.LocalFileSystem(), folder
+        wanted = fs.FileType.Directory if directories else fs.FileType.File
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
-        names = sorted(info.base_name for info in infos if info.type == fs.FileType.Directory)
-        return [self._join(layer, name) for name in names]
+        return sorted(info.base_name for info in infos if info.type == wanted)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Nothing to open: folders are created by the writers that need them.

@@ -76,7 +76,10 @@ ASSETS = """
 query {
   assetNodes {
     assetKey { path }
-    assetMaterializations(limit: 1) { runId }
+    assetMaterializations(limit: 1) {
+      runId
+      metadataEntries { label ... on TextMetadataEntry { text } }
+    }
     assetChecksOrError {
       ... on AssetChecks { checks { name executionForLatestMaterialization { status } } }
     }
@@ -172,6 +175,19 @@ def test_materialize_all_from_the_ui_turns_every_check_green(dagster_dev):
                     failing.append(("/".join(node["assetKey"]["path"]), check["name"], execution))
         assert checked > 0
         assert not failing, f"checks not green: {failing}"
+
+        # Every Delta table says which engine wrote it, the engine this session was started with.
+        engine = os.environ["MEDALLION_DELTA_ENGINE"]
+        engines = {
+            "/".join(n["assetKey"]["path"]): entry.get("text")
+            for n in nodes if n["assetKey"]["path"][0] != "landing"
+            for entry in n["assetMaterializations"][0]["metadataEntries"] if entry["label"] == "delta/engine"
+        }
+        assert engines and set(engines.values()) == {engine}, engines
+        page.goto(f"{base}/assets/silver/orders?view=events")
+        page.get_by_text("delta/engine").first.wait_for(timeout=60_000)
+        page.screenshot(path=shots / "5-silver-orders-engine.png")
+        assert page.get_by_text(engine, exact=True).first.is_visible(), f"the engine {engine} is not shown"
 
         page.goto(f"{base}/assets/silver/orders?view=checks")
         page.wait_for_timeout(4000)

@@ -1,0 +1,113 @@
+"""Local Spark deployments for tests: the pyspark wheel's own standalone cluster and Connect server.
+
+Each runs on 127.0.0.1 in processes of its own, started from the wheel's
+``bin/spark-class``, and is stopped by the context manager that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def spark_home() -> str:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return _find_spark_home()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
+    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        with contextlib.suppress(OSError, ValueError):
+            if condition():
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} did not come up in {timeout:.0f} s:\n{log.read_text()[-4000:]}")
+
+
+@contextlib.contextmanager
+def standalone_cluster(folder: Path, *, cores: int = 1, memory: str = "2g") -> Iterator[str]:
+    """A standalone master and one worker on 127.0.0.1; yields the master URL."""
+    port, ui = free_port(), free_port()
+    master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                     "--webui-port", str(ui)], folder / "master.log")
+    worker = None
+    try:
+        url = f"spark://127.0.0.1:{port}"
+        _wait_for(lambda: _workers(ui) is not None, "the standalone master", master, folder / "master.log")
+        worker = _start(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores),
+                         "--memory", memory, "--webui-port", str(free_port()), "--work-dir", str(folder / "work")],
+                        folder / "worker.log")
+        _wait_for(lambda: _workers(ui), "the standalone worker", worker, folder / "worker.log")
+        yield url
+    finally:
+        if worker is not None:
+            _stop(worker)
+        _stop(master)
+
+
+def _workers(ui_port: int) -> int | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as response:
+        return int(json.load(response).get("aliveworkers", 0))
+
+
+@contextlib.contextmanager
+def connect_server(folder: Path, *, spark_config: dict[str, str], python: str) -> Iterator[str]:
+    """A Spark Connect server (embedded ``local[2]`` Spark) on 127.0.0.1; yields ``sc://`` URL.
+
+    Args:
+        folder: where its log goes.
+        spark_config: settings of the server's session (the delta-spark jars go here).
+        python: the interpreter of its Python workers (it must import this project).
+    """
+    port = free_port()
+    args = ["org.apache.spark.deploy.SparkSubmit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master", "local[2]", "--conf", f"spark.connect.grpc.binding.port={port}",
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
+            "--conf", f"spark.pyspark.python={python}", "--conf", "spark.sql.session.timeZone=UTC"]
+    for key, value in spark_config.items():
+        args += ["--conf", f"{key}={value}"]
+    log = folder / "connect.log"
+    server = _start(args + ["spark-internal"], log, env={"PYSPARK_PYTHON": python})
+    try:
+        def listening() -> bool:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+
+        _wait_for(listening, "the Spark Connect server", server, log)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        _stop(server)

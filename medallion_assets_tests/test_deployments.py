@@ -1,0 +1,67 @@
+"""Every deployment the README offers, end to end, on this machine.
+
+``cluster``: the pyspark wheel's standalone master and a worker (a separate
+executor JVM) on 127.0.0.1. ``connect``: the wheel's Spark Connect server. Each
+runs the whole pipeline over one landed batch in a Dagster run of its own, on
+delta-spark when its jars are available (the engine such deployments run),
+otherwise on the delta-rs engine; silver must equal the landing contract's
+state and gold DuckDB's TPC-H answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from medallion_assets.engine import plan_engine
+from medallion_assets_tests.deployments import connect_server, standalone_cluster
+from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
+from medallion_assets_tests.test_engines import _delta_spark_jars
+
+pytestmark = pytest.mark.slow
+
+SCALE_FACTOR = 0.01
+
+
+def _engine_env() -> tuple[str, dict[str, str]]:
+    jars = _delta_spark_jars()
+    if jars:
+        return "delta-spark", {"MEDALLION_DELTA_ENGINE": "delta-spark", "DELTA_SPARK_JARS": jars}
+    return "delta-rs", {"MEDALLION_DELTA_ENGINE": "delta-rs"}
+
+
+def _run_pipeline(tmp_path, deployment_env: dict[str, str], engine_env: dict[str, str]) -> dict:
+    lake, home = tmp_path / "lake", tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home), **engine_env, **deployment_env)
+    command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), "1", str(SEED)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-8000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["failed_checks"] == []
+    assert_silver_matches_contract(lake)
+    assert_gold_matches_duckdb(lake)
+    return report
+
+
+def test_pipeline_on_a_standalone_cluster(tmp_path):
+    engine, engine_env = _engine_env()
+    with standalone_cluster(tmp_path) as master:
+        report = _run_pipeline(
+            tmp_path, {"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": master, "PYSPARK_PYTHON": sys.executable},
+            engine_env,
+        )
+    assert set(report["engines"].values()) == {engine}
+
+
+def test_pipeline_over_spark_connect(tmp_path):
+    engine, engine_env = _engine_env()
+    # The server is the session: it gets the engine's jars and settings, as a deployment's would.
+    plan = plan_engine(engine, jars=engine_env.get("DELTA_SPARK_JARS"))  # type: ignore[arg-type]
+    with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
+        report = _run_pipeline(tmp_path, {"MEDALLION_DEPLOYMENT": "connect", "SPARK_REMOTE": remote}, engine_env)
+    assert set(report["engines"].values()) == {engine}
