@@ -6,6 +6,14 @@ standard library and pyarrow), so a mistake has to be made twice to pass.
 
 How lines are judged (the package's silver transforms follow the same rules):
 
+- Files are read as UTF-8 with each undecodable byte sequence replaced by
+  U+FFFD (Python's ``errors="replace"``), so a bad line never hides the lines
+  around it. The first check of a line (a customer record: of every field,
+  those past the contract's too) is that it holds no U+FFFD, else it is
+  ``not valid UTF-8``. A literal U+FFFD in a valid file gets the same verdict:
+  in UTF-8 text it only ever stands for bytes an earlier step could not
+  decode. The JSON escape ``\\ufffd`` is text without U+FFFD, so it is not
+  caught here.
 - A JSON value is read by its text: a string is its content, a number or
   boolean its JSON literal, ``null`` or an absent key is *missing*. So
   ``"o_orderkey": "12"`` is the integer 12 and ``"o_orderkey": 12.5`` is not
@@ -16,10 +24,10 @@ How lines are judged (the package's silver transforms follow the same rules):
   rounding); dates are ``YYYY-MM-DD``; timestamps
   ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``.
 - A line is rejected with the reason of its first failing check, checked in
-  this order: JSON, ``event_id``, ``event_time``, ``op``, ``order``,
+  this order: UTF-8, JSON, ``event_id``, ``event_time``, ``op``, ``order``,
   ``o_orderkey``; for upserts then every order column in TPC-H order, then
   ``lineitems`` and each line item's columns (``lineitem <n>: ...``, n from 1).
-  Customer rows: too few fields, ``op``, ``c_custkey``, ``updated_at``, then
+  Customer rows: UTF-8, too few fields, ``op``, ``c_custkey``, ``updated_at``, then
   for I/U every other column in header order. Fields past the contract's
   columns are schema drift and ignored; a line with them whose other fields
   fail a check is ``malformed CSV line``.
@@ -138,6 +146,8 @@ _DECIMAL = re.compile(r"-?[0-9]{1,13}(\.[0-9]{1,2})?")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z")
 _INT_BITS = {pa.int64(): 64, pa.int32(): 32}
+#: What decoding with ``errors="replace"`` puts where bytes were not UTF-8.
+_REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 
 class _Reject(Exception):
@@ -203,7 +213,7 @@ def _timestamp(name: str, text: str | None) -> datetime:
 
 
 def parse_order_line(line: str) -> dict[str, Any]:
-    """One NDJSON line as a typed event.
+    """One NDJSON line, as decoded from the file, as a typed event.
 
     Returns:
         ``{"event_id", "event_time", "op", "order": {...}, "lineitems": [...]}``
@@ -219,6 +229,8 @@ def parse_order_line(line: str) -> dict[str, Any]:
 
 
 def _parse_order_line(line: str) -> dict[str, Any]:
+    if _REPLACEMENT in line:
+        raise _Reject("not valid UTF-8")
     try:
         event = json.loads(line, parse_float=Decimal)
     except ValueError:
@@ -261,7 +273,7 @@ def _parse_order_line(line: str) -> dict[str, Any]:
 
 
 def parse_customer_row(fields: list[str]) -> dict[str, Any]:
-    """One CSV record (header excluded) as a typed change.
+    """One CSV record (header excluded), as decoded from the file, as a typed change.
 
     Raises:
         ValueError: With the rejection reason when the row is bad.
@@ -273,6 +285,8 @@ def parse_customer_row(fields: list[str]) -> dict[str, Any]:
 
 
 def _parse_customer_row(fields: list[str]) -> dict[str, Any]:
+    if any(_REPLACEMENT in field for field in fields):
+        raise _Reject("not valid UTF-8")
     if len(fields) < len(CUSTOMER_CSV_HEADER):
         raise _Reject("malformed CSV line")
     if len(fields) > len(CUSTOMER_CSV_HEADER):
@@ -300,7 +314,7 @@ def _order_events(landing: Path) -> tuple[list[dict[str, Any]], list[tuple[str, 
     events, rejects = [], []
     for path in _visible_files(landing / "orders", ".json"):
         relative = path.relative_to(landing).as_posix()
-        with path.open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 try:
                     events.append(_parse_order_line(line.rstrip("\n")))
@@ -313,7 +327,7 @@ def _customer_changes(landing: Path) -> tuple[list[dict[str, Any]], list[tuple[s
     changes, rejects = [], []
     for path in _visible_files(landing / "customers", ".csv"):
         relative = path.relative_to(landing).as_posix()
-        with path.open(encoding="utf-8", newline="") as handle:
+        with path.open(encoding="utf-8", errors="replace", newline="") as handle:
             rows = csv.reader(handle)
             header = next(rows, None)
             if header is None or header[: len(CUSTOMER_CSV_HEADER)] != CUSTOMER_CSV_HEADER:

@@ -3,6 +3,21 @@
 Bronze keeps every line, good or bad, so silver can be rebuilt and a rejected
 line can be traced to its file. The schemas below are the contract between
 the streaming ingestion that writes bronze and the silver transforms.
+
+Every text bronze stores is valid UTF-8. The landing contract says the files
+are UTF-8, but a line can still arrive with bytes that are not (a Latin-1
+producer, a multi-byte character cut in two). Bronze keeps such a line with
+those bytes replaced by U+FFFD, the Unicode replacement character, as any
+UTF-8 decoder that must not lose the rest of the file does, and the good
+lines of the file go through. Spark's text source hands lines over as raw,
+unchecked bytes, so :func:`orders_raw` replaces them with Spark's
+``make_valid_utf8``; Spark's CSV reader decodes with Java's decoder, which
+has already replaced them, and :func:`customers_cdc` applies the same
+function so the guarantee does not rest on the reader. Without it, one such
+line stopped a bronze stream for good: Parquet and Arrow strings must be
+UTF-8, so the delta-rs writer failed on the batch, and every later run on the
+same file. Silver rejects a line holding U+FFFD as ``not valid UTF-8`` (see
+``medallion_assets.transforms.silver``).
 """
 
 from __future__ import annotations
@@ -10,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import PurePath
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
@@ -67,16 +82,35 @@ def with_ingestion_columns(files: DataFrame) -> DataFrame:
     )
 
 
+def _as_valid_utf8(schema: StructType) -> list[Column]:
+    """``schema``'s columns, the delivered text made valid UTF-8.
+
+    Spark's built-in ``make_valid_utf8``: no Python UDF, and the identity on
+    valid text. The ingestion columns are left alone: Spark makes them itself
+    (valid already), and wrapping ``_source_file`` would turn it nullable,
+    a schema change for the bronze tables that exist.
+    """
+    ingestion = {field.name for field in _INGESTION_FIELDS}
+    return [
+        F.make_valid_utf8(field.name).alias(field.name)
+        if isinstance(field.dataType, StringType) and field.name not in ingestion
+        else F.col(field.name)
+        for field in schema.fields
+    ]
+
+
 def orders_raw(text_lines: DataFrame) -> DataFrame:
     """``bronze.orders_raw`` from ``spark.read.text`` / ``readStream.text``.
 
     Args:
-        text_lines: The text source's DataFrame (column ``value``).
+        text_lines: The text source's DataFrame (column ``value``), one row per
+            line, as bytes unchecked.
 
     Returns:
-        A DataFrame with :data:`ORDERS_RAW_SCHEMA`'s columns.
+        A DataFrame with :data:`ORDERS_RAW_SCHEMA`'s columns; ``value`` is the
+        line with any bytes that are not UTF-8 replaced by U+FFFD.
     """
-    return with_ingestion_columns(text_lines).select(*ORDERS_RAW_SCHEMA.fieldNames())
+    return with_ingestion_columns(text_lines).select(*_as_valid_utf8(ORDERS_RAW_SCHEMA))
 
 
 def customers_cdc(csv_rows: DataFrame) -> DataFrame:
@@ -84,9 +118,11 @@ def customers_cdc(csv_rows: DataFrame) -> DataFrame:
     :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`.
 
     Returns:
-        A DataFrame with :data:`CUSTOMERS_CDC_SCHEMA`'s columns.
+        A DataFrame with :data:`CUSTOMERS_CDC_SCHEMA`'s columns; the CSV fields
+        and ``_corrupt_record`` are valid UTF-8 (bytes that are not UTF-8
+        replaced by U+FFFD, which Spark's CSV reader has already done).
     """
-    return with_ingestion_columns(csv_rows).select(*CUSTOMERS_CDC_SCHEMA.fieldNames())
+    return with_ingestion_columns(csv_rows).select(*_as_valid_utf8(CUSTOMERS_CDC_SCHEMA))
 
 
 def is_visible_data_file(name: str) -> bool:

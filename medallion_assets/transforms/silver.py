@@ -4,6 +4,19 @@ Parsing splits each bronze table into typed rows and rejects with a reason.
 The rules (also written down in ``medallion_assets_tests/contract_reference``,
 which implements them independently):
 
+- The first check of an order line or a customer CSV row is its encoding: a
+  line that held bytes that are not UTF-8 is rejected as ``not valid UTF-8``,
+  before JSON or CSV fields are looked at (a Latin-1 ``é`` inside an otherwise
+  valid event rejects the event). Silver knows such a line by the replacement
+  character U+FFFD in bronze's text: bronze replaces undecodable bytes with it
+  (``medallion_assets.transforms.bronze``), and bronze's schema stays as it
+  is. So a line that holds a *literal* U+FFFD (its valid UTF-8 bytes
+  ``EF BF BD``) is rejected the same way: in a feed of UTF-8 text, a U+FFFD
+  means some earlier step already replaced bytes it could not decode, so the
+  line has lost data either way. The check is on the text, so the JSON escape
+  ``\\ufffd`` (six ASCII characters) is an ordinary value. Bronze rows
+  that still hold raw invalid bytes (written before bronze replaced them) are
+  rejected too, and quarantined as valid UTF-8.
 - A JSON value is read by its text: ``from_json`` reads every leaf as a
   string (a number keeps its literal), and each column is then validated with
   a regular expression and converted with ``try_cast``, so a bad value never
@@ -12,7 +25,7 @@ which implements them independently):
   ``-?[0-9]{1,13}(.[0-9]{1,2})?``, exactly what decimal(15,2) holds; dates are
   ``YYYY-MM-DD``; timestamps ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``. Empty is missing.
 - A rejected row carries the reason of its first failing check, e.g.
-  ``not valid JSON``, ``missing o_orderkey``,
+  ``not valid UTF-8``, ``not valid JSON``, ``missing o_orderkey``,
   ``o_totalprice is not a decimal: 'abc'``,
   ``lineitem 2: l_quantity is not a decimal: 'x'``.
 - Fields the contract does not define are ignored (unless silver's ``evolve``
@@ -179,6 +192,23 @@ def _validated(text: Column, name: str, kind: DataType, prefix: Column | None = 
     return reason, converted
 
 
+#: The reason of a line that held bytes that are not UTF-8.
+NOT_VALID_UTF8 = "not valid UTF-8"
+
+#: What bronze turns bytes that are not UTF-8 into (U+FFFD REPLACEMENT CHARACTER).
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def _not_valid_utf8(text: Column) -> Column:
+    """Whether bronze's text shows bytes that were not UTF-8.
+
+    True for text holding U+FFFD (what bronze replaces them with, or a
+    literal one: see the module's rules) and for text that is still not valid
+    UTF-8 (bronze rows written before bronze replaced the bytes).
+    """
+    return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHARACTER)
+
+
 def _not_json_object(text: Column) -> Column:
     # from_json gives all-null fields for a JSON scalar or array, so the
     # object check looks at the text itself.
@@ -254,6 +284,7 @@ def parse_order_events(
     )
     is_upsert = op == F.lit("upsert")
     reason = F.coalesce(
+        F.when(_not_valid_utf8(F.col("value")), F.lit(NOT_VALID_UTF8)),
         # Only lines that are not a JSON object pay for the second parse that
         # tells invalid JSON from a JSON scalar or array.
         F.when(
@@ -299,7 +330,9 @@ def parse_order_events(
             for field in events_schema.fields
         )
     )
-    rejects = judged.where(F.col("reason").isNotNull()).select("value", "_source_file", "_ingested_at", "reason")
+    rejects = judged.where(F.col("reason").isNotNull()).select(
+        F.make_valid_utf8("value").alias("value"), "_source_file", "_ingested_at", "reason"
+    )
     return events, rejects
 
 
@@ -312,7 +345,7 @@ def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
 
     Args:
         orders_raw: Column ``value`` (one NDJSON line); lines that are not JSON
-            objects carry no fields.
+            objects, and lines rejected as ``not valid UTF-8``, carry no fields.
 
     Returns:
         One row per field: ``level`` (``event``, ``order`` or ``lineitem``),
@@ -340,7 +373,8 @@ def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
         )
     )
     return (
-        orders_raw.select(F.explode(per_line).alias("_field"))
+        orders_raw.where(~_not_valid_utf8(F.col("value")))
+        .select(F.explode(per_line).alias("_field"))
         .groupBy(F.col("_field.level").alias("level"), F.col("_field.field").alias("field"))
         .agg(F.count(F.lit(1)).alias("rows"))
     )
@@ -462,6 +496,11 @@ def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFra
     checked = {field.name: _validated(F.col(field.name), field.name, field.dataType) for field in CUSTOMER_SCHEMA.fields}
     updated_at_reason, updated_at = _validated(F.col("updated_at"), "updated_at", TimestampType())
     is_change = op.isin("I", "U")
+    # Every field of the line, the ones past the contract's too (kept whole in
+    # _corrupt_record), joined by an ASCII separator so no two fields' bytes
+    # can join into a valid character.
+    raw_fields = ["op", *_CUSTOMER_COLUMNS, "updated_at"]
+    line_text = F.concat_ws(",", *raw_fields, "_corrupt_record")
     field_reason = F.coalesce(
         op_reason,
         checked["c_custkey"][0],
@@ -472,10 +511,11 @@ def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFra
     # few fields some contract field is missing; with more, the contract's
     # fields come first and the extra ones are columns the contract does not
     # know (schema drift), which silver ignores as it does unknown JSON fields.
-    reason = F.when(
-        F.col("_corrupt_record").isNotNull() & field_reason.isNotNull(), F.lit("malformed CSV line")
-    ).otherwise(field_reason)
-    raw_fields = ["op", *_CUSTOMER_COLUMNS, "updated_at"]
+    reason = (
+        F.when(_not_valid_utf8(line_text), F.lit(NOT_VALID_UTF8))
+        .when(F.col("_corrupt_record").isNotNull() & field_reason.isNotNull(), F.lit("malformed CSV line"))
+        .otherwise(field_reason)
+    )
     judged = customers_cdc.select(
         "*",
         reason.alias("reason"),
@@ -491,7 +531,7 @@ def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFra
         "_ingested_at",
     )
     rejects = judged.where(F.col("reason").isNotNull()).select(
-        F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*raw_fields))).alias("value"),
+        F.make_valid_utf8(F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*raw_fields)))).alias("value"),
         "_source_file",
         "_ingested_at",
         "reason",

@@ -59,3 +59,65 @@ def test_customers_cdc_reads_rfc4180_and_flags_malformed_lines(spark, tmp_path):
     assert rows["2"]._corrupt_record == "U,2,cut short"
     assert rows["3"]._corrupt_record is None and rows["3"].c_name is None
     assert cdc.where(F.col("_source_file").endswith("batch-00001.csv")).count() == 3
+
+
+def test_orders_raw_replaces_undecodable_bytes_and_keeps_every_line(spark, tmp_path):
+    """A line with bytes that are not UTF-8 is kept, those bytes replaced by U+FFFD."""
+    lines = [
+        '{"event_id": "a", "o_comment": "café ☕"}'.encode("utf-8"),
+        b'{"event_id": "b", "o_comment": "caf\xe9"}',  # Latin-1
+        b"cut \xe2\x82, surrogate \xed\xa0\x80, stray \x80\x80, overlong \xc0\xaf",
+        "a literal \ufffd is valid UTF-8".encode("utf-8"),
+        b'{"event_id": "c"}',
+    ]
+    (tmp_path / "batch-00001-001.json").write_bytes(b"\n".join(lines) + b"\n")
+
+    raw = bronze.orders_raw(spark.read.text(str(tmp_path)))
+
+    assert raw.where(~F.is_valid_utf8("value")).count() == 0
+    # What Python's decoder makes of the bytes, undecodable ones replaced.
+    assert sorted(row.value for row in raw.collect()) == sorted(
+        line.decode("utf-8", errors="replace") for line in lines
+    )
+    # Valid Arrow strings: what the delta-rs writer and every reader need.
+    raw.select("value").toArrow().validate(full=True)
+
+
+def test_customers_cdc_fields_are_valid_utf8_with_undecodable_bytes_replaced(spark, tmp_path):
+    """Spark's CSV reader decodes with Java's decoder, which replaces undecodable bytes; bronze keeps that."""
+    header = ",".join(bronze.CUSTOMER_CSV_COLUMNS).encode()
+    good = "I,1,José,1 Main St,3,13-111-222-3333,10.00,BUILDING,c,1998-09-01T00:00:00Z".encode("utf-8")
+    latin1 = b"I,2,Jos\xe9,1 Main St,3,13-111-222-3333,10.00,BUILDING,c,1998-09-01T00:00:00Z"
+    short = b"U,3,\xff\xfe"
+    (tmp_path / "batch-00001.csv").write_bytes(b"\n".join([header, good, latin1, short]) + b"\n")
+
+    cdc = bronze.customers_cdc(
+        spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS).csv(str(tmp_path))
+    )
+
+    strings = [*bronze.CUSTOMER_CSV_COLUMNS, "_corrupt_record"]
+    assert cdc.where(F.exists(F.array(*strings), lambda s: ~F.is_valid_utf8(s))).count() == 0
+    rows = {row.c_custkey: row for row in cdc.collect()}
+    assert [rows[key].c_name for key in ("1", "2", "3")] == [
+        line.split(b",")[2].decode("utf-8", errors="replace") for line in (good, latin1, short)
+    ]
+    assert rows["3"]._corrupt_record == short.decode("utf-8", errors="replace")
+    cdc.select(*strings).toArrow().validate(full=True)
+
+
+def test_making_text_valid_keeps_the_bronze_schemas_nullability_included(spark, tmp_path):
+    """Existing bronze tables were created from the stream frames' schemas; those must not change."""
+    (tmp_path / "orders").mkdir()
+    (tmp_path / "customers").mkdir()
+    text = spark.readStream.format("text").load(str(tmp_path / "orders"))
+    csv_rows = (
+        spark.readStream.format("csv")
+        .schema(bronze.CUSTOMERS_CSV_READ_SCHEMA)
+        .options(**bronze.CUSTOMERS_CSV_OPTIONS)
+        .load(str(tmp_path / "customers"))
+    )
+
+    as_read = bronze.with_ingestion_columns(text).select(*bronze.ORDERS_RAW_SCHEMA.fieldNames())
+    assert bronze.orders_raw(text).schema == as_read.schema
+    as_read = bronze.with_ingestion_columns(csv_rows).select(*bronze.CUSTOMERS_CDC_SCHEMA.fieldNames())
+    assert bronze.customers_cdc(csv_rows).schema == as_read.schema

@@ -358,3 +358,97 @@ def test_mask_customer_pii_keeps_the_country_code_and_hashes_the_address(spark):
     assert row.c_phone == "25-***-***-****"
     assert row.c_address == hashlib.sha256(b"1 Main St").hexdigest()
     assert silver.mask_customer_pii(customers).columns == customers.columns
+
+
+def _land_bytes(path: Path, lines: list[bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def _with_bytes(line: str, marker: str, raw: bytes) -> bytes:
+    """``line`` as UTF-8 with ``marker`` replaced by ``raw`` (bytes that need not be UTF-8)."""
+    assert marker in line
+    return line.encode("utf-8").replace(marker.encode("utf-8"), raw)
+
+
+def test_order_lines_with_undecodable_bytes_are_rejected_before_parsing(spark, tmp_path):
+    landing = tmp_path / "landing"
+
+    def utf8_event(event_id, order) -> bytes:
+        # Non-ASCII characters as UTF-8 text, not JSON escapes.
+        line = json.dumps({"event_id": event_id, "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "order": order},
+                          ensure_ascii=False)
+        return line.encode("utf-8")
+
+    lines = [
+        utf8_event("e1", _order(1, o_comment="café ☕")),
+        # Valid JSON but for one Latin-1 byte, in a field silver would otherwise ignore.
+        _with_bytes(_event("e2", "1996-01-03T00:00:00Z", "upsert", _order(2, o_gift_note="@")), "@", b"caf\xe9"),
+        # Neither UTF-8 nor JSON: the encoding is the first check.
+        b'{"event_id": "e3", "order": \xe2\x82 \xed\xa0\x80',
+        # A literal U+FFFD is valid UTF-8, but it is what undecodable bytes turn into: the same verdict.
+        utf8_event("e4", _order(4, o_comment="\ufffd")),
+        # The JSON escape \ufffd is ASCII text: the line is valid, its comment is U+FFFD.
+        _event("e5", "1996-01-03T00:00:00Z", "upsert", _order(5, o_comment="\ufffd")).encode("ascii"),
+    ]
+    _land_bytes(landing / "orders" / "batch-00001.json", lines)
+
+    orders_raw = bronze.orders_raw(spark.read.text(str(landing / "orders")))
+    events, rejects = silver.parse_order_events(orders_raw)
+
+    good = {row.o_orderkey: row for row in events.collect()}
+    assert sorted(good) == [1, 5]
+    assert (good[1].o_comment, good[5].o_comment) == ("café ☕", "\ufffd")
+    assert _file_and_reason(rejects) == [("orders/batch-00001.json", "not valid UTF-8")] * 3
+    # The independent reference, decoding the file itself, gives each line the same verdict.
+    assert _file_and_reason(rejects) == contract_reference.expected_reject_reasons(landing)
+    for row in rejects.collect():
+        with pytest.raises(ValueError, match="^not valid UTF-8$"):
+            contract_reference.parse_order_line(row.value)
+    expected_orders, expected_lineitem = contract_reference.expected_orders(landing)
+    assertDataFrameEqual(silver.latest_order_state(events)[0], spark.createDataFrame(expected_orders))
+    assertDataFrameEqual(silver.latest_order_state(events)[1], spark.createDataFrame(expected_lineitem))
+    # A rejected line carries no fields: the Latin-1 line's unknown field is not schema drift.
+    assert silver.drifted_order_fields(orders_raw).collect() == []
+
+    # Bronze rows written before bronze made lines valid (raw bytes) get the same verdict,
+    # and their quarantined text is valid UTF-8.
+    raw_bytes = bronze.with_ingestion_columns(spark.read.text(str(landing / "orders")))
+    legacy_events, legacy_rejects = silver.parse_order_events(raw_bytes.select(*bronze.ORDERS_RAW_SCHEMA.fieldNames()))
+    assert sorted(row.event_id for row in legacy_events.collect()) == ["e1", "e5"]
+    assert _file_and_reason(legacy_rejects) == _file_and_reason(rejects)
+    assert legacy_rejects.where(~F.is_valid_utf8("value")).count() == 0
+
+
+def test_customer_rows_with_undecodable_bytes_are_rejected_first(spark, tmp_path):
+    landing = tmp_path / "landing"
+
+    def row(key: int, name: bytes, *extra: bytes) -> bytes:
+        fields = [b"I", str(key).encode(), name, b"1 Main St", b"3", b"13-111-222-3333", b"10.00", b"BUILDING",
+                  b"c", b"1998-09-01T00:00:00Z", *extra]
+        return b",".join(fields)
+
+    lines = [
+        ",".join(bronze.CUSTOMER_CSV_COLUMNS).encode(),
+        row(1, "José".encode("utf-8")),
+        row(2, b"Jos\xe9"),  # Latin-1, otherwise a valid change
+        b"U,3,\xff",  # too few fields too: the encoding is checked first
+        row(4, b"Customer#4", b"extra \xe9"),  # a valid change but for a field past the contract's
+        row(5, "\ufffd".encode("utf-8")),  # a literal U+FFFD: the same verdict
+        row(6, b"Customer#6"),
+    ]
+    _land_bytes(landing / "customers" / "batch-00001.csv", lines)
+    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+
+    changes, rejects = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(landing / "customers"))))
+
+    assert sorted(row.c_custkey for row in changes.collect()) == [1, 6]
+    assert _file_and_reason(rejects) == [("customers/batch-00001.csv", "not valid UTF-8")] * 4
+    assert _file_and_reason(rejects) == contract_reference.expected_reject_reasons(landing)
+    assertDataFrameEqual(
+        silver.latest_customer_state(changes), spark.createDataFrame(contract_reference.expected_customers(landing))
+    )
+    for line in lines[2:6]:
+        fields = next(csv.reader([line.decode("utf-8", errors="replace")]))
+        with pytest.raises(ValueError, match="^not valid UTF-8$"):
+            contract_reference.parse_customer_row(fields)
