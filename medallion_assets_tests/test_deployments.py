@@ -22,7 +22,7 @@ from medallion_assets_tests.deployments import connect_server, standalone_cluste
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
 from medallion_assets_tests.test_engines import _delta_spark_jars
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SCALE_FACTOR = 0.01
 

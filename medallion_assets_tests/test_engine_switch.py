@@ -34,6 +34,7 @@ SCALE_FACTOR = 0.01
 ENGINE_PER_RUN = ("delta-rs", "delta-spark", "delta-rs")
 
 
+@pytest.mark.timeout(3000)  # three whole-graph runs, each in a process of its own
 def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     jars = _delta_spark_jars()
     if jars is None:

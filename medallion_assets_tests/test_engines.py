@@ -68,6 +68,7 @@ def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4800)  # a whole test session: its own tests keep their own timeouts
 def test_both_engines_suite_on_the_other_engine(delta_engine):
     other = "delta-spark" if delta_engine == "delta-rs" else "delta-rs"
     env = dict(os.environ, MEDALLION_TEST_ENGINE=other, MEDALLION_DELTA_ENGINE=other)
@@ -77,7 +78,7 @@ def test_both_engines_suite_on_the_other_engine(delta_engine):
             pytest.skip("delta-spark engine not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
         env["DELTA_SPARK_JARS"] = jars
     command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-p", "no:cacheprovider", "-q", "-rs"]
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=4700)
     summary = result.stdout[-8000:]
     print(summary)
     assert result.returncode == 0, f"the both_engines tests failed on {other}:\n{summary}\n{result.stderr[-4000:]}"
