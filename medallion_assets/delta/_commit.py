@@ -27,22 +27,22 @@ from pyspark.sql import types as T
 
 from medallion_assets.delta._files import TableFileWriter, WrittenFile
 from medallion_assets.delta._options import WriteOptions
-from medallion_assets.delta._predicate import (
-    Expr,
-    Verdict,
-    columns_of,
-    file_verdict,
-    matching_mask,
-    parse_predicate,
-    resolve_columns,
-)
+from medallion_assets.delta._engine import PredicateError, check_predicate, holds
 from medallion_assets.delta._schema import (
     delta_to_spark_schema,
     resolve_write_schema,
     spark_to_arrow_schema,
     spark_to_delta_schema,
 )
-from medallion_assets.delta._snapshot import DataFile, check_read_support, normalize_path, resolve_snapshot
+from medallion_assets.delta._snapshot import (
+    DataFile,
+    Snapshot,
+    check_read_support,
+    file_key,
+    file_location,
+    normalize_path,
+    resolve_snapshot,
+)
 from medallion_assets.delta.errors import (
     ConcurrentWriteError,
     DeltaError,
@@ -79,8 +79,10 @@ class WritePlan:
     table_schema: T.StructType
     """The table's schema after this write."""
     partition_columns: list[str]
-    checks: list[tuple[str, Expr]] = field(default_factory=list)
-    replace_where: Expr | None = None
+    checks: list[tuple[str, str]] = field(default_factory=list)
+    """``(description, SQL predicate)`` every written row must satisfy."""
+    replace_where: str | None = None
+    """The ``replaceWhere`` predicate, as the user wrote it (DataFusion evaluates it)."""
     schema_changed: bool = False
 
     @property
@@ -120,23 +122,42 @@ def _check_writer_features(table: deltalake.DeltaTable, location: str) -> None:
         )
 
 
-def table_checks(configuration: Mapping[str, str], schema: T.StructType, *, location: str) -> list[tuple[str, Expr]]:
-    """The CHECK constraints of a table as parsed predicates."""
+def table_checks(configuration: Mapping[str, str], schema: T.StructType, *, location: str) -> list[tuple[str, str]]:
+    """The CHECK constraints of a table, each planned over ``schema`` by the engine that evaluates it.
+
+    Raises:
+        UnsupportedFeatureError: a constraint the writer could not evaluate (the write is refused
+            before any task runs, rather than skipping the constraint).
+    """
+    arrow_schema = spark_to_arrow_schema(schema, table=location)
     checks = []
     for key, text in configuration.items():
         if not key.startswith("delta.constraints."):
             continue
         name = key[len("delta.constraints."):]
         try:
-            expr = resolve_columns(parse_predicate(text), schema, table=location, what=f"constraint {name}")
-        except DeltaOptionError as exc:
+            check_predicate(text, arrow_schema)
+        except PredicateError as exc:
             raise UnsupportedFeatureError(
-                f"CHECK constraint {name} ({text}) uses SQL this writer cannot evaluate ({exc.message}); "
-                "write with delta-rs or delta-spark, or drop the constraint",
+                f"CHECK constraint {name} ({text}) cannot be evaluated on the table's columns by DataFusion, "
+                f"the SQL engine of delta-rs and of this writer ({exc.message}); drop it with "
+                "DeltaTable.dropConstraint, or write with delta-spark",
                 table=location,
             ) from exc
-        checks.append((f"CHECK constraint {name} ({text})", expr))
+        checks.append((f"CHECK constraint {name} ({text})", text))
     return checks
+
+
+def _planned_replace_where(text: str, schema: T.StructType, *, location: str) -> str:
+    try:
+        check_predicate(text, spark_to_arrow_schema(schema, table=location))
+    except PredicateError as exc:
+        raise DeltaOptionError(
+            f"replaceWhere \"{text}\" cannot be evaluated on the table's columns ({exc.message}); "
+            "it takes a SQL predicate as delta-rs reads SQL (DataFusion)",
+            table=location,
+        ) from exc
+    return text
 
 
 def open_existing(location: str, storage_options: dict[str, str] | None = None) -> deltalake.DeltaTable | None:
@@ -169,11 +190,9 @@ def plan_write(
     if table is None:
         spark_to_delta_schema(incoming, table=location)  # raises for unstorable types
         replace_where = (
-            resolve_columns(parse_predicate(parsed.replace_where), incoming, table=location, what="replaceWhere")
-            if parsed.replace_where
-            else None
+            _planned_replace_where(parsed.replace_where, incoming, location=location) if parsed.replace_where else None
         )
-        checks = [(f"replaceWhere ({parsed.replace_where})", replace_where)] if replace_where else []
+        checks = [(f"replaceWhere ({replace_where})", replace_where)] if replace_where else []
         return WritePlan(location, mode, parsed, False, None, incoming, [], checks, replace_where)
     _check_writer_features(table, location)
     check_read_support(table, location)
@@ -204,8 +223,8 @@ def plan_write(
     checks = table_checks(metadata.configuration, new_schema, location=location)
     replace_where = None
     if parsed.replace_where:
-        replace_where = resolve_columns(parse_predicate(parsed.replace_where), new_schema, table=location, what="replaceWhere")
-        checks.append((f"replaceWhere ({parsed.replace_where}); only rows it matches may be written", replace_where))
+        replace_where = _planned_replace_where(parsed.replace_where, new_schema, location=location)
+        checks.append((f"replaceWhere ({replace_where}); only rows it matches may be written", replace_where))
     return WritePlan(
         location=location,
         mode=mode,
@@ -292,38 +311,74 @@ def _remove(location: str, data_file: DataFile, now: int) -> RemoveAction:
 
 
 def _replace_where_actions(plan: WritePlan, table: deltalake.DeltaTable) -> tuple[list, list[WrittenFile]]:
-    """Removes for files the predicate covers, and rewrites of files it covers in part."""
+    """Removes for the files whose rows the predicate replaces, and rewrites of the rows it keeps.
+
+    delta-rs prunes the files that cannot hold a matching row (partition values and
+    statistics); DataFusion then says, for each remaining file, which rows match:
+    from its partition values alone when the predicate needs no other column, from
+    its rows otherwise. A row is replaced only where the predicate is TRUE.
+    """
     snapshot = resolve_snapshot(plan.location, table=table)
+    predicate = plan.replace_where
+    candidates = _files_that_may_match(table, predicate)
+    files = [f for f in snapshot.files if candidates is None or file_key(f.path) in candidates]
+    if not files:
+        return [], []
+    by_partition = _partition_verdicts(table, snapshot, predicate)
     now = int(time.time() * 1000)
     actions: list = []
     rewritten: list[WrittenFile] = []
-    only_partitions = columns_of(plan.replace_where) <= set(plan.partition_columns)
-    for data_file in snapshot.files:
-        verdict = file_verdict(
-            plan.replace_where,
-            snapshot.schema,
-            data_file.partition_values,
-            data_file.num_records,
-            data_file.min_values,
-            data_file.max_values,
-            data_file.null_counts,
-        )
-        if verdict == Verdict.NONE:
+    for data_file in files:
+        if by_partition is not None:
+            if by_partition[data_file.path]:
+                actions.append(_remove(plan.location, data_file, now))
+            continue
+        rows = _read_file(data_file, snapshot)
+        replaced = holds(predicate, rows)
+        if replaced.true_count == 0:
             continue
         actions.append(_remove(plan.location, data_file, now))
-        if verdict == Verdict.ALL or only_partitions:
+        if replaced.true_count == rows.num_rows:
             continue
-        # Part of the file matches: keep its other rows in a new file.
-        rows = _read_file(data_file, snapshot)
-        keep = rows.filter(pa.compute.invert(matching_mask(plan.replace_where, rows)))
-        if keep.num_rows:
-            writer = TableFileWriter(plan.location, plan.arrow_schema, plan.partition_columns, task_id=99999,
-                                     table_name=plan.location)
-            rewritten.extend(writer.write_batches(keep.to_batches()))
+        # Some rows match: keep the others in a new file.
+        keep = rows.filter(pa.compute.invert(replaced))
+        writer = TableFileWriter(plan.location, plan.arrow_schema, plan.partition_columns, task_id=99999,
+                                 table_name=plan.location)
+        rewritten.extend(writer.write_batches(keep.to_batches()))
     return actions, rewritten
 
 
-def _read_file(data_file: DataFile, snapshot) -> pa.Table:
+def _files_that_may_match(table: deltalake.DeltaTable, predicate: str) -> set[str] | None:
+    """The files delta-rs cannot rule out for ``predicate``; None when it cannot prune with it."""
+    try:
+        return {file_key(uri) for uri in table.file_uris(file_pruning_predicate=predicate)}
+    except DeltaRsError:
+        return None  # e.g. LIKE or functions: delta-rs prunes only with comparisons; every file is a candidate
+
+
+def _partition_verdicts(table: deltalake.DeltaTable, snapshot: Snapshot, predicate: str) -> dict[str, bool] | None:
+    """Whether ``predicate`` holds for each file, judged on its partition values alone.
+
+    None when the predicate needs columns other than the partition columns, or the
+    table has none: then only the rows can tell.
+    """
+    if not snapshot.partition_columns:
+        return None
+    actions = pa.table(table.get_add_actions(flatten=True))
+    try:
+        # delta-rs hands the partition values over typed.
+        values = pa.table(
+            {c: actions.column(f"partition.{c}").cast(snapshot.arrow_schema.field(c).type)
+             for c in snapshot.partition_columns}
+        )
+        verdicts = holds(predicate, values)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, PredicateError):
+        return None
+    paths = [file_location(snapshot.location, p) for p in actions.column("path").to_pylist()]
+    return dict(zip(paths, verdicts.to_pylist()))
+
+
+def _read_file(data_file: DataFile, snapshot: Snapshot) -> pa.Table:
     from medallion_assets.delta._read import read_data_file
 
     return read_data_file(data_file, snapshot.arrow_schema, snapshot.partition_columns, table=snapshot.location)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from medallion_assets.delta._predicate import Expr, matching_mask
+from medallion_assets.delta._engine import holds
 from medallion_assets.delta.errors import ConstraintViolationError
 
 # Delta readers truncate string statistics to a prefix; longer values lose
@@ -226,7 +226,8 @@ class TableFileWriter:
         schema: the table's Arrow schema, partition columns included.
         partition_columns: partition columns, in the table's order.
         task_id: a number for file names, so files of one job sort by task.
-        check: constraints every row must satisfy: ``(description, predicate)``.
+        checks: constraints every row must satisfy: ``(description, SQL predicate)``,
+            evaluated by DataFusion (a row passes only where the predicate is TRUE).
         row_group_rows: rows to buffer before writing a row group.
         file_bytes: roll to a new file once a file holds about this many bytes.
     """
@@ -238,7 +239,7 @@ class TableFileWriter:
         partition_columns: list[str],
         *,
         task_id: int = 0,
-        checks: list[tuple[str, Expr]] | None = None,
+        checks: list[tuple[str, str]] | None = None,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         file_bytes: int = DEFAULT_FILE_BYTES,
@@ -326,8 +327,8 @@ class TableFileWriter:
                     table=self.table_name,
                 )
         for description, predicate in self.checks:
-            mask = matching_mask(predicate, data)
-            failing = data.num_rows - pc.sum(mask).as_py() if data.num_rows else 0
+            mask = holds(predicate, data)
+            failing = data.num_rows - mask.true_count
             if failing:
                 first = data.filter(pc.invert(mask)).slice(0, 1).to_pylist()[0]
                 raise ConstraintViolationError(

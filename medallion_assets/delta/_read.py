@@ -17,10 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from medallion_assets.delta._predicate import _partition_value
 from medallion_assets.delta._schema import conform_table
 from medallion_assets.delta._snapshot import DataFile, Snapshot, resolve_snapshot
-from medallion_assets.delta.errors import DeltaOptionError
+from medallion_assets.delta.errors import DeltaError, DeltaOptionError
 
 # Spark plans one scan over many files cheaply, but one union branch per
 # partition gets slow; past this many distinct partitions we refuse the union.
@@ -56,22 +55,32 @@ def iter_data_file_batches(
     parquet = pq.ParquetFile(data_file.path)
     stored = set(parquet.schema_arrow.names)
     wanted = [f.name for f in arrow_schema if f.name not in partition_columns and f.name in stored]
-    constants = {}
-    if partition_columns:
-        spark_types = _spark_types(arrow_schema, partition_columns)
-        constants = {
-            name: _partition_value(data_file.partition_values.get(name), spark_types[name]) for name in partition_columns
-        }
+    constants = {
+        name: partition_scalar(data_file.partition_values.get(name), arrow_schema.field(name).type, table=table)
+        for name in partition_columns
+    }
     for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=row_groups, columns=wanted, use_threads=False):
         for name, value in constants.items():
-            batch = batch.append_column(name, pa.array([value] * batch.num_rows, type=arrow_schema.field(name).type))
+            batch = batch.append_column(name, pa.repeat(value, batch.num_rows))
         yield conform_table(batch, arrow_schema, table=table)
 
 
-def _spark_types(arrow_schema: pa.Schema, names: list[str]) -> dict[str, T.StructField]:
-    from pyspark.sql.pandas.types import from_arrow_type
+def partition_scalar(raw: str | None, type_: pa.DataType, *, table: str) -> pa.Scalar:
+    """A partition value as the log stores it (text), as a value of its column's type.
 
-    return {n: T.StructField(n, from_arrow_type(arrow_schema.field(n).type, prefer_timestamp_ntz=False)) for n in names}
+    pyarrow's cast parses the text. The log writes timestamps without a zone,
+    meaning UTC, which a cast to a zoned type wants said explicitly.
+    """
+    text = pa.array([raw], pa.string())
+    try:
+        if pa.types.is_timestamp(type_) and type_.tz is not None:
+            try:
+                return text.cast(type_)[0]
+            except pa.ArrowInvalid:
+                return text.cast(pa.timestamp(type_.unit)).cast(type_)[0]
+        return text.cast(type_)[0]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise DeltaError(f"partition value {raw!r} is not a valid {type_} ({exc})", table=table) from exc
 
 
 def _folder_matches(data_file: DataFile, partition_columns: list[str]) -> bool:

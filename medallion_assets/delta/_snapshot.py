@@ -170,6 +170,11 @@ def file_location(location: str, action_path: str) -> str:
     return f"{location}/{decoded}"
 
 
+def file_key(uri: str) -> str:
+    """A file's location as :attr:`DataFile.path` spells it (delta-rs's ``file_uris`` may add ``file://``)."""
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
 def resolve_snapshot(
     path: str,
     *,

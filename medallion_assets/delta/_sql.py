@@ -18,7 +18,7 @@ from typing import Any
 
 from medallion_assets.delta.errors import DeltaOptionError
 
-__all__ = ["to_sql", "quote_identifier"]
+__all__ = ["to_sql", "quote_identifier", "pruning_literal"]
 
 _BINARY = {
     "=": "=",
@@ -49,6 +49,33 @@ def quote_identifier(name: str) -> str:
     if name.replace("_", "a").isalnum() and not name[0].isdigit() and name.isascii():
         return name
     return '"' + name.replace('"', '""') + '"'
+
+
+def pruning_literal(value: Any) -> str | None:
+    """A Python value as a SQL literal for delta-rs's file pruning; None when it has none.
+
+    delta-rs prunes only comparisons of like types, so timestamps become Delta's
+    microsecond timestamps (UTC when the value has a zone, as Spark hands over
+    values of ``timestamp`` columns; without one for ``timestamp_ntz``).
+    """
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f") if value.is_finite() else None
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, None)')"
+        utc = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        return f"arrow_cast('{utc.isoformat()}Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+    if isinstance(value, _dt.date):
+        return f"DATE '{value.isoformat()}'"
+    return None
 
 
 def to_sql(expr: Any, *, what: str = "expression") -> str:

@@ -261,12 +261,6 @@ def latest_log_version(location: str) -> int:
     return table.version() if table is not None else -1
 
 
-class DeltaStreamPartition(InputPartition):
-    def __init__(self, files: list[DataFile]) -> None:
-        super().__init__(len(files))
-        self.files = files
-
-
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The ``delta`` stream source (see the module docstring for offsets and options)."""
 
@@ -421,17 +415,15 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         from medallion_assets.delta.datasource import plan_input_partitions
 
-        return [DeltaStreamPartition([s.file for s in p.slices]) for p in
-                plan_input_partitions(files, self.options.max_partition_bytes)]
+        # The batch reader's partitions: a big file comes as slices of its row groups.
+        return plan_input_partitions(files, self.options.max_partition_bytes)
 
-    def read(self, partition: DeltaStreamPartition) -> Iterator[pa.RecordBatch]:
-        from medallion_assets.delta._read import read_data_file
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
         from medallion_assets.delta._schema import spark_to_arrow_schema
+        from medallion_assets.delta.datasource import read_slices
 
         arrow_schema = spark_to_arrow_schema(self.schema, table=self.location)
-        for data_file in partition.files:
-            data = read_data_file(data_file, arrow_schema, self.partition_columns, table=self.location)
-            yield from data.to_batches(max_chunksize=65_536)
+        yield from read_slices(partition, arrow_schema, self.partition_columns, table=self.location)
 
     def commit(self, end: dict) -> None:
         # Forget units before the committed position.

@@ -1,8 +1,9 @@
 """The ``delta`` format: a Spark Python data source over delta-rs.
 
 ``spark.read.format("delta")`` resolves the snapshot with delta-rs on the
-driver, skips files by partition values and statistics for pushed filters,
-and reads the rest in input partitions sized by bytes. ``df.write.format("delta")``
+driver, lets delta-rs skip files by partition values and statistics for pushed
+filters, and reads the rest in input partitions sized by bytes (big files split
+by row group; the stream source reads the same partitions). ``df.write.format("delta")``
 writes Parquet files in the tasks and commits them in one transaction on the
 driver. Streaming reads and writes live in :mod:`._streaming`.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from deltalake.exceptions import DeltaError as DeltaRsError
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
@@ -27,9 +29,16 @@ from pyspark.sql.datasource import (
 from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncommitted_files, plan_write
 from medallion_assets.delta._files import WrittenFile
 from medallion_assets.delta._options import ReadOptions
-from medallion_assets.delta._predicate import Expr, Verdict, file_verdict, from_spark_filter
+from medallion_assets.delta._sql import pruning_literal, quote_identifier
 from medallion_assets.delta._read import iter_data_file_batches
-from medallion_assets.delta._snapshot import DataFile, Snapshot, normalize_path, resolve_snapshot
+from medallion_assets.delta._snapshot import (
+    DataFile,
+    Snapshot,
+    file_key,
+    normalize_path,
+    open_table,
+    resolve_snapshot,
+)
 from medallion_assets.delta.errors import DeltaOptionError
 
 # Columns a change data feed read adds, as delta-spark names them.
@@ -161,34 +170,88 @@ def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[Del
     return [DeltaInputPartition(members) for _, members in bins]
 
 
+def read_slices(
+    partition: DeltaInputPartition, arrow_schema: pa.Schema, partition_columns: list[str], *, table: str
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one input partition: each slice's row groups (or whole file), once."""
+    for piece in partition.slices:
+        yield from iter_data_file_batches(
+            piece.file,
+            arrow_schema,
+            partition_columns,
+            table=table,
+            row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
+            batch_rows=_BATCH_ROWS,
+        )
+
+
+def pushed_filter_sql(f) -> str | None:
+    """One of Spark's pushed filters as a SQL predicate for delta-rs's file pruning (None: no such form)."""
+    from pyspark.sql import datasource as ds
+
+    if isinstance(f, ds.Not):
+        inner = pushed_filter_sql(f.child)
+        return None if inner is None else f"NOT ({inner})"
+    attribute = getattr(f, "attribute", None)
+    if not attribute or len(attribute) != 1:
+        return None  # nested fields: no statistics to prune with
+    column = quote_identifier(attribute[0])
+    if isinstance(f, ds.IsNull):
+        return f"{column} IS NULL"
+    if isinstance(f, ds.IsNotNull):
+        return f"{column} IS NOT NULL"
+    if isinstance(f, ds.In):
+        values = [pruning_literal(v) for v in f.value if v is not None]
+        return None if not values or None in values else f"{column} IN ({', '.join(values)})"
+    operators = {
+        ds.EqualTo: "=",
+        ds.EqualNullSafe: "IS NOT DISTINCT FROM",
+        ds.GreaterThan: ">",
+        ds.GreaterThanOrEqual: ">=",
+        ds.LessThan: "<",
+        ds.LessThanOrEqual: "<=",
+    }
+    operator = operators.get(type(f))
+    if operator is None:
+        return None  # StringStartsWith and friends: delta-rs prunes with comparisons only
+    if f.value is None:
+        return f"{column} IS NULL" if isinstance(f, ds.EqualNullSafe) else None
+    literal = pruning_literal(f.value)
+    return None if literal is None else f"{column} {operator} {literal}"
+
+
 class DeltaBatchReader(DataSourceReader):
-    """Reads one snapshot; skips files that pushed filters rule out."""
+    """Reads one snapshot; delta-rs skips the files that pushed filters rule out."""
 
     def __init__(self, snapshot: Snapshot, options: ReadOptions) -> None:
         self.snapshot = snapshot
         self.options = options
-        self.filters: list[Expr] = []
+        self.filters: list[str] = []
 
     def pushFilters(self, filters):
         for f in filters:
-            expr = from_spark_filter(f)
-            if expr is not None:
-                self.filters.append(expr)
+            predicate = pushed_filter_sql(f)
+            if predicate is not None:
+                self.filters.append(predicate)
         # Spark still applies every filter to the rows; we only skip files.
         yield from filters
 
     def live_files(self) -> list[DataFile]:
+        """The snapshot's files that delta-rs's pruning (partition values, statistics) keeps."""
         if not self.filters:
             return list(self.snapshot.files)
-        kept = []
-        for f in self.snapshot.files:
-            if all(
-                file_verdict(e, self.snapshot.schema, f.partition_values, f.num_records, f.min_values,
-                             f.max_values, f.null_counts) != Verdict.NONE
-                for e in self.filters
-            ):
-                kept.append(f)
-        return kept
+        table = open_table(self.snapshot.location, version=self.snapshot.version, check_features=False)
+        kept: set[str] | None = None
+        for predicate in self.filters:
+            try:
+                uris = table.file_uris(file_pruning_predicate=predicate)
+            except DeltaRsError:
+                continue  # delta-rs cannot prune with this filter: it keeps every file
+            found = {file_key(u) for u in uris}
+            kept = found if kept is None else kept & found
+        if kept is None:
+            return list(self.snapshot.files)
+        return [f for f in self.snapshot.files if file_key(f.path) in kept]
 
     def partitions(self) -> Sequence[InputPartition]:
         files = self.live_files()
@@ -197,16 +260,9 @@ class DeltaBatchReader(DataSourceReader):
         return plan_input_partitions(files, split_budget(files, self.options.max_partition_bytes))
 
     def read(self, partition: DeltaInputPartition) -> Iterator[pa.RecordBatch]:
-        schema = self.snapshot.arrow_schema
-        for piece in partition.slices:
-            yield from iter_data_file_batches(
-                piece.file,
-                schema,
-                self.snapshot.partition_columns,
-                table=self.snapshot.location,
-                row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
-                batch_rows=_BATCH_ROWS,
-            )
+        yield from read_slices(
+            partition, self.snapshot.arrow_schema, self.snapshot.partition_columns, table=self.snapshot.location
+        )
 
 
 class ChangeFeedReader(DataSourceReader):

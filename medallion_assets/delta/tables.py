@@ -768,16 +768,34 @@ class DeltaTable:
     def addConstraint(self, name: str, expr: str | Column) -> None:
         """Add a CHECK constraint (``ALTER TABLE ... ADD CONSTRAINT name CHECK (expr)``).
 
+        The expression is DataFusion SQL, as delta-rs reads it; the ``delta`` writer
+        enforces it on every write with the same engine.
+
         Raises:
             ConstraintViolationError: existing rows violate it (nothing is committed).
+            DeltaOptionError: the writer could not evaluate it on the table's columns
+                (nothing is committed).
 
         Example:
             >>> dt.addConstraint("amount_positive", "amount > 0")  # doctest: +SKIP
         """
+        from medallion_assets.delta._engine import PredicateError, check_predicate
+        from medallion_assets.delta._schema import delta_to_spark_schema, spark_to_arrow_schema
+
         sql = to_sql(expr, what=f"constraint '{name}'")
         with _translate(self._path, f"ADD CONSTRAINT {name}"):
+            table = self._table()
             try:
-                self._table().alter.add_constraint({name: sql})
+                # What every later write runs: refuse a constraint it could not evaluate.
+                check_predicate(sql, spark_to_arrow_schema(delta_to_spark_schema(table.schema()), table=self._path))
+            except PredicateError as exc:
+                raise DeltaOptionError(
+                    f"cannot add constraint {name} CHECK ({sql}): the writer cannot evaluate it on the "
+                    f"table's columns ({exc.message})",
+                    table=self._path,
+                ) from exc
+            try:
+                table.alter.add_constraint({name: sql})
             except (_RsDeltaError, ValueError) as exc:
                 low = str(exc).lower()
                 if "violat" in low or "failed validation" in low or "invalid data" in low:

@@ -1,31 +1,20 @@
-"""The predicate subset used by replaceWhere, CHECK constraints and file skipping."""
+"""SQL predicates of replaceWhere, CHECK constraints and file skipping: DataFusion and delta-rs judge them."""
 
 from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
 
+import deltalake
 import pyarrow as pa
 import pytest
-from pyspark.sql import types as T
+from pyspark.sql import datasource as ds
 
-from medallion_assets.delta._predicate import (
-    Verdict,
-    file_verdict,
-    matching_mask,
-    parse_predicate,
-    resolve_columns,
-)
-from medallion_assets.delta.errors import DeltaOptionError
+from medallion_assets.delta._engine import PredicateError, check_predicate, holds
+from medallion_assets.delta._options import ReadOptions
+from medallion_assets.delta._snapshot import resolve_snapshot
+from medallion_assets.delta.datasource import DeltaBatchReader, pushed_filter_sql
 
-SCHEMA = T.StructType(
-    [
-        T.StructField("id", T.LongType()),
-        T.StructField("day", T.DateType()),
-        T.StructField("amount", T.DecimalType(15, 2)),
-        T.StructField("region", T.StringType()),
-    ]
-)
 DATA = pa.table(
     {
         "id": pa.array([1, 2, 3, None], pa.int64()),
@@ -50,46 +39,82 @@ DATA = pa.table(
         ("NOT (region = 'EU')", [False, True, False, False]),
         ("amount > '0'::decimal(15, 2)", [True, True, False, True]),
         ("`region` = 'EU' and id < 3", [True, False, False, False]),
+        # What a hand-written subset could not evaluate: arithmetic, functions, LIKE, CASE.
+        ("amount * 2 > 1", [False, True, False, True]),
+        ("length(region) = 2 AND region LIKE 'E%'", [True, False, True, False]),
+        ("CASE WHEN region = 'EU' THEN amount < 1 ELSE id > 1 END", [True, True, False, False]),
     ],
 )
 def test_predicates_evaluate_on_arrow_as_sql_does(text, expected):
-    expr = resolve_columns(parse_predicate(text), SCHEMA, table="t", what="test")
-    assert matching_mask(expr, DATA).to_pylist() == expected
+    assert holds(text, DATA).to_pylist() == expected
+    assert holds(text, DATA.to_batches()[0]).to_pylist() == expected
 
 
-@pytest.mark.parametrize("text", ["id = ", "id === 3", "id LIKE 'x%'", ""])
-def test_unsupported_predicates_say_what_is_supported(text):
-    with pytest.raises(DeltaOptionError, match="Supported:"):
-        parse_predicate(text)
+@pytest.mark.parametrize("text", ["id = ", "id === 3", "", "amount + 1"])
+def test_predicates_the_engine_cannot_evaluate_are_refused_with_its_reason(text):
+    with pytest.raises(PredicateError, match="cannot evaluate") as err:
+        check_predicate(text, DATA.schema)
+    assert "DataFusion" in str(err.value)
+    with pytest.raises(PredicateError):
+        holds(text, DATA)
 
 
 def test_unknown_columns_are_named():
-    with pytest.raises(DeltaOptionError, match="'nope'"):
-        resolve_columns(parse_predicate("nope = 1"), SCHEMA, table="t", what="replaceWhere")
+    with pytest.raises(PredicateError, match="nope"):
+        check_predicate("nope = 1", DATA.schema)
 
 
-def verdict(text, *, partition=None, lo=None, hi=None, nulls=None, rows=10):
-    expr = resolve_columns(parse_predicate(text), SCHEMA, table="t", what="test")
-    return file_verdict(expr, SCHEMA, partition or {}, rows, lo or {}, hi or {}, nulls or {})
+def test_verdicts_keep_the_row_order_across_batches():
+    data = pa.concat_tables([pa.table({"id": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(30)])
+    assert holds("id % 7 = 3", data).to_pylist() == [i % 7 == 3 for i in range(30_000)]
+    assert holds("id > 0", data.schema.empty_table()).to_pylist() == []
 
 
-def test_file_verdicts_from_statistics():
-    stats = dict(lo={"id": 10}, hi={"id": 20}, nulls={"id": 0})
-    assert verdict("id > 25", **stats) == Verdict.NONE
-    assert verdict("id >= 10", **stats) == Verdict.ALL
-    assert verdict("id > 15", **stats) == Verdict.SOME
-    assert verdict("id = 30 OR id = 5", **stats) == Verdict.NONE
-    assert verdict("id BETWEEN 0 AND 100", **stats) == Verdict.ALL
-    # With nulls in the file, "all rows match" can no longer be claimed.
-    assert verdict("id >= 10", lo={"id": 10}, hi={"id": 20}, nulls={"id": 2}) == Verdict.SOME
-    # Missing statistics are never a reason to skip.
-    assert verdict("id > 25") == Verdict.SOME
+def _live_ids(path, *filters) -> list[tuple[int, int]]:
+    reader = DeltaBatchReader(resolve_snapshot(path), ReadOptions())
+    assert list(reader.pushFilters(list(filters))) == list(filters), "Spark still filters the rows"
+    return sorted((f.min_values["id"], f.max_values["id"]) for f in reader.live_files())
 
 
-def test_file_verdicts_from_partition_values():
-    assert verdict("region = 'EU'", partition={"region": "EU"}) == Verdict.ALL
-    assert verdict("region = 'EU'", partition={"region": "US"}) == Verdict.NONE
-    assert verdict("region IS NULL", partition={"region": None}) == Verdict.ALL
-    assert verdict("day < '2024-02-01'", partition={"day": "2024-01-31"}) == Verdict.ALL
-    assert verdict("day >= '2024-02-01 00:00:00'", partition={"day": "2024-01-31"}) == Verdict.NONE
-    assert verdict("NOT region = 'EU'", partition={"region": "US"}) == Verdict.ALL
+def test_pushed_filters_skip_files_by_statistics_through_delta_rs(tmp_path):
+    path = str(tmp_path / "t")
+    for ids in (range(10, 21), range(30, 41)):  # two files: ids 10..20 and 30..40
+        deltalake.write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+    both, low, high = [(10, 20), (30, 40)], [(10, 20)], [(30, 40)]
+    assert _live_ids(path, ds.GreaterThan(("id",), 25)) == high
+    assert _live_ids(path, ds.GreaterThanOrEqual(("id",), 10)) == both
+    assert _live_ids(path, ds.LessThan(("id",), 15)) == low
+    assert _live_ids(path, ds.In(("id",), (5, 35))) == high
+    assert _live_ids(path, ds.EqualTo(("id",), 50)) == []
+    assert _live_ids(path, ds.GreaterThan(("id",), 15), ds.LessThan(("id",), 35)) == both
+    assert _live_ids(path, ds.GreaterThan(("id",), 25), ds.LessThan(("id",), 15)) == []
+    # Filters delta-rs cannot prune with never skip a file.
+    assert _live_ids(path, ds.StringStartsWith(("id",), "1")) == both
+
+
+def test_pushed_filters_on_partition_values_and_timestamps(tmp_path):
+    path = str(tmp_path / "t")
+    at = [dt.datetime(2024, 1, 1, h, tzinfo=dt.timezone.utc) for h in (1, 2, 3)]
+    data = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "region": ["EU", "US", None],
+            "at": pa.array(at, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    deltalake.write_deltalake(path, data, partition_by=["region"])
+    assert _live_ids(path, ds.EqualTo(("region",), "EU")) == [(1, 1)]
+    assert _live_ids(path, ds.IsNull(("region",))) == [(3, 3)]
+    assert _live_ids(path, ds.Not(ds.EqualTo(("region",), "EU"))) == [(2, 2)]
+    assert _live_ids(path, ds.EqualNullSafe(("region",), None)) == [(3, 3)]
+    half_past_two = at[1] + dt.timedelta(minutes=30)
+    assert _live_ids(path, ds.GreaterThan(("at",), half_past_two)) == [(3, 3)]
+    assert _live_ids(path, ds.LessThanOrEqual(("at",), half_past_two)) == [(1, 1), (2, 2)]
+
+
+def test_pushed_filters_become_sql_delta_rs_prunes_with():
+    assert pushed_filter_sql(ds.EqualTo(("o_orderdate",), dt.date(1995, 3, 15))) == "o_orderdate = DATE '1995-03-15'"
+    assert pushed_filter_sql(ds.In(("region",), ("EU", "it's"))) == "region IN ('EU', 'it''s')"
+    assert pushed_filter_sql(ds.Not(ds.IsNull(("weird name",)))) == 'NOT ("weird name" IS NULL)'
+    assert pushed_filter_sql(ds.GreaterThan(("a", "b"), 1)) is None  # nested field
+    assert pushed_filter_sql(ds.GreaterThan(("x",), float("nan"))) is None

@@ -334,3 +334,37 @@ def test_source_ignore_changes_rereads_rewritten_files(spark, tmp_path):
     _stream_copy(spark, src, dst, ckpt, ignoreChanges="true")
     # delta-spark's ignoreChanges: the rewritten file's surviving rows come again.
     assert ids_of(dst) == [0, 1, 1, 2, 2, 3, 3, 4, 4]
+
+
+def test_source_reads_each_row_group_of_a_split_file_once(spark, tmp_path):
+    """A file split by row groups across input partitions is read slice by slice, not whole per slice."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.testing import assertDataFrameEqual
+
+    src, out, ckpt = tmp_path / "src", tmp_path / "out", tmp_path / "ck"
+    n = 300_000
+    data = pa.table({"id": pa.array(range(n), pa.int64()), "name": [f"name-{i:09d}" for i in range(n)]})
+    deltalake.write_deltalake(
+        str(src), data, writer_properties=deltalake.WriterProperties(max_row_group_size=20_000)
+    )
+    files = deltalake.DeltaTable(str(src)).file_uris()
+    assert len(files) == 1
+    meta = pq.ParquetFile(files[0]).metadata
+    assert meta.num_row_groups == 15
+    assert os.path.getsize(files[0]) > 1024 * 1024, "the file must be larger than maxPartitionBytes"
+
+    query = (
+        spark.readStream.format("delta").option("maxPartitionBytes", "1m").load(str(src))
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+
+    # Every row of the input exactly once (before the fix: each row once per row-group slice).
+    got, expected = spark.read.parquet(str(out)), spark.createDataFrame(data)
+    assert got.count() == n
+    assertDataFrameEqual(got.exceptAll(expected), expected.limit(0))
+    assertDataFrameEqual(expected.exceptAll(got), expected.limit(0))
