@@ -695,9 +695,9 @@ def _time_window_predicate(column: str, window: Any) -> str:
     """``start <= column < end`` with typed literals, for Spark and for replaceWhere.
 
     Windows on day boundaries (daily, weekly, monthly partitions) use ``DATE``
-    literals, which compare right with both date and timestamp columns; the
-    delta package's replaceWhere check does not coerce a ``'yyyy-MM-dd HH:mm:ss'``
-    string to a date. Other windows use ``TIMESTAMP`` literals.
+    literals, which compare right with both date and timestamp columns in
+    Spark SQL and in DataFusion (the delta-rs engine's replaceWhere). Other
+    windows use ``TIMESTAMP`` literals.
     """
     def literal(moment: Any) -> str:
         if (moment.hour, moment.minute, moment.second, moment.microsecond) == (0, 0, 0, 0):
