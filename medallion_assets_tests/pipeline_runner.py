@@ -4,7 +4,7 @@
 batch, then materializes every asset but the landing simulator (with the
 asset checks, every month of the partitioned gold table in one run) on the
 persistent instance of ``DAGSTER_HOME`` and the lake of ``MEDALLION_LAKE_ROOT``,
-on the engine ``MEDALLION_DELTA_ENGINE`` picks. It prints one JSON line: the
+on the deployment ``MEDALLION_DEPLOYMENT`` and the engine ``MEDALLION_DELTA_ENGINE`` pick. It prints one JSON line: the
 Delta engine each materialization recorded, and the checks that failed.
 """
 
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     lake = Path(os.environ["MEDALLION_LAKE_ROOT"])
     simulate.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)
     with DagsterInstance.get() as instance:
-        result = materialize_everything(build_definitions("local"), instance)
+        result = materialize_everything(build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local")), instance)
         engines = {
             event.asset_key.to_user_string(): event.materialization.metadata["delta/engine"].value
             for event in result.get_asset_materialization_events()

@@ -29,7 +29,14 @@ _METRICS_SCHEMA = T.StructType(
 
 
 def source_alias(df: DataFrame) -> str | None:
-    """The alias given with ``df.alias(name)``, read from the analyzed plan (classic Spark)."""
+    """The alias given with ``df.alias(name)``.
+
+    Spark Connect keeps it on the client's plan (a ``SubqueryAlias`` node);
+    classic Spark in the analyzed plan on the JVM.
+    """
+    connect_plan = getattr(df, "_plan", None)
+    if connect_plan is not None and type(connect_plan).__name__ == "SubqueryAlias":
+        return getattr(connect_plan, "_alias", None)
     jdf = getattr(df, "_jdf", None)
     if jdf is None:
         return None
