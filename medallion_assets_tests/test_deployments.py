@@ -18,12 +18,14 @@ import sys
 
 import pytest
 
+from medallion_assets_tests.conftest import pending
+
 from medallion_assets.engine import plan_engine
 from medallion_assets_tests.deployments import connect_server, standalone_cluster
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
 from medallion_assets_tests.test_engines import _delta_spark_jars
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pending]
 
 SCALE_FACTOR = 0.01
 
