@@ -22,7 +22,8 @@ from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 
-pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
+# Not yet both_engines: the kill points are pause hooks of the delta-rs engine (medallion_assets.delta._streaming).
+pytestmark = pytest.mark.slow
 STREAM = "orders_raw"
 
 

