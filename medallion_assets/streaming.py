@@ -160,6 +160,9 @@ def run_continuous(
                 query_name=f"bronze_{stream}_continuous",
             )
             say(f"{stream}: started (trigger every {config.trigger_interval}, query id {queries[stream].id})")
+        # run_seconds is streaming time: starting the queries (creating a bronze
+        # table on a cold JVM) can take longer than a short run itself.
+        started = time.monotonic()
         while True:
             for stream, query in queries.items():
                 drain(stream, query)
@@ -248,7 +251,11 @@ def _stream_command(args) -> int:
                                      rate_limits=limits, run_seconds=args.run_seconds)
     root = args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT")
     lake = LakeResource(root=root) if root else LakeResource()
-    spark = SparkResource().spark_session
+    # The deployed resource's engine choice (MEDALLION_DELTA_ENGINE, DELTA_SPARK_JARS,
+    # MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
+    from medallion_assets.definitions import spark_resource
+
+    spark = spark_resource("local").process_config_and_initialize().spark_session
     try:
         run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True))
     finally:

@@ -1,23 +1,49 @@
 """The bronze ingest (``availableNow``) in a process of its own, for crash tests.
 
 ``python -m medallion_assets_tests.ingest_runner LAKE_ROOT STREAM [MAX_FILES]`` runs
-:func:`medallion_assets.ingest.start_bronze_stream` to completion. The pause
-hooks of :mod:`medallion_assets.delta._streaming` (environment variables) let
-a test SIGKILL it at a chosen point.
+:func:`medallion_assets.ingest.start_bronze_stream` to completion, on the Delta
+engine the environment names (``MEDALLION_DELTA_ENGINE``, ``DELTA_SPARK_JARS``,
+as the deployed Spark resource reads them). Nothing in it waits for a test: a
+crash test watches the checkpoint and the table from outside and SIGKILLs the
+process group (see :mod:`medallion_assets_tests.kill_points`).
+
+It prints ``engine <name>`` to stderr once the session is up, so a test's log
+tells which engine ran.
 """
 
+from __future__ import annotations
+
+import os
 import sys
+
+
+def spark_resource():
+    """The Spark resource of a runner: small, no UI, on the environment's Delta engine.
+
+    ``medallion_assets.definitions.spark_resource("local")`` names the engine
+    with ``EnvVar``s, which only Dagster resolves; a plain process reads the
+    same variables itself.
+    """
+    from medallion_assets.resources import SparkResource
+
+    return SparkResource(
+        spark_config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                      "spark.sql.session.timeZone": "UTC"},
+        delta_engine=os.environ.get("MEDALLION_DELTA_ENGINE") or "auto",
+        delta_spark_jars=os.environ.get("DELTA_SPARK_JARS") or None,
+    )
 
 
 def main(argv: list[str]) -> int:
     root, stream = argv[0], argv[1]
     max_files = int(argv[2]) if len(argv) > 2 else None
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets.resources import LakeResource, SparkResource
+    from medallion_assets.resources import LakeResource
 
-    spark = SparkResource(spark_config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                        "spark.sql.session.timeZone": "UTC"}).spark_session
+    resource = spark_resource()
+    spark = resource.spark_session
     spark.sparkContext.setLogLevel("ERROR")
+    print(f"engine {resource.delta_engine_in_use.name}", file=sys.stderr, flush=True)
     query = start_bronze_stream(spark, LakeResource(root=root), stream, max_files_per_trigger=max_files)
     query.awaitTermination()
     spark.stop()

@@ -5,6 +5,8 @@ the ``orders_raw`` checkpoint sensor (from the project's Definitions, run
 with ``build_sensor_context`` on an ephemeral instance) reports each
 committed batch once and requests the downstream run. SIGTERM stops the
 stream cleanly; after a restart the sensor's cursor picks up where it left off.
+Both tests check the stream wrote with the test session's Delta engine: the
+subprocess gets it from ``MEDALLION_DELTA_ENGINE`` and ``DELTA_SPARK_JARS``.
 """
 
 import os
@@ -20,9 +22,10 @@ from dagster import AssetCheckEvaluation, AssetMaterialization, DagsterInstance,
 from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake
+from medallion_assets_tests.kill_points import sink_engines
 
-# Not yet both_engines: continuous mode has not yet been seen passing on delta-spark.
-pytestmark = pytest.mark.slow
+# Stream processes with JVMs of their own, waited for with generous timeouts.
+pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]
 STREAM = "orders_raw"
 
 
@@ -53,7 +56,10 @@ def stop_stream(proc: subprocess.Popen) -> int | None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def wait_for(condition, proc, timeout=240, what=""):
+def wait_for(condition, proc, timeout=480, what=""):
+    """Poll ``condition`` until it holds. The timeout is generous: a fresh JVM's
+    first Delta batch (delta-spark loads and compiles its classes) takes minutes
+    on a busy machine."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if condition():
@@ -64,7 +70,7 @@ def wait_for(condition, proc, timeout=240, what=""):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_continuous_stream_and_checkpoint_sensor(tmp_path):
+def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
     from medallion_assets.definitions import build_definitions
 
     root = tmp_path / "lake"
@@ -135,12 +141,22 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path):
     assert reported == sorted(set(reported)), "each batch reported once, in order"
     assert reported == sorted(read_checkpoint(ckpt).commits)
     assert read_with_deltalake(table).num_rows == 22
+    assert sink_engines(table) == {delta_engine}, "medallion-assets stream ran the test session's engine"
 
 
-def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_path):
+def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_path, delta_engine):
     """The ``bronze_streams_continuous`` job (bounded by run_seconds here) ingests what lands."""
+    from medallion_assets.engine import engine_for
     from medallion_assets.resources import SparkResource
     from medallion_assets.streaming import bronze_streams_continuous
+
+    # A session's first Delta write is slow (delta-spark loads and compiles its
+    # classes: half a minute or more on a busy machine). Pay that before the
+    # timed run, so its 45 seconds go to streaming whichever test ran before
+    # (run_seconds counts from before the queries start, table creation included).
+    warm = str(tmp_path / "warm")
+    spark.range(1).write.format("delta").mode("append").save(warm)
+    assert engine_for(spark).read(spark, warm).count() == 1
 
     lake = LakeResource(root=str(tmp_path / "lake"))
     land(Path(lake.landing_folder(STREAM)), "a.json", 4)
@@ -155,6 +171,7 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
     )
     assert result.success
     assert read_with_deltalake(lake.table_path(["bronze", STREAM])).num_rows == 4
+    assert sink_engines(lake.table_path(["bronze", STREAM])) == {delta_engine}
     messages = [entry.user_message for entry in instance.all_logs(result.run_id)]
     assert any("batch 0 input_rows=4" in m for m in messages)
     assert any("streams stopped (run_seconds)" in m for m in messages)

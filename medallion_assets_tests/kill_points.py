@@ -1,0 +1,212 @@
+"""Kill a streaming query's process at a point seen from outside it.
+
+A crash test must not need hooks inside the engine (the JVM's DeltaSink has
+none), so the points are read off the disk, the way a crash leaves them:
+
+* the checkpoint: ``offsets/N`` (batch N planned) and ``commits/N`` (batch N
+  done, as far as Spark knows);
+* the Delta log: a commit file carrying the query's app transaction
+  (``txn`` action, ``appId`` = the query id from the checkpoint's
+  ``metadata``, ``version`` = the batch id); both engines' sinks record one;
+* the table folder: data files no commit of the log adds (a batch's tasks are
+  writing, or wrote and were not committed). Both engines write a task's
+  Parquet file in place under the table folder and name it in the commit.
+
+:func:`kill_when` polls these every 20 ms and SIGKILLs the process group as
+soon as a condition holds. Everything here only reads, except
+:func:`undo_checkpoint_commit`, which a test uses to recreate a crash state
+an outside kill cannot hit reliably (see its docstring).
+:func:`sink_engines` tells which engine wrote a stream's commits, so a test
+run on one engine can check its subprocesses ran that engine too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One look at a stream's checkpoint and table."""
+
+    offsets: frozenset[int]
+    """Batches with an ``offsets/N`` file (planned)."""
+    commits: frozenset[int]
+    """Batches with a ``commits/N`` file (committed in the checkpoint)."""
+    txn: int | None
+    """The highest batch id the Delta log records for the query (None: none yet)."""
+    uncommitted: frozenset[str]
+    """Data files (relative paths) under the table folder that no Delta commit adds."""
+    at: float = field(default_factory=time.monotonic)
+
+
+def _numbered(folder: str) -> frozenset[int]:
+    try:
+        return frozenset(int(name) for name in os.listdir(folder) if name.isdigit())
+    except FileNotFoundError:
+        return frozenset()
+
+
+class StreamWatch:
+    """Reads a stream's checkpoint folder and its Delta table incrementally.
+
+    Each Delta commit file is parsed once (they never change once renamed into
+    place), so a look costs a few directory listings.
+    """
+
+    def __init__(self, checkpoint: str, table: str) -> None:
+        self.checkpoint = checkpoint
+        self.table = table
+        self.query_id: str | None = None
+        self._parsed: set[int] = set()
+        self._txn_by_app: dict[str, int] = {}
+        self._added: set[str] = set()
+
+    def _read_query_id(self) -> str | None:
+        if self.query_id is None:
+            try:
+                with open(os.path.join(self.checkpoint, "metadata")) as handle:
+                    self.query_id = json.loads(handle.readline()).get("id")
+            except (FileNotFoundError, ValueError):
+                pass
+        return self.query_id
+
+    def _read_log(self) -> None:
+        folder = os.path.join(self.table, "_delta_log")
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return
+        for name in sorted(names):
+            stem = name[:-5]
+            if not (name.endswith(".json") and len(stem) == 20 and stem.isdigit()) or int(stem) in self._parsed:
+                continue
+            try:
+                with open(os.path.join(folder, name)) as handle:
+                    actions = [json.loads(line) for line in handle if line.strip()]
+            except (FileNotFoundError, ValueError):
+                continue  # not in place yet: read at the next look
+            for action in actions:
+                if "txn" in action:
+                    app, version = action["txn"]["appId"], int(action["txn"]["version"])
+                    self._txn_by_app[app] = max(version, self._txn_by_app.get(app, -1))
+                elif "add" in action:
+                    self._added.add(unquote(action["add"]["path"]))
+            self._parsed.add(int(stem))
+
+    def data_files(self) -> frozenset[str]:
+        """Parquet files under the table folder (relative paths), log and hidden files excluded."""
+        found = set()
+        for folder, dirs, files in os.walk(self.table):
+            dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+            relative = os.path.relpath(folder, self.table)
+            for name in files:
+                if name.endswith(".parquet") and not name.startswith((".", "_")):
+                    found.add(name if relative == "." else os.path.join(relative, name))
+        return frozenset(found)
+
+    def look(self) -> Seen:
+        """The state now. The log is read after the data files, so a file a commit
+        added between the two reads is never taken for an uncommitted one."""
+        offsets = _numbered(os.path.join(self.checkpoint, "offsets"))
+        commits = _numbered(os.path.join(self.checkpoint, "commits"))
+        files = self.data_files()
+        self._read_log()
+        query_id = self._read_query_id()
+        txn = self._txn_by_app.get(query_id) if query_id else None
+        return Seen(offsets, commits, txn, frozenset(files - self._added))
+
+
+def sink_engines(table: str) -> set[str]:
+    """The engines that wrote the table's commits carrying an app transaction (a stream sink's).
+
+    delta-spark signs its commits with ``engineInfo`` (``Apache-Spark/... Delta-Lake/...``),
+    delta-rs with ``clientVersion`` (``delta-rs.<version>``).
+    """
+    engines = set()
+    folder = os.path.join(table, "_delta_log")
+    for name in sorted(os.listdir(folder)):
+        if not (name.endswith(".json") and name[:-5].isdigit()):
+            continue
+        with open(os.path.join(folder, name)) as handle:
+            actions = [json.loads(line) for line in handle if line.strip()]
+        if not any("txn" in a for a in actions):
+            continue
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if "Delta-Lake" in str(info.get("engineInfo", "")):
+            engines.add("delta-spark")
+        elif str(info.get("clientVersion", "")).startswith("delta-rs"):
+            engines.add("delta-rs")
+        else:
+            engines.add(f"unknown ({info})")
+    return engines
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group (the Python driver and its JVM) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def kill_when(
+    proc: subprocess.Popen,
+    watch: StreamWatch,
+    condition: Callable[[Seen], bool],
+    *,
+    what: str,
+    timeout: float = 300,
+    poll: float = POLL_SECONDS,
+) -> Seen:
+    """SIGKILL ``proc``'s group as soon as ``condition(watch.look())`` holds.
+
+    Returns the look that fired the kill. Raises when the process ends first
+    (a look after its end gets one more chance: the condition may have come
+    true just before) or after ``timeout`` seconds (then it is killed too).
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            ended = proc.poll() is not None
+            seen = watch.look()
+            if condition(seen):
+                return seen
+            if ended:
+                raise AssertionError(f"the ingest ended (rc {proc.returncode}) before {what}: {seen}; "
+                                     f"see {getattr(proc, 'log', 'its log')}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {seen}")
+            time.sleep(poll)
+    finally:
+        kill(proc)
+
+
+def undo_checkpoint_commit(checkpoint: str, batch: int) -> bool:
+    """Remove ``commits/<batch>`` and its checksum file; True if it was there.
+
+    Spark writes ``commits/N`` right after the sink returned from batch N, so
+    a process killed between the sink's Delta commit and that write leaves
+    ``offsets/N``, the Delta commit of N and no ``commits/N``. Removing the
+    commit file of a process that was killed (or ended) just after writing it
+    gives exactly that state, provided nothing later was written: the caller
+    checks no batch after ``batch`` was planned.
+    """
+    folder = os.path.join(checkpoint, "commits")
+    present = os.path.exists(os.path.join(folder, str(batch)))
+    for name in (str(batch), f".{batch}.crc"):
+        try:
+            os.remove(os.path.join(folder, name))
+        except FileNotFoundError:
+            pass
+    return present
