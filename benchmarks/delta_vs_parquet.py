@@ -1,31 +1,46 @@
-"""Write and read a few million rows through ``delta`` and through Spark's Parquet.
+"""Write and read a few million rows through each Delta engine and through Spark's Parquet.
 
-Run by hand (not a test):
+Run by hand (not a test), from the project root:
 
-    python benchmarks/delta_vs_parquet.py --rows 3000000 --repeat 3
+    DELTA_SPARK_JARS=<folder of the delta-spark jars> \
+        python benchmarks/delta_vs_parquet.py --rows 4000000 --repeat 3
+
+Both engines of the project are measured, each in a child process of its own
+(one Python process holds one SparkContext) whose session is built by the
+project's ``SparkResource`` as for an embedded ``local[*]`` deployment:
+``EMBEDDED_SPARK_CONFIG`` plus, for delta-spark, the jars and
+``spark.databricks.delta.snapshotPartitions`` = the local core count. Every
+figure is a ratio to Spark's native Parquet measured in the same child, on the
+same cached rows.
 
 Each write runs ``--repeat`` times and each read twice per repeat after an
 untimed warm-up pass, alternating the formats so that load on the machine hits
-them alike; the median times and the ratios against Parquet are printed as a
-Markdown table for the README.
+them alike; the median times and the ratios against Parquet are printed as one
+Markdown table. Besides wall seconds it prints the CPU seconds of the whole
+process tree (driver, JVM, Python workers) for each step, which other load on
+the machine does not inflate.
 
-Three more rows measure the floor that Spark's Python Data Source API sets for
-any writer or reader built on it, in the same run: a writer that discards the
-Arrow batches Spark hands it, a writer that only encodes them with plain
-pyarrow (no statistics, no Delta log), and a reader that hands over batches
-from uncompressed Arrow IPC files (no Parquet decoding).
+delta-spark rows: its write; its first read of the freshly written table (it
+builds the table's snapshot state); later reads (the state is cached); and the
+same three with Delta's default of 50 snapshot partitions (``untuned``), and a
+write that collects no per-file column statistics, to show what they cost
+(skip these four with ``--no-extra-rows``).
+
+delta-rs rows: ``format("delta")`` write, the ``read_delta`` fast route and the
+``format("delta")`` read; and three rows measuring the floor that Spark's Python
+Data Source API sets for any writer or reader built on it: a writer that
+discards the Arrow batches Spark hands it, a writer that only encodes them with
+plain pyarrow (no statistics, no Delta log), and a reader that hands over
+batches from uncompressed Arrow IPC files (no Parquet decoding).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -33,7 +48,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
-from medallion_assets.delta import enable_delta, read_delta
+from engine_runs import (
+    DELTA_DEFAULT_SNAPSHOT_PARTITIONS,
+    LoadSampler,
+    Timings,
+    add_engine_arguments,
+    build_session,
+    check_engine_arguments,
+    describe_load,
+    describe_session,
+    emit_json,
+    run_engines,
+    without_engine_arguments,
+)
 
 
 def make_frame(spark: SparkSession, rows: int):
@@ -126,83 +153,221 @@ def scan_all(df) -> int:
     return df.select(F.sum(F.hash(*df.columns))).first()[0]
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=3_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--master", default="local[*]")
-    args = parser.parse_args(argv)
+def reset_folder(folder: str) -> None:
+    """Empty ``folder``: every repeat writes fresh tables (no Delta log cache outlives its table)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("delta-vs-parquet")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    enable_delta(spark)
-    work = tempfile.mkdtemp(prefix="delta-bench-")
-    source = make_frame(spark, args.rows).cache()
-    source.count()
+
+class session_conf:  # noqa: N801 - used as a context manager, like a function
+    """Run a block with the session setting ``key`` set to ``value``, then restore it."""
+
+    def __init__(self, spark: SparkSession, key: str, value: str) -> None:
+        self.spark, self.key, self.value, self.previous = spark, key, value, None
+
+    def __enter__(self) -> None:
+        self.previous = self.spark.conf.get(self.key, None)
+        self.spark.conf.set(self.key, self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is None:
+            self.spark.conf.unset(self.key)
+        else:
+            self.spark.conf.set(self.key, self.previous)
+
+
+def untuned(spark: SparkSession) -> session_conf:
+    """Delta's default number of snapshot partitions instead of the project's (the core count)."""
+    return session_conf(spark, "spark.databricks.delta.snapshotPartitions", DELTA_DEFAULT_SNAPSHOT_PARTITIONS)
+
+
+def without_statistics(spark: SparkSession) -> session_conf:
+    """Writes that collect no per-file column statistics (no data skipping; to explain a cost only)."""
+    return session_conf(spark, "spark.databricks.delta.stats.collect", "false")
+
+
+def same_rows(found: int, expected: int, what: str) -> None:
+    if found != expected:
+        raise AssertionError(f"{what} does not hold the rows written")
+
+
+def warm_up(spark: SparkSession, work: str) -> None:
+    """Write and read a small table through Parquet and ``delta`` once, untimed.
+
+    Loads the classes and starts the Python workers, so that the first
+    repeat's first Delta step does not pay for them alone.
+    """
+    small = make_frame(spark, 10_000)
+    for fmt in ("parquet", "delta"):
+        path = os.path.join(work, f"warm-up-{fmt}")
+        small.write.format(fmt).mode("overwrite").save(path)
+        scan_all(spark.read.format(fmt).load(path))
+
+
+def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, extra: bool) -> Timings:
+    """delta-spark writes and reads against Parquet.
+
+    ``extra`` adds the explanatory rows: Delta's default snapshot partitions
+    (write, first read, read) and a write without column statistics.
+    """
+    timings = Timings()
+    warm_up(spark, work)
+    delta = lambda path: spark.read.format("delta").load(path)  # noqa: E731
+    for i in range(repeat):
+        reset_folder(work)
+        parquet_path, delta_path, untuned_path, no_stats_path = (
+            os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "untuned", "no-stats"))
+        write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
+        timings.run("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
+        timings.run("delta-spark write", lambda: write_delta(delta_path))
+        if extra:
+            with untuned(spark):
+                timings.run("delta-spark write, untuned", lambda: write_delta(untuned_path))
+            with without_statistics(spark):
+                timings.run("delta-spark write, no statistics", lambda: write_delta(no_stats_path))
+        expected = scan_all(spark.read.parquet(parquet_path))  # untimed: warms the page cache and the JIT
+        same_rows(timings.run("delta-spark first read", lambda: scan_all(delta(delta_path))), expected, "delta-spark")
+        if extra:
+            with untuned(spark):
+                same_rows(timings.run("delta-spark first read, untuned", lambda: scan_all(delta(untuned_path))),
+                          expected, "delta-spark, untuned")
+        for _ in range(2):
+            timings.run("parquet read", lambda: scan_all(spark.read.parquet(parquet_path)))
+            timings.run("delta-spark read", lambda: scan_all(delta(delta_path)))
+            if extra:
+                with untuned(spark):
+                    timings.run("delta-spark read, untuned", lambda: scan_all(delta(untuned_path)))
+    return timings
+
+
+def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Timings:
+    """The delta-rs engine's writes and reads, and the Data Source API floors, against Parquet."""
+    from medallion_assets.delta import read_delta
 
     spark.dataSource.register(FloorSource)
-    parquet_path, delta_path = os.path.join(work, "parquet"), os.path.join(work, "delta")
-    plain_path, ipc_path = os.path.join(work, "pyarrow"), os.path.join(work, "ipc")
-    steps = ("parquet write", "delta write", "discard write", "pyarrow write",
-             "parquet read", "delta toDF read", "delta format read", "ipc read")
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(args.repeat):
-        for path in (parquet_path, delta_path, plain_path, ipc_path):
-            shutil.rmtree(path, ignore_errors=True)
-        times["parquet write"].append(timed(lambda: source.write.mode("overwrite").parquet(parquet_path)))
-        times["delta write"].append(timed(lambda: source.write.format("delta").mode("overwrite").save(delta_path)))
-        times["discard write"].append(
-            timed(lambda: source.write.format("bench_floor").option("kind", "discard").mode("append").save()))
-        times["pyarrow write"].append(
-            timed(lambda: source.write.format("bench_floor").option("kind", "pyarrow").mode("append").save(plain_path)))
+    timings = Timings()
+    warm_up(spark, work)
+    scan_all(read_delta(spark, os.path.join(work, "warm-up-delta")))
+    for i in range(repeat):
+        reset_folder(work)
+        parquet_path, delta_path, plain_path, ipc_path = (
+            os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "pyarrow", "ipc"))
+        timings.run("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
+        timings.run("delta write", lambda: source.write.format("delta").mode("overwrite").save(delta_path))
+        timings.run("discard write",
+                    lambda: source.write.format("bench_floor").option("kind", "discard").mode("append").save())
+        timings.run("pyarrow write",
+                    lambda: source.write.format("bench_floor").option("kind", "pyarrow").mode("append").save(plain_path))
         parquet_to_ipc(parquet_path, ipc_path)
         ipc_frame = lambda: spark.read.format("bench_floor").schema(source.schema).load(ipc_path)  # noqa: E731
         # One untimed pass each warms the page cache and the JIT for all the readers alike.
         expected = scan_all(spark.read.parquet(parquet_path))
-        assert scan_all(read_delta(spark, delta_path)) == expected, "the delta table does not hold the same rows"
-        assert scan_all(spark.read.format("delta").load(delta_path)) == expected
-        assert scan_all(ipc_frame()) == expected
+        same_rows(scan_all(read_delta(spark, delta_path)), expected, "read_delta")
+        same_rows(scan_all(spark.read.format("delta").load(delta_path)), expected, "format('delta')")
+        same_rows(scan_all(ipc_frame()), expected, "the IPC floor")
         for _ in range(2):
-            times["parquet read"].append(timed(lambda: scan_all(spark.read.parquet(parquet_path))))
-            times["delta toDF read"].append(timed(lambda: scan_all(read_delta(spark, delta_path))))
-            times["delta format read"].append(timed(lambda: scan_all(spark.read.format("delta").load(delta_path))))
-            times["ipc read"].append(timed(lambda: scan_all(ipc_frame())))
+            timings.run("parquet read", lambda: scan_all(spark.read.parquet(parquet_path)))
+            timings.run("delta toDF read", lambda: scan_all(read_delta(spark, delta_path)))
+            timings.run("delta format read", lambda: scan_all(spark.read.format("delta").load(delta_path)))
+            timings.run("ipc read", lambda: scan_all(ipc_frame()))
+    return timings
 
-    median = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\n{args.rows:,} rows, {args.repeat} runs each (median), {args.master}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}, Spark {spark.version}\n")
-    print("| step | seconds | ratio to Parquet | target |")
-    print("| --- | ---: | ---: | ---: |")
-    rows = [
-        ("parquet write", "parquet write", None),
-        ("delta write", "parquet write", "1.25x (aim 1.1x)"),
-        ("discard write", "parquet write", "floor: hand-off only"),
-        ("pyarrow write", "parquet write", "floor: hand-off + encoding"),
-        ("parquet read", "parquet read", None),
-        ("delta toDF read", "parquet read", "1.15x"),
-        ("delta format read", "parquet read", "1.6x"),
-        ("ipc read", "parquet read", "floor: hand-off only"),
-    ]
-    for name, base, target in rows:
-        ratio = median[name] / median[base]
-        print(f"| {name} | {median[name]:.2f} | {ratio:.2f}x | {target or '-'} |")
-    shutil.rmtree(work, ignore_errors=True)
-    spark.stop()
+
+def run_one_engine(args: argparse.Namespace) -> dict:
+    """Measure one engine in this process; the figures as a JSON-ready dict."""
+    spark, _ = build_session(args.engine, args.master, args.delta_spark_jars, f"delta-vs-parquet-{args.engine}")
+    work = tempfile.mkdtemp(prefix="delta-bench-")
+    try:
+        with LoadSampler() as load:
+            source = make_frame(spark, args.rows).cache()
+            source.count()
+            if args.engine == "delta-spark":
+                timings = measure_delta_spark(spark, source, work, args.repeat, args.extra_rows)
+            else:
+                timings = measure_delta_rs(spark, source, work, args.repeat)
+        return {"facts": describe_session(spark, args.engine), "rows": args.rows, "repeat": args.repeat,
+                "steps": timings.medians(), "load": load.samples}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+
+
+#: Per engine, the table rows: step, its Parquet baseline, label, target ratio.
+TABLE_ROWS = {
+    "delta-spark": [
+        ("parquet write", "parquet write", "Parquet write (baseline)", None),
+        ("delta-spark write", "parquet write", "write", "1.15x"),
+        ("delta-spark write, untuned", "parquet write", "write, untuned (50 snapshot partitions)", None),
+        ("delta-spark write, no statistics", "parquet write",
+         "write without column statistics (`stats.collect=false`; explains the gap, not a setting)", None),
+        ("parquet read", "parquet read", "Parquet read (baseline)", None),
+        ("delta-spark first read", "parquet read", "first read of the new table (builds its snapshot)", None),
+        ("delta-spark read", "parquet read", "read (snapshot cached)", "1.1x"),
+        ("delta-spark first read, untuned", "parquet read", "first read, untuned (50 snapshot partitions)", None),
+        ("delta-spark read, untuned", "parquet read", "read (snapshot cached), untuned", None),
+    ],
+    "delta-rs": [
+        ("parquet write", "parquet write", "Parquet write (baseline)", None),
+        ("delta write", "parquet write", '`format("delta")` write', "1.25x (aim 1.1x)"),
+        ("discard write", "parquet write", "floor: hand-off to Python only", None),
+        ("pyarrow write", "parquet write", "floor: hand-off + plain pyarrow encoding", None),
+        ("parquet read", "parquet read", "Parquet read (baseline)", None),
+        ("delta toDF read", "parquet read", "`read_delta` / `toDF()` read", "1.15x"),
+        ("delta format read", "parquet read", '`format("delta")` read', "1.6x"),
+        ("ipc read", "parquet read", "floor: hand-off from Python only", None),
+    ],
+}
+
+
+def describe_run(result: dict) -> str:
+    facts = result["facts"]
+    tuning = (f", snapshotPartitions {facts['snapshot_partitions']} (set by SparkResource)"
+              if facts["engine"] == "delta-spark" else "")
+    return (f"* {facts['engine']}: {facts['delta']}{tuning}; Spark {facts['spark']}, {facts['master']}, "
+            f"{facts['cores']} cores, driver memory {facts['driver_memory']}, Python {facts['python']}; "
+            f"{describe_load(result['load'])}")
+
+
+def print_markdown(results: list[dict]) -> None:
+    first = results[0]
+    print(f"\n{first['rows']:,} rows; each engine in its own process, against Spark's Parquet in that process; "
+          f"median of {first['repeat']} writes and {2 * first['repeat']} reads "
+          f"(first reads: {first['repeat']})\n")
+    for result in results:
+        print(describe_run(result))
+    print("\n| engine | step | wall s | ratio to Parquet | CPU s | CPU ratio | target |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for result in results:
+        steps, engine = result["steps"], result["facts"]["engine"]
+        for name, base, label, target in TABLE_ROWS[engine]:
+            if name not in steps:
+                continue
+            step, baseline = steps[name], steps[base]
+            print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x "
+                  f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {target or '-'} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=3_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-extra-rows", dest="extra_rows", action="store_false",
+                        help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
+                             "a write without column statistics)")
+    add_engine_arguments(parser)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    check_engine_arguments(parser, args)
+    if args.engine == "all":
+        results = run_engines(os.path.abspath(__file__), without_engine_arguments(argv))
+    else:
+        results = [run_one_engine(args)]
+        if args.json:
+            emit_json(results[0])
+            return
+    print_markdown(results)
 
 
 if __name__ == "__main__":

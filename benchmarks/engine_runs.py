@@ -1,0 +1,252 @@
+"""What the engine benchmarks share: a session per engine, one run per engine, /proc readings.
+
+Not a benchmark itself; ``delta_vs_parquet.py`` and ``merge_scaling.py``
+import it (they run as scripts, so this folder is on ``sys.path``).
+
+* :func:`build_session` builds the session through the project's
+  :class:`~medallion_assets.resources.SparkResource`, so a benchmark gets what
+  an embedded ``local[*]`` deployment gets: ``EMBEDDED_SPARK_CONFIG``, the
+  engine's jars and settings from ``plan_engine``, and for delta-spark on a
+  local master ``spark.databricks.delta.snapshotPartitions`` = the core count.
+* One Python process holds one SparkContext, so :func:`run_engines` runs the
+  script once per engine in a child process (``--engine NAME --json``) and
+  collects the JSON each child prints.
+* Linux ``/proc`` readings (no psutil): CPU seconds of a process tree, resident
+  and peak resident memory of a process, and a background load-average sampler.
+
+Nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ENGINES = ("delta-rs", "delta-spark")
+
+#: Added to the project's embedded settings: no UI, and the driver heap the
+#: benchmarks have always used (the embedded default is Spark's 1 GB).
+BENCHMARK_SPARK_CONFIG = {"spark.ui.enabled": "false", "spark.driver.memory": "4g"}
+
+#: Delta's own default for ``spark.databricks.delta.snapshotPartitions``.
+DELTA_DEFAULT_SNAPSHOT_PARTITIONS = "50"
+
+_JSON_MARKER = "BENCHMARK-JSON "
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--master``, ``--delta-spark-jars`` and the internal ``--json``."""
+    parser.add_argument("--engine", choices=("all", *ENGINES), default="all",
+                        help="engine to measure; 'all' runs each in a child process of its own (default)")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--delta-spark-jars", default=os.environ.get("DELTA_SPARK_JARS"),
+                        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the raw figures as one JSON line (what a child run hands back)")
+
+
+def check_engine_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.engine in ("all", "delta-spark") and not args.delta_spark_jars:
+        parser.error("delta-spark needs its jars: set DELTA_SPARK_JARS or pass --delta-spark-jars "
+                     "(or run --engine delta-rs only)")
+
+
+def build_session(engine: str, master: str, jars: str | None, app_name: str):
+    """A session with ``engine``, built by ``SparkResource`` as the project builds its embedded one.
+
+    Returns:
+        ``(spark, resource)``; ``resource.delta_engine_in_use`` is the engine.
+    """
+    from medallion_assets.resources import EMBEDDED_SPARK_CONFIG, SparkResource
+
+    resource = SparkResource(
+        master=master,
+        app_name=app_name,
+        delta_engine=engine,
+        delta_spark_jars=jars if engine == "delta-spark" else None,
+        spark_config={**EMBEDDED_SPARK_CONFIG, **BENCHMARK_SPARK_CONFIG},
+    )
+    spark = resource.spark_session
+    spark.sparkContext.setLogLevel("ERROR")
+    if resource.delta_engine_in_use.name != engine:
+        raise RuntimeError(f"asked for {engine}, the session runs {resource.delta_engine_in_use.name}")
+    return spark, resource
+
+
+def describe_session(spark, engine: str) -> dict[str, Any]:
+    """Versions and the Delta settings that matter to the figures."""
+    from importlib.metadata import version
+
+    facts: dict[str, Any] = {
+        "engine": engine,
+        "master": spark.sparkContext.master,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "spark": spark.version,
+        "driver_memory": spark.conf.get("spark.driver.memory", None),
+    }
+    if engine == "delta-spark":
+        jars = spark.conf.get("spark.jars", "") or ""
+        names = [os.path.basename(j) for j in jars.split(",") if os.path.basename(j).startswith("delta-spark_")]
+        facts["delta"] = names[0].removesuffix(".jar") if names else "delta-spark (platform)"
+        facts["snapshot_partitions"] = spark.conf.get("spark.databricks.delta.snapshotPartitions", None)
+    else:
+        facts["delta"] = f"deltalake {version('deltalake')}"
+    return facts
+
+
+def emit_json(result: dict[str, Any]) -> None:
+    print(_JSON_MARKER + json.dumps(result), flush=True)
+
+
+def run_engines(script: str, argv: Sequence[str], engines: Sequence[str] = ENGINES) -> list[dict[str, Any]]:
+    """Run ``script`` once per engine in a child process and return what each printed as JSON.
+
+    ``argv`` is passed on (``--engine``/``--json`` are added); the children's
+    stderr (Spark's warnings) goes to this process's stderr.
+    """
+    results = []
+    for engine in engines:
+        print(f"running {engine} ...", file=sys.stderr, flush=True)
+        child = subprocess.run([sys.executable, script, *argv, "--engine", engine, "--json"],
+                               stdout=subprocess.PIPE, text=True, check=False)
+        if child.returncode != 0:
+            raise SystemExit(f"the {engine} run failed (exit status {child.returncode}); its error is above")
+        lines = [line for line in child.stdout.splitlines() if line.startswith(_JSON_MARKER)]
+        if not lines:
+            raise RuntimeError(f"the {engine} run printed no result:\n{child.stdout}")
+        results.append(json.loads(lines[-1][len(_JSON_MARKER):]))
+    return results
+
+
+def without_engine_arguments(argv: Sequence[str]) -> list[str]:
+    """``argv`` minus ``--engine X`` / ``--engine=X`` and ``--json``."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--engine":
+            skip = True
+        elif not (arg.startswith("--engine=") or arg == "--json"):
+            kept.append(arg)
+    return kept
+
+
+# --- /proc readings ---------------------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # Fields after the command name, which may hold spaces: [0] is state, [1] the parent.
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds of ``root`` (default: this process) and all its descendants.
+
+    Counts live processes and, through ``cutime``/``cstime``, the children
+    they have reaped: here the JVM and Spark's Python workers, whatever the
+    other processes on the machine do.
+    """
+    root = os.getpid() if root is None else root
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
+            parents[int(entry)] = int(fields[1])
+            ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    total = 0
+    for pid, count in ticks.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            total += count
+    return total / _TICKS
+
+
+def memory_kb(pid: int, field: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak resident) of a process, in KiB."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Set a process's ``VmHWM`` back to its current ``VmRSS`` (Linux ``clear_refs`` 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w", encoding="utf-8") as handle:
+        handle.write("5")
+
+
+def jvm_pid(spark) -> int:
+    """The process id of the session's JVM (in local mode: driver and executors)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+class LoadSampler:
+    """Samples the 1-minute load average every ``interval`` seconds while in a ``with`` block."""
+
+    def __init__(self, interval: float = 5.0) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            with open("/proc/loadavg", encoding="utf-8") as handle:
+                self.samples.append(float(handle.read().split()[0]))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def describe_load(samples: Sequence[float]) -> str:
+    if not samples:
+        return "load average: not sampled"
+    return (f"1-minute load average {min(samples):.1f} to {max(samples):.1f} "
+            f"(median {statistics.median(samples):.1f}, {len(samples)} samples)")
+
+
+class Timings:
+    """Wall and CPU seconds of named steps, several samples each."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        cpu_start, start = tree_cpu_seconds(), time.perf_counter()
+        value = fn()
+        elapsed, cpu = time.perf_counter() - start, tree_cpu_seconds() - cpu_start
+        self.wall.setdefault(name, []).append(elapsed)
+        self.cpu.setdefault(name, []).append(cpu)
+        return value
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {name: {"wall": statistics.median(self.wall[name]), "cpu": statistics.median(self.cpu[name]),
+                       "samples": len(self.wall[name])} for name in self.wall}

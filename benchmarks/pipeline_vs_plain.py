@@ -1,0 +1,800 @@
+"""A whole Dagster materialization against the same work in plain PySpark.
+
+Run by hand from the repository root::
+
+    python benchmarks/pipeline_vs_plain.py --scale-factor 0.1 --engines delta-spark delta-rs
+
+(delta-spark needs ``DELTA_SPARK_JARS``, as the project does.) It
+
+1. lands a noisy TPC-H delivery at ``--scale-factor`` with every batch
+   (``medallion-assets simulate --all``), or takes an already landed one
+   (``--landing``);
+2. runs ``benchmarks/plain_pipeline.py`` on it in a fresh process: the
+   baseline, landing -> silver -> gold with Spark's own Parquet;
+3. for each engine, in a fresh process, materializes every asset and asset
+   check of the project's Definitions (bronze, silver, gold, all months of
+   ``gold.daily_revenue``; the landing asset excluded) into a new lake whose
+   ``landing/`` is that delivery, on a persistent Dagster instance in a
+   temporary ``DAGSTER_HOME``, as ``dagster dev`` would.
+
+Both kinds of process start their SparkSession before the work is timed, so
+"work" compares the same thing; process wall time (imports, JVM start, stop)
+and the CPU seconds of the process tree (driver, JVM, Python workers; less
+sensitive to a busy machine than wall time) are shown too.
+
+Where the Dagster run's time goes comes from its event log (STEP_START to
+STEP_SUCCESS per step, and within a step the LOADED_INPUT, STEP_OUTPUT and
+HANDLED_OUTPUT events), and from probes this script installs in the Dagster
+process: every Spark action (``count``, ``collect``, ``first``, ``isEmpty``,
+writes, MERGE, streaming queries, Delta ``detail``/``history``/``forPath``...)
+is timed with its call site in the project (e.g.
+``io_manager.py:output_metadata``), and so are the IO manager's own methods.
+The probes change no behaviour; ``--ablate`` runs what-ifs that do (for
+measuring a fix before making it): ``cache`` makes ``.cache()`` a no-op,
+``drift-scan`` skips silver's schema-drift scan, ``lite-metadata`` replaces the
+IO manager's output metadata with facts read from the Delta log only.
+
+It prints Markdown: totals and ratios, the top steps, time per layer, and the
+calls the framework adds, with their seconds. ``--json`` keeps every number.
+Nothing is written outside ``--folder`` (a temporary folder by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PLAIN_SCRIPT = HERE / "plain_pipeline.py"
+
+
+# --------------------------------------------------------------------------
+# Process-tree CPU time (Linux /proc)
+# --------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[int, list[str]] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[1]), fields
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its live descendants, with their reaped children."""
+    parents: dict[int, int] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _proc_stat(int(entry))
+            if found:
+                parents[int(entry)], stats[int(entry)] = found
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid, fields in stats.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root or pid == root:
+            # utime, stime, cutime, cstime are fields 14..17 of stat (11..14 after the state field)
+            total += sum(int(v) for v in fields[11:15])
+    return total / ticks
+
+
+def process_age_seconds(pid: int) -> float:
+    """Seconds since ``pid`` started (field 22 of /proc/PID/stat, in clock ticks after boot)."""
+    found = _proc_stat(pid)
+    with open("/proc/uptime", encoding="utf-8") as handle:
+        uptime = float(handle.read().split()[0])
+    return uptime - int(found[1][19]) / os.sysconf("SC_CLK_TCK") if found else float("nan")
+
+
+def load_average() -> str:
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+# --------------------------------------------------------------------------
+# Probes (Dagster process only): time Spark actions and IO manager calls
+# --------------------------------------------------------------------------
+
+_PROJECT_MARK = f"{os.sep}medallion_assets{os.sep}"
+_ENGINE_PARTS = (f"{os.sep}medallion_assets{os.sep}delta{os.sep}", f"{os.sep}medallion_assets{os.sep}engine.py")
+
+
+class Probes:
+    """Timed calls: actions (outermost only, so nothing is counted twice) and regions (inclusive)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+        self.cache_sites: dict[str, int] = defaultdict(int)
+        self._local = threading.local()
+
+    @staticmethod
+    def site(skip: int = 2) -> str:
+        """The innermost calling frame of the project outside the engines: ``file:function:line``."""
+        frame = sys._getframe(skip)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if _PROJECT_MARK in name and not any(part in name for part in _ENGINE_PARTS):
+                short = name.split(_PROJECT_MARK, 1)[1]
+                return f"{short}:{frame.f_code.co_name}:{frame.f_lineno}"
+            frame = frame.f_back
+        return "?"
+
+    def action(self, owner: type, method: str, kind: str | None = None) -> None:
+        descriptor = owner.__dict__.get(method)
+        if descriptor is None or getattr(descriptor, "_probed", False):
+            return
+        original = descriptor.__func__ if isinstance(descriptor, (classmethod, staticmethod)) else descriptor
+
+        def wrap_like(_: object, timed):
+            return type(descriptor)(timed) if isinstance(descriptor, (classmethod, staticmethod)) else timed
+        label = kind or f"{owner.__name__}.{method}"
+        probes = self
+
+        def timed(*args, **kwargs):
+            depth = getattr(probes._local, "depth", 0)
+            if depth:
+                return original(*args, **kwargs)
+            site = probes.site()
+            probes._local.depth = 1
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                probes._local.depth = 0
+                probes.records.append({"t0": started, "t1": time.time(), "kind": label, "site": site, "region": False})
+
+        timed._probed = True  # type: ignore[attr-defined]
+        setattr(owner, method, wrap_like(original, timed))
+
+    def region(self, owner, method: str, label: str) -> None:
+        original = getattr(owner, method, None)
+        if original is None or getattr(original, "_probed", False):
+            return
+        probes = self
+
+        def timed(*args, **kwargs):
+            site = probes.site()
+            started = time.time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                probes.records.append({"t0": started, "t1": time.time(), "kind": label, "site": site, "region": True})
+
+        timed._probed = True  # type: ignore[attr-defined]
+        try:
+            setattr(owner, method, timed)
+        except (TypeError, AttributeError, ValueError):
+            pass
+
+    def count_caches(self, owner: type, method: str, disable: bool) -> None:
+        original = owner.__dict__[method]
+        probes = self
+
+        def counted(frame, *args, **kwargs):
+            probes.cache_sites[probes.site()] += 1
+            return frame if disable else original(frame, *args, **kwargs)
+
+        setattr(owner, method, counted)
+
+
+def install_probes(ablate: set[str]) -> Probes:
+    """Wrap Spark actions, Delta calls and the IO manager's methods with timers."""
+    from pyspark.sql.classic.dataframe import DataFrame
+    from pyspark.sql.readwriter import DataFrameWriter
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    probes = Probes()
+    for method in ("count", "collect", "first", "head", "take", "isEmpty", "toArrow", "toPandas"):
+        probes.action(DataFrame, method, f"DataFrame.{method}")
+    for method in ("save", "parquet", "saveAsTable"):
+        probes.action(DataFrameWriter, method, f"write.{method}")
+    probes.action(StreamingQuery, "awaitTermination", "stream.awaitTermination")
+    for method in ("cache", "persist"):
+        probes.count_caches(DataFrame, method, disable="cache" in ablate)
+
+    try:
+        import delta.tables as delta_spark
+
+        for method in ("forPath", "isDeltaTable", "detail", "history", "toDF"):
+            probes.action(delta_spark.DeltaTable, method, f"delta-spark DeltaTable.{method}")
+        probes.action(delta_spark.DeltaMergeBuilder, "execute", "delta-spark MERGE")
+        probes.action(delta_spark.DeltaTableBuilder, "execute", "delta-spark create table")
+    except ImportError:
+        pass
+    import medallion_assets.delta as delta_rs
+
+    for method in ("forPath", "isDeltaTable", "detail", "history", "toDF", "changes"):
+        probes.action(delta_rs.DeltaTable, method, f"delta-rs DeltaTable.{method}")
+    probes.action(delta_rs.DeltaMergeBuilder, "execute", "delta-rs MERGE")
+    probes.action(delta_rs.DeltaTableBuilder, "execute", "delta-rs create table")
+
+    from medallion_assets import engine, io_manager
+
+    for cls in (engine.DeltaSparkEngine, engine.DeltaRsEngine):
+        probes.action(cls, "latest_commit", "engine.latest_commit")
+        probes.action(cls, "read", "engine.read")
+        probes.action(cls, "read_inserts", "engine.read_inserts")
+
+    from dagster import DagsterInstance
+
+    probes.action(DagsterInstance, "get_latest_materialization_event", "dagster instance: latest materialization")
+
+    # Regions: inclusive time of the IO manager's parts (actions inside them are recorded too).
+    probes.region(io_manager.DeltaTableClient, "write", "io: write")
+    probes.region(io_manager.DeltaTableClient, "output_metadata", "io: output_metadata")
+    probes.region(io_manager, "markdown_preview", "io: preview")
+    probes.region(io_manager.DeltaIOManager, "load_input", "io: load_input")
+    probes.region(io_manager.DeltaIOManager, "handle_output", "io: handle_output")
+    return probes
+
+
+def apply_ablations(ablate: set[str]) -> None:
+    """What-ifs that change behaviour, to measure a fix before it is made (``cache`` is done by the probes)."""
+    if "drift-scan" in ablate:
+        from pyspark.sql import functions as F
+
+        from medallion_assets.transforms import silver as T
+
+        def no_scan(orders_raw):
+            return orders_raw.limit(0).select(
+                F.lit("order").alias("level"), F.lit("x").alias("field"), F.lit(0).cast("long").alias("rows")
+            )
+
+        T.drifted_order_fields = no_scan
+    if "lite-metadata" in ablate:
+        from dagster import MetadataValue
+
+        from medallion_assets import io_manager
+
+        def lite_output_metadata(self, path, *, preview_rows=5):
+            # Row count, files and bytes from the add actions of the Delta log (their stats),
+            # the schema from the log too; no Spark job at all.
+            import deltalake
+
+            table = deltalake.DeltaTable(path)
+            actions = table.get_add_actions(flatten=True)
+            columns = set(actions.column_names)
+            rows = sum(v for v in actions.column("num_records").to_pylist() if v) if "num_records" in columns else None
+            size = sum(actions.column("size_bytes").to_pylist()) if "size_bytes" in columns else 0
+            commit = self.engine.latest_commit(self.spark, path)
+            return {
+                "delta/engine": self.engine.name,
+                "dagster/row_count": rows,
+                "dagster/uri": MetadataValue.path(path),
+                "delta/version": commit.version,
+                "delta/operation": commit.operation,
+                "delta/num_files": actions.num_rows,
+                "delta/size_bytes": int(size),
+            }
+
+        io_manager.DeltaTableClient.output_metadata = lite_output_metadata
+
+
+# --------------------------------------------------------------------------
+# The Dagster process
+# --------------------------------------------------------------------------
+
+
+def dagster_child(args: argparse.Namespace) -> int:
+    """Materialize everything in this process; write what happened as JSON."""
+    lake = Path(args.lake)
+    os.environ["MEDALLION_LAKE_ROOT"] = str(lake)
+    ablate = set(args.ablate or [])
+    probes = install_probes(ablate) if not args.no_probes else None
+    apply_ablations(ablate)
+
+    from dagster import DagsterEventType, DagsterInstance, materialize
+
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets.jobs import all_months_tags
+
+    defs = build_definitions("local")
+    assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in a.keys)]
+    instance = DagsterInstance.ephemeral() if args.ephemeral_instance else DagsterInstance.get()
+
+    # The session is started before the timed work, as the plain script does. The
+    # definitions' resource holds EnvVars that only a run resolves, so a twin with the
+    # same settings starts it; the run's resource then gets the same session (getOrCreate).
+    from medallion_assets.definitions import ENGINE_VARIABLES
+    from medallion_assets.resources import SparkResource
+
+    settings = {
+        field: os.environ[name]
+        for name, field in ENGINE_VARIABLES.items()
+        if os.environ.get(name) and field != "delta_spark_maven"
+    }
+    started = time.time()
+    spark_resource = SparkResource(**settings)
+    spark_resource.spark_session  # noqa: B018
+    engine = spark_resource.delta_engine_in_use.name
+    session_start = time.time() - started
+
+    run_started = time.time()
+    result = materialize(
+        [*assets, *defs.asset_checks],
+        resources=defs.resources,
+        instance=instance,
+        tags=all_months_tags(),
+        raise_on_error=False,
+    )
+    run_ended = time.time()
+
+    events = []
+    for entry in instance.all_logs(result.run_id):
+        if entry.dagster_event is None:
+            continue
+        event = entry.dagster_event
+        events.append({"t": entry.timestamp, "type": event.event_type_value, "step": event.step_key})
+    rows = {}
+    for event in result.get_asset_materialization_events():
+        metadata = event.materialization.metadata
+        count = metadata.get("dagster/row_count")
+        rows[event.asset_key.to_user_string()] = {
+            "rows": count.value if count is not None else None,
+            "skipped": metadata["delta/skipped"].value if "delta/skipped" in metadata else None,
+        }
+    checks = [
+        {"asset": e.asset_key.to_user_string(), "check": e.check_name, "passed": e.passed}
+        for e in result.get_asset_check_evaluations()
+    ]
+    cpu = tree_cpu_seconds(os.getpid())
+    report = {
+        "engine": engine,
+        "ablate": sorted(ablate),
+        "success": result.success,
+        "session_start_s": round(session_start, 3),
+        "run_started": run_started,
+        "work_s": round(run_ended - run_started, 3),
+        "events": events,
+        "rows": rows,
+        "checks": checks,
+        "actions": probes.records if probes else [],
+        "cache_sites": dict(probes.cache_sites) if probes else {},
+        "cpu_s_before_stop": round(cpu, 1),
+        "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
+        "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
+    }
+    Path(args.json).write_text(json.dumps(report))
+    spark_resource.spark_session.stop()
+    return 0 if result.success else 3
+
+
+# --------------------------------------------------------------------------
+# The parent: land, run the children, report
+# --------------------------------------------------------------------------
+
+
+def _run_child(command: list[str], env: dict[str, str], timeout: float, log: Path) -> dict:
+    """Run a child process, with its wall time and its process tree's CPU seconds."""
+    started = time.time()
+    with open(log, "w", encoding="utf-8") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        cpu = 0.0
+        deadline = started + timeout
+        while process.poll() is None:
+            cpu = max(cpu, tree_cpu_seconds(process.pid))  # the JVM is gone once the child exits
+            if time.time() > deadline:
+                os.killpg(process.pid, 9)
+                process.wait()
+                raise TimeoutError(f"{shlex.join(command)} took longer than {timeout:.0f} s; see {log}")
+            time.sleep(0.5)
+    wall = time.time() - started
+    if process.returncode not in (0, 3):
+        raise RuntimeError(f"{shlex.join(command)} exited {process.returncode}; see {log}")
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "returncode": process.returncode}
+
+
+def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    if driver_memory:
+        env["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {driver_memory} pyspark-shell"
+    env.update(extra)
+    return env
+
+
+def land(folder: Path, args: argparse.Namespace) -> dict:
+    """Land every batch with the simulator's command, in a process of its own."""
+    command = [
+        sys.executable, "-m", "medallion_assets.cli", "simulate", "--lake-root", str(folder),
+        "--scale-factor", str(args.scale_factor), "--batches", str(args.batches), "--seed", str(args.seed), "--all",
+    ]
+    if args.work_dir:
+        command += ["--work-dir", str(args.work_dir)]
+    result = _run_child(command, _child_env({}, None), args.land_timeout, folder.parent / "land.log")
+    return {**result, "command": command}
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def summarize_dagster(report: dict) -> dict:
+    """Steps with their durations and parts, and the probes' records per step and per call site."""
+    steps: dict[str, dict] = {}
+    last_output: dict[str, float] = {}
+    for event in sorted(report["events"], key=lambda e: e["t"]):
+        key, kind, t = event["step"], event["type"], event["t"]
+        if not key:
+            continue
+        step = steps.setdefault(key, {"step": key, "start": None, "end": None, "inputs_s": 0.0, "outputs_s": 0.0,
+                                      "status": None, "last_input": None})
+        if kind == "STEP_START":
+            step["start"] = t
+        elif kind in ("LOADED_INPUT", "STEP_INPUT"):
+            step["last_input"] = t
+        elif kind == "STEP_OUTPUT":
+            last_output[key] = t
+        elif kind == "HANDLED_OUTPUT" and key in last_output:
+            step["outputs_s"] += t - last_output.pop(key)
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            step["end"], step["status"] = t, kind
+    ran = [s for s in steps.values() if s["start"] is not None and s["end"] is not None]
+    for step in ran:
+        step["duration_s"] = step["end"] - step["start"]
+        step["inputs_s"] = (step["last_input"] - step["start"]) if step["last_input"] else 0.0
+        step["compute_s"] = step["duration_s"] - step["inputs_s"] - step["outputs_s"]
+        step["actions_s"] = 0.0
+    ran.sort(key=lambda s: s["start"])
+    # Steps run one after another (in-process executor): a record belongs to the step whose window holds it.
+    for record in report["actions"]:
+        record["step"] = next((s["step"] for s in ran if s["start"] <= record["t0"] <= s["end"]), None)
+        if not record["region"] and record["step"]:
+            next(s for s in ran if s["step"] == record["step"])["actions_s"] += record["t1"] - record["t0"]
+    in_steps = sum(s["duration_s"] for s in ran)
+    return {"steps": ran, "in_steps_s": in_steps, "outside_steps_s": report["work_s"] - in_steps}
+
+
+#: (label, what the probes recorded): the calls the framework adds on top of the data work.
+OVERHEAD_RULES: list[tuple[str, str, str]] = [
+    ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager.py:output_metadata"),
+    ("output metadata: 5-row preview (`limit(5).collect()`)", "DataFrame.collect", "io_manager.py:markdown_preview"),
+    ("output metadata: `detail()` (files, bytes)", "detail", "io_manager.py:output_metadata"),
+    ("output metadata: `detail().first()`", "DataFrame.first", "io_manager.py:output_metadata"),
+    ("output metadata: last commit (`history(1)` / delta-rs log)", "engine.latest_commit", "io_manager.py:output_metadata"),
+    ("output metadata: `forPath` / snapshot", "forPath", "io_manager.py:output_metadata"),
+    ("output metadata: schema (read of the table)", "engine.read", "io_manager.py:output_metadata"),
+    ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager.py:latest_version"),
+    ("`exists()` (`isDeltaTable`)", "isDeltaTable", ""),
+    ("`isEmpty()` before append / merge / tombstones", "DataFrame.isEmpty", ""),
+    ("silver schema-drift scan (`drifted_order_fields(...).collect()`)", "DataFrame.collect", "assets/silver.py:orders_and_lineitem"),
+    ("expectation counts (`apply_expectations` ... `first()`)", "DataFrame.first", "expectations.py:apply_expectations"),
+    ("gold reconciliation checks (`reconcile` ... `first()`)", "DataFrame.first", "assets/gold.py:reconcile"),
+    ("Dagster instance look-ups (consumed versions, fingerprints)", "dagster instance", ""),
+]
+
+
+def overhead_rows(records: list[dict]) -> list[tuple[str, int, float]]:
+    rows = []
+    for label, kind, site in OVERHEAD_RULES:
+        hits = [r for r in records if not r["region"] and kind in r["kind"] and r["site"].startswith(site)]
+        rows.append((label, len(hits), sum(r["t1"] - r["t0"] for r in hits)))
+    return rows
+
+
+def by_site(records: list[dict]) -> list[tuple[str, str, int, float]]:
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in records:
+        site = r["site"].rsplit(":", 1)[0]  # file:function
+        grouped[(r["kind"] + (" (region)" if r["region"] else ""), site)].append(r["t1"] - r["t0"])
+    rows = [(kind, site, len(times), sum(times)) for (kind, site), times in grouped.items()]
+    return sorted(rows, key=lambda row: -row[3])
+
+
+def markdown(report: dict, args: argparse.Namespace) -> str:
+    out: list[str] = []
+    plain = report["plain"]
+    out.append(f"## Dagster materialization vs plain PySpark, scale factor {args.scale_factor}\n")
+    out.append(
+        f"Machine: {os.cpu_count()} cores; load average (1/5/15 min) {report['load_before']} before, "
+        f"{report['load_after']} after. Landing: "
+        + (f"{report['landing']['wall_s']} s" if "wall_s" in report["landing"] else "landed before")
+        + f" ({report['landing_mb']:.0f} MB)."
+        + (" The runs below ran at the same time (`--parallel`): compare CPU seconds." if report.get("parallel") else "")
+        + "\n"
+    )
+    out.append("| run | process wall s | session start s | work s | work ratio | process CPU s | CPU ratio |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out.append(
+        f"| plain PySpark + Parquet (`plain_pipeline.py`) | {plain['wall_s']} | {plain['session_start_s']:.1f} | "
+        f"{plain['work_s']:.1f} | 1.00x | {plain['cpu_s']} | 1.00x |"
+    )
+    for run in report["dagster"]:
+        label = f"Dagster, {run['engine']}" + (f", ablate {'+'.join(run['ablate'])}" if run["ablate"] else "")
+        if not run["success"]:
+            label += " (**run failed**)"
+        out.append(
+            f"| {label} | {run['wall_s']} | {run['session_start_s']:.1f} | {run['work_s']:.1f} | "
+            f"{run['work_s'] / plain['work_s']:.2f}x | {run['cpu_s']} | {run['cpu_s'] / plain['cpu_s']:.2f}x |"
+        )
+    for failure in report.get("failed", []):
+        out.append(f"| {failure} | | | | | | |")
+    out.append("")
+    out.append("Commands:\n")
+    out.append("```")
+    for command in report["commands"]:
+        out.append(command)
+    out.append("```\n")
+
+    for run in report["dagster"]:
+        summary = run["summary"]
+        title = f"{run['engine']}" + (f", ablate {'+'.join(run['ablate'])}" if run["ablate"] else "")
+        out.append(f"### Where the Dagster run's time goes ({title})\n")
+        layers: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+        for step in summary["steps"]:
+            entry = layers[_layer(step["step"])]
+            entry[0] += 1
+            entry[1] += step["duration_s"]
+            entry[2] += step["actions_s"]
+        out.append("| part | steps | seconds | of which in Spark/Delta calls |")
+        out.append("| --- | ---: | ---: | ---: |")
+        for layer, (count, seconds, actions) in sorted(layers.items(), key=lambda kv: -kv[1][1]):
+            out.append(f"| {layer} | {count} | {seconds:.1f} | {actions:.1f} |")
+        out.append(f"| outside steps (job build, run start/end, between steps) | | {summary['outside_steps_s']:.1f} | |")
+        out.append(f"| **run total** | {len(summary['steps'])} | {run['work_s']:.1f} | |")
+        out.append("")
+        out.append(f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n")
+        out.append("| step | seconds | inputs | compute | outputs | in Spark/Delta calls |")
+        out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for step in sorted(summary["steps"], key=lambda s: -s["duration_s"])[: args.top]:
+            out.append(
+                f"| `{step['step']}` | {step['duration_s']:.1f} | {step['inputs_s']:.1f} | {step['compute_s']:.1f} | "
+                f"{step['outputs_s']:.1f} | {step['actions_s']:.1f} |"
+            )
+        out.append("")
+        if run["actions"]:
+            out.append("Calls the framework adds (from the probes; seconds are wall time in the call):\n")
+            out.append("| call | calls | seconds | share of the run |")
+            out.append("| --- | ---: | ---: | ---: |")
+            for label, calls, seconds in overhead_rows(run["actions"]):
+                out.append(f"| {label} | {calls} | {seconds:.1f} | {100 * seconds / run['work_s']:.0f}% |")
+            out.append("")
+            out.append(f"Every probed call by kind and site (top {args.top_sites}):\n")
+            out.append("| call | site | calls | seconds |")
+            out.append("| --- | --- | ---: | ---: |")
+            for kind, site, calls, seconds in by_site(run["actions"])[: args.top_sites]:
+                out.append(f"| {kind} | `{site}` | {calls} | {seconds:.1f} |")
+            out.append("")
+            if run["cache_sites"]:
+                caches = ", ".join(f"`{site.rsplit(':', 1)[0]}` ×{n}" for site, n in sorted(run["cache_sites"].items()))
+                out.append(f"`.cache()` / `.persist()` calls: {caches}.\n")
+        mismatched = [
+            (table, plain["rows"].get(table), info["rows"])
+            for table, info in sorted(run["rows"].items())
+            if table in plain.get("rows", {}) and plain["rows"][table] != info["rows"]
+        ]
+        compared = sum(1 for table in run["rows"] if table in plain.get("rows", {}))
+        if mismatched:
+            out.append("Row counts that differ from the plain script's: " + ", ".join(
+                f"{t}: plain {p}, Dagster {d}" for t, p, d in mismatched) + "\n")
+        else:
+            out.append(f"Row counts: the {compared} tables both runs write have the same rows.\n")
+        failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
+        out.append(f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n")
+    return "\n".join(out)
+
+
+def _layer(step: str) -> str:
+    """Dagster step keys are op names: bronze and silver reference ops share table names."""
+    return STEP_LAYERS.get(step, "asset checks" if ("check" in step or "__" in step) else "?")
+
+
+STEP_LAYERS: dict[str, str] = {}
+
+
+def _learn_layers() -> None:
+    """Map step keys (op names) to their layer, from the Definitions (no Spark)."""
+    from medallion_assets.definitions import build_definitions
+
+    defs = build_definitions("local")
+    for assets_def in defs.assets:
+        layers = {key.path[0] for key in assets_def.keys}
+        STEP_LAYERS[assets_def.node_def.name] = "/".join(sorted(layers))
+    for checks_def in defs.asset_checks:
+        STEP_LAYERS[checks_def.node_def.name] = "asset checks"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale-factor", type=float, default=0.1)
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--engines", nargs="+", default=["delta-spark"], choices=["delta-spark", "delta-rs"])
+    parser.add_argument("--ablate", nargs="*", default=[], choices=["cache", "drift-scan", "lite-metadata"],
+                        help="extra Dagster runs per engine with these what-ifs (all at once in one run)")
+    parser.add_argument("--landing", type=Path, default=None, help="an already landed delivery (skips the simulator)")
+    parser.add_argument("--folder", type=Path, default=None, help="work folder (default: a temporary one, removed)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="the simulator's TPC-H cache")
+    parser.add_argument("--driver-memory", default=None, help="e.g. 6g, for both kinds of run (default: Spark's)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per pipeline run")
+    parser.add_argument("--land-timeout", type=float, default=3600)
+    parser.add_argument("--reuse-plain", action="store_true",
+                        help="take the baseline from an earlier run in the same --folder (same --landing)")
+    parser.add_argument("--no-probes", action="store_true", help="run the Dagster process without probes")
+    parser.add_argument("--ephemeral-instance", action="store_true", help="in-memory Dagster instance, not sqlite")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the plain script and the Dagster runs at the same time (on a busy machine; compare CPU seconds then)")
+    parser.add_argument("--top", type=int, default=12, help="steps shown")
+    parser.add_argument("--top-sites", type=int, default=25, help="probe sites shown")
+    parser.add_argument("--json", type=Path, default=None, help="write every number here")
+    parser.add_argument("--report-only", action="store_true",
+                        help="print the report from the JSON files an earlier run left in --folder")
+    parser.add_argument("--child-dagster", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lake", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child_dagster:
+        return dagster_child(args)
+    if args.report_only:
+        if not args.folder:
+            parser.error("--report-only needs --folder")
+        return report_only(args)
+    if "delta-spark" in args.engines and not os.environ.get("DELTA_SPARK_JARS"):
+        parser.error("delta-spark needs DELTA_SPARK_JARS (the folder of the delta-spark jars)")
+
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="medallion-pvp-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    report: dict = {"load_before": load_average(), "commands": [], "dagster": []}
+    try:
+        if args.landing:
+            landing = args.landing.resolve()
+            report["landing"] = {"given": str(landing)}
+        else:
+            lake0 = folder / "landed"
+            print(f"landing SF {args.scale_factor} into {lake0} ...", file=sys.stderr)
+            report["landing"] = land(lake0, args)
+            landing = lake0 / "landing"
+            report["commands"].append(shlex.join(["medallion-assets", *report["landing"]["command"][3:]]))
+        report["landing_mb"] = _folder_bytes(landing) / 1e6
+        env_note = f"PYSPARK_SUBMIT_ARGS='--driver-memory {args.driver_memory} pyspark-shell' " if args.driver_memory else ""
+
+        plain_run = folder / "plain-run.json"
+        jobs = []  # (name, command, environment, log, what to do with its result)
+        if args.reuse_plain:
+            report["plain"] = json.loads(plain_run.read_text())
+        else:
+            out, plain_json = folder / "plain", folder / "plain.json"
+            shutil.rmtree(out, ignore_errors=True)
+            command = [sys.executable, str(PLAIN_SCRIPT), "--landing", str(landing), "--out", str(out),
+                       "--json", str(plain_json), "--row-counts"]
+
+            def finish_plain(result, out=out, plain_json=plain_json):
+                report["plain"] = {**json.loads(plain_json.read_text()), **result}
+                plain_run.write_text(json.dumps(report["plain"]))
+                shutil.rmtree(out, ignore_errors=True)
+
+            jobs.append(("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log", finish_plain))
+            report["commands"].append(env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts")
+
+        variants = [(engine, []) for engine in args.engines]
+        if args.ablate:
+            variants += [(engine, list(args.ablate)) for engine in args.engines]
+        for engine, ablate in variants:
+            name = engine + ("-" + "-".join(ablate) if ablate else "")
+            lake = folder / f"lake-{name}"
+            shutil.rmtree(lake, ignore_errors=True)
+            lake.mkdir()
+            (lake / "landing").symlink_to(landing, target_is_directory=True)
+            home = folder / f"dagster-home-{name}"
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir()
+            child_json = folder / f"dagster-{name}.json"
+            command = [sys.executable, str(Path(__file__).resolve()), "--child-dagster", "--lake", str(lake),
+                       "--json", str(child_json)]
+            if ablate:
+                command += ["--ablate", *ablate]
+            if args.no_probes:
+                command.append("--no-probes")
+            if args.ephemeral_instance:
+                command.append("--ephemeral-instance")
+            env = _child_env({"MEDALLION_DELTA_ENGINE": engine, "DAGSTER_HOME": str(home)}, args.driver_memory)
+
+            def finish_dagster(result, child_json=child_json, lake=lake):
+                child = json.loads(child_json.read_text())
+                child.update(result)
+                child["summary"] = summarize_dagster(child)
+                report["dagster"].append(child)
+                shutil.rmtree(lake, ignore_errors=True)
+
+            jobs.append((f"Dagster on {name}", command, env, folder / f"dagster-{name}.log", finish_dagster))
+
+        results: dict[str, object] = {}
+
+        def run_job(job) -> None:
+            # Each result is kept as soon as its run ends, so a later failure loses nothing.
+            name, command, env, log, finish = job
+            print(f"{name} ...", file=sys.stderr)
+            try:
+                results[name] = _run_child(command, env, args.timeout, log)
+                finish(results[name])
+            except (RuntimeError, TimeoutError, OSError, ValueError) as error:
+                results[name] = error
+            print(f"{name}: {results[name]}", file=sys.stderr)
+
+        if args.parallel:
+            threads = [threading.Thread(target=run_job, args=(job,)) for job in jobs]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        else:
+            for job in jobs:
+                run_job(job)
+        report["failed"] = [f"{name}: {results[name]}" for name, *_ in jobs if isinstance(results[name], Exception)]
+        if "plain" not in report:
+            raise RuntimeError("the plain run failed: " + "; ".join(report["failed"]))
+        report["dagster"].sort(key=lambda run: (run["ablate"] != [], args.engines.index(run["engine"])))
+        report["parallel"] = args.parallel
+        report["commands"].append(
+            env_note + "python benchmarks/pipeline_vs_plain.py " + shlex.join(_shown_args(argv if argv is not None else sys.argv[1:]))
+        )
+        report["load_after"] = load_average()
+        _learn_layers()
+        text = markdown(report, args)
+        print(text)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1, default=str))
+    finally:
+        if not args.folder:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+def report_only(args: argparse.Namespace) -> int:
+    """The report again, from the JSON files an earlier run left in ``--folder``.
+
+    Runs that were stopped before they wrote their JSON are left out; a run
+    whose parent did not finish lacks the parent's wall and CPU figures, so the
+    child's own (taken just before it stopped its session) stand in.
+    """
+    folder = args.folder
+    report: dict = {"load_before": "?", "load_after": load_average(), "commands": [], "dagster": [], "failed": []}
+    report["plain"] = json.loads((folder / "plain-run.json").read_text())
+    report["landing"] = {"given": "earlier run"}
+    report["landing_mb"] = float("nan")
+    for path in sorted(folder.glob("dagster-*.json")):
+        child = json.loads(path.read_text())
+        child.setdefault("wall_s", child.get("process_wall_s_before_stop", float("nan")))
+        child.setdefault("cpu_s", child["cpu_s_before_stop"])
+        child["summary"] = summarize_dagster(child)
+        report["dagster"].append(child)
+    report["dagster"].sort(key=lambda run: (run["ablate"] != [], run["engine"]))
+    report["parallel"] = args.parallel
+    _learn_layers()
+    print(markdown(report, args))
+    return 0
+
+
+def _shown_args(argv: list[str]) -> list[str]:
+    """The command line as run, without this machine's folders."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            shown.append(Path(arg).name.upper() if arg else arg)
+            skip = False
+            continue
+        shown.append(arg)
+        skip = arg in ("--landing", "--folder", "--work-dir", "--json")
+    return shown
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
