@@ -15,51 +15,72 @@ Once every batch is landed, the state the contract defines equals the TPC-H
 tables the simulator started from; after batch 1 alone it is a consistent
 partial state (every customer exists, every landed order is complete).
 
-The whole delivery is planned from the seed on every call, so a batch is the
-same whichever process lands it; which batch comes next is kept in
-``<landing>/_simulator_state.json`` (Spark's file sources ignore names that
-start with ``_``). Files appear atomically: they are written under a dot-name
-in their folder and renamed into place.
+The delivery is planned in chunks of :data:`CHUNK_ROWS` source rows (orders,
+with their line items, or customers), each from its own random stream derived
+from the seed, and a batch is written while the source tables are streamed:
+only one chunk's rows and lines are in memory at a time, whatever the scale
+factor. A chunk's plan depends on nothing but the plan and the chunk, so a
+batch is the same, byte for byte, whichever process lands it; which batch
+comes next is kept in ``<landing>/_simulator_state.json`` (Spark's file
+sources ignore names that start with ``_``). Within an order file, lines come
+chunk by chunk (in order key ranges) and shuffled within a chunk. Files appear
+atomically: they are written under a dot-name in their folder and renamed
+into place.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import contextlib
 import dataclasses
-import io
+import enum
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, BinaryIO, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES, TPCH_SCHEMAS
-
-#: Reference tables landed as Parquet snapshots.
 
 #: Header of the customer change files, in contract order.
 CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
 
 STATE_FILE_NAME = "_simulator_state.json"
 
+#: Source rows (orders or customers) planned together from one random stream.
+#: Part of what a seed means: changing it changes every delivery.
+CHUNK_ROWS = 1 << 16
+
+# Lines rendered per call: bounds the memory of the text, not the output.
+_RENDER_LINES = 1 << 14
+
+_DAY = 86_400
+
+
+def _epoch_seconds(moment: datetime) -> int:
+    return int(moment.timestamp())
+
+
 # Bad lines carry an event time / update time later than any good one, so a
 # pipeline that wrongly accepts one ends with a visibly wrong state.
-_BAD_LINE_TIME = datetime(2001, 1, 1, tzinfo=timezone.utc)
+_BAD_LINE_TIME = _epoch_seconds(datetime(2001, 1, 1, tzinfo=timezone.utc))
+# Phantom orders live in the last month of TPC-H order dates.
+_PHANTOM_ORDER_EPOCH = _epoch_seconds(datetime(1998, 8, 1, tzinfo=timezone.utc))
 # Customer versions are timed after every order event; only their order matters.
-_CUSTOMER_EPOCH = datetime(1998, 9, 1, tzinfo=timezone.utc)
+_CUSTOMER_EPOCH = _epoch_seconds(datetime(1998, 9, 1, tzinfo=timezone.utc))
 
 
 class AllBatchesLandedError(RuntimeError):
@@ -177,11 +198,29 @@ def _scale_factor_text(scale_factor: float) -> str:
     return format(Decimal(str(scale_factor)).normalize(), "f")
 
 
+def tpch_folder(work_dir: Path | str | None = None, scale_factor: float = 0.01) -> Path:
+    """The folder of the generated TPC-H Parquet files, generating them if needed.
+
+    The generator runs once per scale factor and work dir; later calls find
+    the cached files.
+
+    Args:
+        work_dir: Cache folder; defaults to :func:`default_work_dir`.
+        scale_factor: TPC-H scale factor.
+
+    Returns:
+        A folder with ``<table>.parquet`` for every TPC-H table.
+    """
+    folder = Path(work_dir or default_work_dir()) / f"tpch-sf{_scale_factor_text(scale_factor)}"
+    if not (folder / "_SUCCESS").exists():
+        _generate_tpch(folder, scale_factor)
+    return folder
+
+
 def tpch_tables(work_dir: Path | str | None = None, scale_factor: float = 0.01) -> dict[str, pa.Table]:
     """The TPC-H tables at ``scale_factor``, with the contract's column types.
 
-    The generator runs once per scale factor and work dir; later calls read
-    the cached Parquet files.
+    This loads every table whole; the simulator itself streams them.
 
     Args:
         work_dir: Cache folder; defaults to :func:`default_work_dir`.
@@ -190,9 +229,7 @@ def tpch_tables(work_dir: Path | str | None = None, scale_factor: float = 0.01) 
     Returns:
         Table name -> Arrow table cast to :data:`TPCH_SCHEMAS`.
     """
-    folder = Path(work_dir or default_work_dir()) / f"tpch-sf{_scale_factor_text(scale_factor)}"
-    if not (folder / "_SUCCESS").exists():
-        _generate_tpch(folder, scale_factor)
+    folder = tpch_folder(work_dir, scale_factor)
     return {
         name: pq.read_table(folder / f"{name}.parquet").cast(schema)
         for name, schema in TPCH_SCHEMAS.items()
@@ -229,287 +266,797 @@ def _generate_tpch(folder: Path, scale_factor: float) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def _table_chunks(path: Path, schema: pa.Schema, rows: int) -> Iterator[pa.Table]:
+    """Stream a Parquet file in slices of exactly ``rows`` rows (the last one shorter).
+
+    Slicing by row count, not by the file's row groups, keeps the plan (and so
+    the output) independent of how the generator laid out its files.
+
+    Args:
+        path: The Parquet file.
+        schema: The contract schema to cast to.
+        rows: Rows per slice.
+
+    Yields:
+        Tables with one chunk per column.
+    """
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    # Without pre-buffering the reader holds one column chunk at a time, not a row group.
+    for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=rows):
+        pending.append(batch)
+        count += batch.num_rows
+        while count >= rows:
+            table = pa.Table.from_batches(pending)
+            chunk = table.slice(0, rows).cast(schema).combine_chunks()
+            rest = table.slice(rows)
+            pending, count = rest.to_batches(), rest.num_rows
+            # Hold nothing but the rest while the consumer works on the chunk.
+            del table, rest
+            yield chunk
+    if count:
+        yield pa.Table.from_batches(pending).cast(schema).combine_chunks()
+
+
+def _orders_with_lineitems(folder: Path) -> Iterator[tuple[pa.Table, pa.Table]]:
+    """Stream orders in chunks of :data:`CHUNK_ROWS`, each with its line items.
+
+    Both tables are sorted by order key (``tpchgen-cli`` writes them so), which
+    lets one pass over each file pair them up.
+
+    Yields:
+        ``(orders, lineitem)``: the line items are those of the chunk's orders,
+        in file order.
+
+    Raises:
+        ValueError: When the files are not sorted by order key.
+    """
+    lineitem_schema = TPCH_SCHEMAS["lineitem"]
+    lineitem_chunks = _table_chunks(folder / "lineitem.parquet", lineitem_schema, CHUNK_ROWS)
+    pending = lineitem_schema.empty_table()
+    for orders in _table_chunks(folder / "orders.parquet", TPCH_SCHEMAS["orders"], CHUNK_ROWS):
+        last_key = orders["o_orderkey"][-1].as_py()
+        while pending.num_rows == 0 or pending["l_orderkey"][-1].as_py() <= last_key:
+            more = next(lineitem_chunks, None)
+            if more is None:
+                break
+            pending = pa.concat_tables([pending, more])
+        split = int(np.searchsorted(pending["l_orderkey"].to_numpy(), last_key, side="right"))
+        lineitem = pending.slice(0, split).combine_chunks()
+        pending = pending.slice(split)
+        yield orders, lineitem
+    if pending.num_rows or next(lineitem_chunks, None) is not None:
+        raise ValueError(f"{folder}: line items after the last order; expected files sorted by order key")
+
+
+def _item_ranges(orders: pa.Table, lineitem: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Where each order's line items are in ``lineitem``: (first row, count).
+
+    Raises:
+        ValueError: When the rows are not sorted by order key or some line item
+            has no order in the chunk.
+    """
+    order_keys = orders["o_orderkey"].to_numpy()
+    item_keys = lineitem["l_orderkey"].to_numpy()
+    if np.any(np.diff(order_keys) <= 0) or np.any(np.diff(item_keys) < 0):
+        raise ValueError("TPC-H orders and lineitem must be sorted by order key")
+    starts = np.searchsorted(item_keys, order_keys, side="left")
+    counts = np.searchsorted(item_keys, order_keys, side="right") - starts
+    if counts.sum() != len(item_keys):
+        raise ValueError("a line item's order is missing from TPC-H orders")
+    return starts, counts
+
+
+def _max_key(path: Path, column: str) -> int:
+    """The largest value of an integer column, read one column at a time."""
+    largest = None
+    for batch in pq.ParquetFile(path).iter_batches(columns=[column]):
+        chunk_max = pc.max(batch.column(0)).as_py()
+        if chunk_max is not None and (largest is None or chunk_max > largest):
+            largest = chunk_max
+    return 0 if largest is None else int(largest)
+
+
 # --------------------------------------------------------------------------
-# Planning the delivery
+# Planning the delivery, one chunk at a time
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class _Delivery:
-    """All files of every batch, as text or Arrow tables."""
+class _OrderLine(enum.IntEnum):
+    """What an order line carries."""
 
-    # (batch index, part index) -> NDJSON lines
-    order_lines: dict[tuple[int, int], list[str]]
-    # batch index -> CSV rows (lists of fields), header excluded
-    customer_rows: dict[int, list[list[str]]]
-    # batch index -> table name -> snapshot
-    snapshots: dict[int, dict[str, pa.Table]]
-
-
-def _timestamp_text(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _event_id(rng: random.Random) -> str:
-    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    FINAL = 0  # the TPC-H order
+    OLDER = 1  # an older version of it
+    DELETE = 2
+    PHANTOM = 3  # an order that is no TPC-H order
+    # Bad lines, one kind after the other: each way the contract names.
+    CUT_SHORT = 8
+    NO_KEY = 9
+    KEY_TEXT = 10
+    KEY_FRACTION = 11
+    BAD_TOTALPRICE = 12
+    BAD_EXTENDEDPRICE = 13
+    BAD_SHIPPRIORITY = 14
+    BAD_ORDERDATE = 15
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return f"{value:.2f}"
-    if isinstance(value, date):
-        return value.isoformat()
-    return value
+class _CustomerLine(enum.IntEnum):
+    """What a customer CSV row carries."""
+
+    INSERT = 0  # I with the TPC-H values
+    UPDATE = 1  # U with the TPC-H values
+    OLDER_INSERT = 2  # I with older values
+    OLDER_UPDATE = 3  # U with older values
+    DELETE = 4
+    PHANTOM_INSERT = 5  # a customer that is no TPC-H customer
+    # Bad lines, one kind after the other.
+    CUT_SHORT = 8
+    KEY_TEXT = 9
+    BAD_ACCTBAL = 10
+    BAD_OP = 11
+    BAD_UPDATED_AT = 12
 
 
-def _order_body(order: dict[str, Any], lineitems: list[dict[str, Any]]) -> dict[str, Any]:
-    body = {name: _json_value(value) for name, value in order.items()}
-    body["lineitems"] = [
-        {name: _json_value(value) for name, value in item.items() if name != "l_orderkey"}
-        for item in lineitems
-    ]
-    return body
+_BAD_ORDER_KINDS = np.arange(_OrderLine.CUT_SHORT, _OrderLine.BAD_ORDERDATE + 1)
+_BAD_CUSTOMER_KINDS = np.arange(_CustomerLine.CUT_SHORT, _CustomerLine.BAD_UPDATED_AT + 1)
 
 
-def _event_line(event_id: str, event_time: datetime, op: str, body: dict[str, Any]) -> str:
-    event = {"event_id": event_id, "event_time": _timestamp_text(event_time), "op": op, "order": body}
-    return json.dumps(event, separators=(",", ":"))
+@dataclass(frozen=True)
+class _Lines:
+    """Planned lines of one chunk; every field has one entry per line.
+
+    Attributes:
+        kind: An :class:`_OrderLine` or :class:`_CustomerLine` value.
+        slot: Orders: file position ``batch * files_per_batch + part``;
+            customers: the batch (both from 0).
+        source: Row of the chunk the line's values come from.
+        key: The order key / customer key the line carries.
+        time: Event time / update time, seconds since the epoch.
+        cents: What an older version adds to the price / account balance.
+        uid: Random bytes of the event id, shape (lines, 16); (lines, 0) for
+            customers, which have none.
+        shuffle: Sort key of the line within its file.
+    """
+
+    kind: np.ndarray
+    slot: np.ndarray
+    source: np.ndarray
+    key: np.ndarray
+    time: np.ndarray
+    cents: np.ndarray
+    uid: np.ndarray
+    shuffle: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def take(self, rows: np.ndarray | slice) -> _Lines:
+        """The lines at ``rows`` (indices, a boolean mask or a slice)."""
+        return _Lines(**{name: values[rows] for name, values in self._columns().items()})
+
+    def replace(self, **columns: np.ndarray) -> _Lines:
+        """A copy with some columns replaced."""
+        return _Lines(**{**self._columns(), **columns})
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        return {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
+
+    @staticmethod
+    def concat(parts: Sequence[_Lines]) -> _Lines:
+        """The lines of every part, in order."""
+        names = [item.name for item in dataclasses.fields(_Lines)]
+        return _Lines(**{name: np.concatenate([getattr(part, name) for part in parts]) for name in names})
 
 
-def _older_order_version(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
-    """A plausible earlier version of an order that differs from ``body``."""
-    older = json.loads(json.dumps(body))
-    older["o_orderstatus"] = "P" if body["o_orderstatus"] != "P" else "O"
-    older["o_totalprice"] = f"{Decimal(body['o_totalprice']) + Decimal(rng.randrange(1, 100_000)) / 100:.2f}"
-    items = older["lineitems"]
-    if len(items) > 1:
-        items.pop()
-    items[0]["l_quantity"] = f"{Decimal(items[0]['l_quantity']) + 1:.2f}"
-    return older
+def _new_lines(
+    rng: np.random.Generator,
+    *,
+    kind: np.ndarray | int,
+    slot: np.ndarray,
+    source: np.ndarray,
+    key: np.ndarray,
+    time: np.ndarray,
+    cents: np.ndarray | int = 0,
+    uid_bytes: int = 16,
+) -> _Lines:
+    """Lines with the given columns (a single kind or cents for all), each with a random event id."""
+    count = len(slot)
+    uid = np.frombuffer(rng.bytes(count * uid_bytes), dtype=np.uint8).reshape(count, uid_bytes)
+    return _Lines(
+        kind=np.broadcast_to(np.asarray(kind, dtype=np.int8), (count,)).copy(),
+        slot=slot.astype(np.int64),
+        source=source.astype(np.int64),
+        key=key.astype(np.int64),
+        time=time.astype(np.int64),
+        cents=np.broadcast_to(np.asarray(cents, dtype=np.int64), (count,)).copy(),
+        uid=uid,
+        shuffle=np.zeros(count),
+    )
 
 
-def _bad_order_lines(
-    rng: random.Random, count: int, bodies: Sequence[dict[str, Any]]
-) -> list[str]:
-    """Lines that break the contract in each of the ways it names, in turn."""
-    lines = []
-    for index in range(count):
-        body = json.loads(json.dumps(rng.choice(bodies)))
-        event_time = _BAD_LINE_TIME + timedelta(seconds=index)
-        kind = index % 8
-        if kind == 0:
-            good = _event_line(_event_id(rng), event_time, "upsert", body)
-            lines.append(good[: len(good) // 2])  # truncated: not JSON
+def _count(rate: float, rows: int, minimum: int) -> int:
+    # A minimum keeps every kind of noise present even at tiny scale factors.
+    return max(minimum, round(rate * rows))
+
+
+def _rng(plan: SimulationPlan, stream: int, chunk: int) -> np.random.Generator:
+    # Seed sequences take non-negative entropy: the sign goes in a word of its own.
+    return np.random.default_rng([abs(plan.seed), int(plan.seed < 0), stream, chunk])
+
+
+def _with_noise(
+    rng: np.random.Generator,
+    lines: _Lines,
+    duplicates: int,
+    redelivery_slot: np.ndarray,
+    bad: _Lines,
+) -> _Lines:
+    """Add at-least-once duplicates and bad lines, and draw the in-file order.
+
+    Args:
+        rng: The chunk's random stream.
+        lines: The good lines.
+        duplicates: How many of ``lines`` are delivered twice.
+        redelivery_slot: Per line of ``lines``, where its duplicate goes when
+            it does not go to the same slot.
+        bad: The bad lines (never duplicated).
+    """
+    copies = rng.choice(len(lines), duplicates, replace=False)
+    same_slot = rng.random(len(copies)) < 0.5
+    again = lines.take(copies)
+    again = again.replace(slot=np.where(same_slot, again.slot, redelivery_slot[copies]))
+    every = _Lines.concat([lines, again, bad])
+    return every.replace(shuffle=rng.random(len(every)))
+
+
+def _plan_order_chunk(
+    plan: SimulationPlan, chunk: int, order_keys: np.ndarray, order_days: np.ndarray, phantom_key: int
+) -> _Lines:
+    """Every order line made from one chunk of orders, for the whole delivery.
+
+    Args:
+        plan: The plan.
+        chunk: The chunk's number, from 0.
+        order_keys: The chunk's ``o_orderkey``.
+        order_days: The chunk's ``o_orderdate`` in days since the epoch.
+        phantom_key: The first key of the chunk's phantom orders.
+
+    Returns:
+        The lines, ``slot`` being the file position.
+    """
+    noise = plan.noise
+    rng = _rng(plan, 0, chunk)
+    count = len(order_keys)
+    slots = plan.batches * plan.files_per_batch
+    last = slots - 1
+    rows = np.arange(count)
+
+    final_time = (order_days.astype(np.int64) + 30) * _DAY + rng.integers(0, _DAY, count)
+    final_slot = rng.integers(0, slots, count)
+    stale = rng.random(count) < noise.stale_version if last > 0 else np.zeros(count, dtype=bool)
+    # A stale version needs a later file than the final version.
+    moved = stale & (final_slot == last)
+    final_slot[moved] = rng.integers(0, max(last, 1), int(moved.sum()))
+    final = _new_lines(
+        rng, kind=_OrderLine.FINAL, slot=final_slot, source=rows, key=order_keys, time=final_time
+    )
+
+    earlier = np.flatnonzero(rng.random(count) < noise.earlier_version)
+    earlier_time = final_time[earlier] - rng.integers(3_600, 20 * _DAY, len(earlier))
+    earlier_kind = np.where(rng.random(len(earlier)) < 0.2, _OrderLine.DELETE, _OrderLine.OLDER)
+    earlier_slot = rng.integers(0, final_slot[earlier] + 1)
+    earlier_cents = rng.integers(1, 100_000, len(earlier))
+    older = _new_lines(
+        rng,
+        kind=earlier_kind,
+        slot=earlier_slot,
+        source=earlier,
+        key=order_keys[earlier],
+        time=earlier_time,
+        cents=earlier_cents,
+    )
+
+    late = np.flatnonzero(stale)
+    late_time = final_time[late] - rng.integers(1, 20 * _DAY, len(late))
+    late_kind = np.where(rng.random(len(late)) < 0.25, _OrderLine.DELETE, _OrderLine.OLDER)
+    late_slot = rng.integers(final_slot[late] + 1, slots)
+    late_cents = rng.integers(1, 100_000, len(late))
+    stale_lines = _new_lines(
+        rng, kind=late_kind, slot=late_slot, source=late, key=order_keys[late], time=late_time, cents=late_cents
+    )
+
+    phantoms = _count(noise.phantom, count, 2)
+    keys = phantom_key + np.arange(phantoms)
+    cloned = rng.integers(0, count, phantoms)
+    insert_time = _PHANTOM_ORDER_EPOCH + rng.integers(0, 30 * _DAY, phantoms)
+    delete_time = insert_time + rng.integers(60, _DAY, phantoms)
+    insert_slot = rng.integers(0, slots, phantoms)
+    # Mostly the delete comes later; sometimes it overtakes its insert.
+    overtakes = (insert_slot > 0) & (rng.random(phantoms) < 0.3)
+    delete_slot = np.where(
+        overtakes, rng.integers(0, np.maximum(insert_slot, 1)), rng.integers(insert_slot, slots)
+    )
+    inserts = _new_lines(rng, kind=_OrderLine.PHANTOM, slot=insert_slot, source=cloned, key=keys, time=insert_time)
+    deletes = _new_lines(rng, kind=_OrderLine.DELETE, slot=delete_slot, source=cloned, key=keys, time=delete_time)
+
+    good = _Lines.concat([final, older, stale_lines, inserts, deletes])
+    redelivery = rng.integers(0, slots, len(good))
+    duplicates = _count(noise.duplicate, len(good), 2)
+    bad_count = _count(noise.bad_line, len(good) + duplicates, len(_BAD_ORDER_KINDS))
+    bad_source = rng.integers(0, count, bad_count)
+    bad = _new_lines(
+        rng,
+        kind=_BAD_ORDER_KINDS[np.arange(bad_count) % len(_BAD_ORDER_KINDS)],
+        slot=rng.integers(0, slots, bad_count),
+        source=bad_source,
+        key=order_keys[bad_source],
+        time=_BAD_LINE_TIME + np.arange(bad_count),
+    )
+    return _with_noise(rng, good, duplicates, redelivery, bad)
+
+
+def _plan_customer_chunk(
+    plan: SimulationPlan, chunk: int, customer_keys: np.ndarray, phantom_key: int
+) -> _Lines:
+    """Every customer row made from one chunk of customers, for the whole delivery.
+
+    Every row that can make a TPC-H customer absent (a stale delete, or a
+    duplicate of one) lands no earlier than the customer's final version, so
+    that every customer exists after batch 1.
+
+    Args:
+        plan: The plan.
+        chunk: The chunk's number, from 0.
+        customer_keys: The chunk's ``c_custkey``.
+        phantom_key: The first key of the chunk's phantom customers.
+
+    Returns:
+        The rows, ``slot`` being the batch.
+    """
+    noise = plan.noise
+    rng = _rng(plan, 1, chunk)
+    count = len(customer_keys)
+    batches = plan.batches
+    rows = np.arange(count)
+    no_uid = 0
+
+    final_time = _CUSTOMER_EPOCH + rng.integers(0, 30 * _DAY, count)
+    updated = rng.random(count) < noise.customer_update
+    final_batch = np.where(updated, rng.integers(0, batches, count), 0)
+    final_kind = np.where(updated, _CustomerLine.UPDATE, _CustomerLine.INSERT)
+    final = _new_lines(
+        rng, kind=final_kind, slot=final_batch, source=rows, key=customer_keys, time=final_time, uid_bytes=no_uid
+    )
+
+    first = np.flatnonzero(updated)
+    first_time = final_time[first] - rng.integers(60, 10 * _DAY, len(first))
+    first_cents = rng.integers(1, 50_000, len(first))
+    inserts = _new_lines(
+        rng,
+        kind=_CustomerLine.OLDER_INSERT,
+        slot=np.zeros(len(first), dtype=np.int64),
+        source=first,
+        key=customer_keys[first],
+        time=first_time,
+        cents=first_cents,
+        uid_bytes=no_uid,
+    )
+
+    late = np.flatnonzero(rng.random(count) < noise.customer_stale)
+    late_time = final_time[late] - rng.integers(1, 10 * _DAY, len(late))
+    late_kind = np.where(rng.random(len(late)) < 0.25, _CustomerLine.DELETE, _CustomerLine.OLDER_UPDATE)
+    late_batch = rng.integers(final_batch[late], batches)
+    late_cents = rng.integers(1, 50_000, len(late))
+    stale = _new_lines(
+        rng,
+        kind=late_kind,
+        slot=late_batch,
+        source=late,
+        key=customer_keys[late],
+        time=late_time,
+        cents=late_cents,
+        uid_bytes=no_uid,
+    )
+
+    phantoms = _count(noise.customer_phantom, count, 2)
+    keys = phantom_key + np.arange(phantoms)
+    cloned = rng.integers(0, count, phantoms)
+    insert_time = _CUSTOMER_EPOCH + rng.integers(0, 30 * _DAY, phantoms)
+    delete_time = insert_time + rng.integers(60, _DAY, phantoms)
+    insert_batch = rng.integers(0, batches, phantoms)
+    overtakes = (insert_batch > 0) & (rng.random(phantoms) < 0.3)
+    delete_batch = np.where(
+        overtakes, rng.integers(0, np.maximum(insert_batch, 1)), rng.integers(insert_batch, batches)
+    )
+    phantom_inserts = _new_lines(
+        rng,
+        kind=_CustomerLine.PHANTOM_INSERT,
+        slot=insert_batch,
+        source=cloned,
+        key=keys,
+        time=insert_time,
+        uid_bytes=no_uid,
+    )
+    phantom_deletes = _new_lines(
+        rng, kind=_CustomerLine.DELETE, slot=delete_batch, source=cloned, key=keys, time=delete_time, uid_bytes=no_uid
+    )
+
+    good = _Lines.concat([final, inserts, stale, phantom_inserts, phantom_deletes])
+    # Redelivered, never earlier: an early copy of a stale delete would remove
+    # a customer that batch 1's orders need.
+    redelivery = rng.integers(good.slot, batches)
+    duplicates = _count(noise.duplicate, len(good), 2)
+    bad_count = _count(noise.bad_line, len(good) + duplicates, len(_BAD_CUSTOMER_KINDS))
+    bad_source = rng.integers(0, count, bad_count)
+    bad = _new_lines(
+        rng,
+        kind=_BAD_CUSTOMER_KINDS[np.arange(bad_count) % len(_BAD_CUSTOMER_KINDS)],
+        slot=rng.integers(0, batches, bad_count),
+        source=bad_source,
+        key=customer_keys[bad_source],
+        time=_BAD_LINE_TIME + np.arange(bad_count),
+        uid_bytes=no_uid,
+    )
+    return _with_noise(rng, good, duplicates, redelivery, bad)
+
+
+def _in_file_order(lines: _Lines, slots: range) -> _Lines:
+    """The lines of ``slots``, grouped by slot and shuffled within each."""
+    chosen = lines.take((lines.slot >= slots.start) & (lines.slot < slots.stop))
+    return chosen.take(np.lexsort((chosen.shuffle, chosen.slot)))
+
+
+# --------------------------------------------------------------------------
+# Rendering lines (vectorized text)
+# --------------------------------------------------------------------------
+
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_UUID_DIGIT_COLUMNS = np.array([column for column in range(36) if column not in (8, 13, 18, 23)])
+_JSON_ESCAPES = {"\\": "\\\\", '"': '\\"', **{chr(code): f"\\u{code:04x}" for code in range(32)}}
+
+
+def _uuid4_texts(random_bytes: np.ndarray) -> pa.Array:
+    """Version 4 UUIDs in their canonical text form, from 16 random bytes each."""
+    raw = random_bytes.copy()
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80
+    digits = np.empty((len(raw), 32), dtype=np.uint8)
+    digits[:, 0::2] = _HEX_DIGITS[raw >> 4]
+    digits[:, 1::2] = _HEX_DIGITS[raw & 0x0F]
+    text = np.full((len(raw), 36), ord("-"), dtype=np.uint8)
+    text[:, _UUID_DIGIT_COLUMNS] = digits
+    offsets = np.arange(len(raw) + 1, dtype=np.int32) * 36
+    return pa.StringArray.from_buffers(len(raw), pa.py_buffer(offsets), pa.py_buffer(text))
+
+
+def _timestamp_texts(seconds: np.ndarray) -> pa.Array:
+    """Seconds since the epoch as ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return pc.strftime(pa.array(seconds, pa.timestamp("s")), format="%Y-%m-%dT%H:%M:%SZ")
+
+
+def _key_texts(keys: np.ndarray) -> pa.Array:
+    return pa.array(keys).cast(pa.string())
+
+
+def _json_escaped(values: pa.Array) -> pa.Array:
+    """String values as they go between the quotes of a JSON string."""
+    if not pc.any(pc.match_substring_regex(values, r'[\x00-\x1f"\\]')).as_py():
+        return values  # TPC-H text never needs escaping: skip the passes
+    for character, escape in _JSON_ESCAPES.items():
+        values = pc.replace_substring(values, character, escape)
+    return values
+
+
+def _csv_field(values: pa.Array) -> pa.Array:
+    """Values as RFC 4180 fields, quoted only when they must be (like Python's csv)."""
+    needs_quotes = pc.match_substring_regex(values, r'[",\r\n]')
+    if not pc.any(needs_quotes).as_py():
+        return values
+    quoted = pc.binary_join_element_wise('"', pc.replace_substring(values, '"', '""'), '"', "")
+    return pc.if_else(needs_quotes, quoted, values)
+
+
+def _value_texts(table: pa.Table) -> dict[str, pa.Array]:
+    """Each column's values as JSON text: strings escaped (quotes not included), others cast."""
+    texts = {}
+    for column in table.schema:
+        values = table[column.name].combine_chunks()
+        texts[column.name] = _json_escaped(values) if pa.types.is_string(column.type) else values.cast(pa.string())
+    return texts
+
+
+def _rows(values: pa.Array | pa.ChunkedArray, mask: np.ndarray) -> pa.Array:
+    """The values under ``mask``, as one array."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    # take is several times faster than a boolean filter on long string arrays.
+    return values.take(np.flatnonzero(mask))
+
+
+def _merged(count: int, parts: Sequence[tuple[np.ndarray, pa.Array]]) -> pa.Array:
+    """Gather ``count`` rows from parts, in one copy.
+
+    Args:
+        count: Rows of the result.
+        parts: ``(rows, values)``: ``values[i]`` goes to row ``rows[i]``, or a
+            single value goes to every row of ``rows``; a later part wins.
+    """
+    index = np.zeros(count, dtype=np.int64)
+    arrays = []
+    start = 0
+    for rows, values in parts:
+        if len(rows) == 0:
             continue
-        if kind == 1:
-            del body["o_orderkey"]
-        elif kind == 2:
-            body["o_orderkey"] = f"{body['o_orderkey']}x"
-        elif kind == 3:
-            body["o_orderkey"] = body["o_orderkey"] + 0.5
-        elif kind == 4:
-            body["o_totalprice"] = "12,50"
-        elif kind == 5:
-            body["lineitems"][0]["l_extendedprice"] = "N/A"
-        elif kind == 6:
-            body["o_shippriority"] = "high"
-        else:
-            body["o_orderdate"] = "1996-13-45"
-        lines.append(_event_line(_event_id(rng), event_time, "upsert", body))
-    return lines
+        index[rows] = start + (np.arange(len(rows)) if len(values) == len(rows) else 0)
+        arrays.append(values)
+        start += len(values)
+    if not arrays:
+        return pa.array([], pa.string())
+    return pa.concat_arrays(arrays).take(index)
 
 
-def _plan_orders(
-    plan: SimulationPlan, tables: dict[str, pa.Table], rng: random.Random
-) -> dict[tuple[int, int], list[str]]:
-    noise = plan.noise
-    positions = [(b, p) for b in range(plan.batches) for p in range(plan.files_per_batch)]
-    last = len(positions) - 1
-    items_by_order: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for item in tables["lineitem"].to_pylist():
-        items_by_order[item["l_orderkey"]].append(item)
-    orders = tables["orders"].to_pylist()
+def _patched(values: pa.Array, *patches: tuple[np.ndarray, pa.Array | str | None]) -> pa.Array:
+    """``values`` with the rows under each mask replaced, in one copy.
 
-    events: list[tuple[int, str]] = []  # (position index, line)
-    bodies = []
-    for order in orders:
-        body = _order_body(order, items_by_order[order["o_orderkey"]])
-        bodies.append(body)
-        start = datetime.combine(order["o_orderdate"], time(), tzinfo=timezone.utc)
-        final_time = start + timedelta(days=30, seconds=rng.randrange(86_400))
-        final_pos = rng.randrange(len(positions))
-        stale = last > 0 and rng.random() < noise.stale_version
-        if stale and final_pos == last:
-            final_pos = rng.randrange(last)
-        events.append((final_pos, _event_line(_event_id(rng), final_time, "upsert", body)))
-        if rng.random() < noise.earlier_version:
-            older_time = final_time - timedelta(seconds=rng.randrange(3_600, 20 * 86_400))
-            if rng.random() < 0.2:
-                line = _event_line(_event_id(rng), older_time, "delete", {"o_orderkey": order["o_orderkey"]})
-            else:
-                line = _event_line(_event_id(rng), older_time, "upsert", _older_order_version(rng, body))
-            events.append((rng.randrange(final_pos + 1), line))
-        if stale:
-            stale_time = final_time - timedelta(seconds=rng.randrange(1, 20 * 86_400))
-            if rng.random() < 0.25:
-                line = _event_line(_event_id(rng), stale_time, "delete", {"o_orderkey": order["o_orderkey"]})
-            else:
-                line = _event_line(_event_id(rng), stale_time, "upsert", _older_order_version(rng, body))
-            events.append((rng.randrange(final_pos + 1, last + 1), line))
-
-    # Orders that never were TPC-H orders: inserted, then deleted.
-    next_key = max(order["o_orderkey"] for order in orders) + 1
-    for offset in range(max(2, round(noise.phantom * len(orders)))):
-        body = json.loads(json.dumps(rng.choice(bodies)))
-        body["o_orderkey"] = next_key + offset
-        body["o_comment"] = "phantom order, deleted later"
-        insert_time = datetime(1998, 8, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(86_400 * 30))
-        delete_time = insert_time + timedelta(seconds=rng.randrange(60, 86_400))
-        insert_pos = rng.randrange(len(positions))
-        # Mostly the delete comes later; sometimes it overtakes its insert.
-        if insert_pos > 0 and rng.random() < 0.3:
-            delete_pos = rng.randrange(insert_pos)
-        else:
-            delete_pos = rng.randrange(insert_pos, last + 1)
-        events.append((insert_pos, _event_line(_event_id(rng), insert_time, "upsert", body)))
-        events.append(
-            (delete_pos, _event_line(_event_id(rng), delete_time, "delete", {"o_orderkey": body["o_orderkey"]}))
-        )
-
-    # At-least-once delivery: the same line again, in the same or another file.
-    for pos, line in rng.sample(events, max(2, round(noise.duplicate * len(events)))):
-        events.append((pos if rng.random() < 0.5 else rng.randrange(last + 1), line))
-
-    for line in _bad_order_lines(rng, max(8, round(noise.bad_line * len(events))), bodies):
-        events.append((rng.randrange(last + 1), line))
-
-    keyed = [(pos, rng.random(), line) for pos, line in events]
-    keyed.sort(key=lambda row: (row[0], row[1]))
-    order_lines: dict[tuple[int, int], list[str]] = {position: [] for position in positions}
-    for pos, _, line in keyed:
-        order_lines[positions[pos]].append(line)
-    return order_lines
+    Args:
+        values: The text array.
+        patches: ``(mask, replacement)``: one value per masked row, or one
+            text (None for null) for all of them; a later patch wins.
+    """
+    parts = [(np.arange(len(values)), values)]
+    for mask, replacement in patches:
+        if isinstance(replacement, str) or replacement is None:
+            replacement = pa.array([replacement], pa.string())
+        parts.append((np.flatnonzero(mask), replacement))
+    if all(len(rows) == 0 for rows, _ in parts[1:]):
+        return values
+    return _merged(len(values), parts)
 
 
-def _customer_row(op: str, customer: dict[str, Any], updated_at: datetime) -> list[str]:
-    values = [
-        "" if customer.get(name) is None else str(_json_value(customer[name]))
-        for name in CUSTOMER_CSV_HEADER[1:-1]
-    ]
-    return [op, *values, _timestamp_text(updated_at)]
+def _plus_cents(amounts: pa.Array, cents: np.ndarray | int) -> pa.Array:
+    """decimal(15,2) amounts plus some cents, as decimal(15,2)."""
+    cents = np.broadcast_to(np.asarray(cents, dtype=np.int32), (len(amounts),))
+    # int32 -> decimal(10,0) is exact; times 0.01 gives the cents as decimal(13,2).
+    delta = pc.multiply(pa.array(cents).cast(pa.decimal128(10, 0)), pa.scalar(Decimal("0.01")))
+    return pc.add(amounts, delta).cast(amounts.type)
 
 
-def _older_customer_version(rng: random.Random, customer: dict[str, Any]) -> dict[str, Any]:
-    older = dict(customer)
-    older["c_acctbal"] = customer["c_acctbal"] + Decimal(rng.randrange(1, 50_000)) / 100
-    older["c_address"] = customer["c_address"][::-1]
-    older["c_phone"] = customer["c_phone"][:3] + "000-000-0000"
-    older["c_mktsegment"] = "HOUSEHOLD" if customer["c_mktsegment"] != "HOUSEHOLD" else "MACHINERY"
-    return older
+@dataclass(frozen=True)
+class _Member:
+    """A member of a JSON object rendered from text arrays.
+
+    Attributes:
+        name: Its name, and the key of its value text.
+        open: Text before the value text (a quote, a bracket, or nothing).
+        close: Text after it.
+        members: For an object value, its members (rendered in its place).
+    """
+
+    name: str
+    open: str = ""
+    close: str = ""
+    members: tuple[_Member, ...] = ()
 
 
-def _plan_customers(
-    plan: SimulationPlan, tables: dict[str, pa.Table], rng: random.Random
-) -> dict[int, list[list[str]]]:
-    noise = plan.noise
-    last = plan.batches - 1
-    customers = tables["customer"].to_pylist()
-    rows: list[tuple[int, list[str]]] = []
-    for customer in customers:
-        final_time = _CUSTOMER_EPOCH + timedelta(seconds=rng.randrange(86_400 * 30))
-        key_only = {"c_custkey": customer["c_custkey"]}
-        final_batch = 0
-        # Every customer exists after batch 1, so batch 1 orders never dangle.
-        if rng.random() < noise.customer_update:
-            older_time = final_time - timedelta(seconds=rng.randrange(60, 86_400 * 10))
-            rows.append((0, _customer_row("I", _older_customer_version(rng, customer), older_time)))
-            final_batch = rng.randrange(last + 1)
-            rows.append((final_batch, _customer_row("U", customer, final_time)))
-        else:
-            rows.append((0, _customer_row("I", customer, final_time)))
-        if rng.random() < noise.customer_stale:
-            stale_time = final_time - timedelta(seconds=rng.randrange(1, 86_400 * 10))
-            if rng.random() < 0.25:
-                row = _customer_row("D", key_only, stale_time)
-            else:
-                row = _customer_row("U", _older_customer_version(rng, customer), stale_time)
-            rows.append((rng.randrange(final_batch, last + 1), row))
-
-    next_key = max(customer["c_custkey"] for customer in customers) + 1
-    for offset in range(max(2, round(noise.customer_phantom * len(customers)))):
-        phantom = dict(rng.choice(customers))
-        phantom["c_custkey"] = next_key + offset
-        phantom["c_comment"] = "phantom customer, deleted later"
-        insert_time = _CUSTOMER_EPOCH + timedelta(seconds=rng.randrange(86_400 * 30))
-        delete_time = insert_time + timedelta(seconds=rng.randrange(60, 86_400))
-        insert_batch = rng.randrange(last + 1)
-        if insert_batch > 0 and rng.random() < 0.3:
-            delete_batch = rng.randrange(insert_batch)
-        else:
-            delete_batch = rng.randrange(insert_batch, last + 1)
-        rows.append((insert_batch, _customer_row("I", phantom, insert_time)))
-        rows.append((delete_batch, _customer_row("D", {"c_custkey": phantom["c_custkey"]}, delete_time)))
-
-    for batch, row in rng.sample(rows, max(2, round(noise.duplicate * len(rows)))):
-        rows.append((batch if rng.random() < 0.5 else rng.randrange(last + 1), row))
-
-    bad_count = max(5, round(noise.bad_line * len(rows)))
-    for index in range(bad_count):
-        customer = rng.choice(customers)
-        row = _customer_row("U", customer, _BAD_LINE_TIME + timedelta(seconds=index))
-        kind = index % 5
-        if kind == 0:
-            row = ["U", str(customer["c_custkey"]), "a line cut short"]
-        elif kind == 1:
-            row[1] = f"{customer['c_custkey']}x"
-        elif kind == 2:
-            row[6] = "12.3.4"
-        elif kind == 3:
-            row[0] = "X"
-        else:
-            row[9] = "yesterday"
-        rows.append((rng.randrange(last + 1), row))
-
-    keyed = [(batch, rng.random(), row) for batch, row in rows]
-    keyed.sort(key=lambda item: (item[0], item[1]))
-    by_batch: dict[int, list[list[str]]] = {batch: [] for batch in range(plan.batches)}
-    for batch, _, row in keyed:
-        by_batch[batch].append(row)
-    return by_batch
+def _members(schema: pa.Schema, skip: Sequence[str] = ()) -> tuple[_Member, ...]:
+    # Integers are JSON numbers; amounts, dates and text are JSON strings.
+    return tuple(
+        _Member(column.name) if pa.types.is_integer(column.type) else _Member(column.name, '"', '"')
+        for column in schema
+        if column.name not in skip
+    )
 
 
-def _plan_snapshots(plan: SimulationPlan, tables: dict[str, pa.Table]) -> dict[int, dict[str, pa.Table]]:
-    final = {name: tables[name] for name in REFERENCE_TABLES}
+def _object_pieces(members: Sequence[_Member], texts: Mapping[str, pa.Array | str]) -> list[pa.Array | str]:
+    """Constant texts and value texts that, concatenated, make the object."""
+    pieces: list[pa.Array | str] = ["{"]
+    for index, member in enumerate(members):
+        pieces.append(f'{"," if index else ""}"{member.name}":{member.open}')
+        pieces += _object_pieces(member.members, texts) if member.members else [texts[member.name]]
+        pieces.append(member.close)
+    pieces.append("}")
+    return pieces
+
+
+def _render(
+    members: Sequence[_Member],
+    texts: Mapping[str, pa.Array | str],
+    prefix: pa.Array | str = "",
+    suffix: str = "",
+) -> pa.Array:
+    """One JSON object per row, written in a single concatenation pass.
+
+    Args:
+        members: The object's members, in order.
+        texts: Value text of each member, as an array or one text for all rows.
+        prefix: Text before each object.
+        suffix: Text after each object.
+    """
+    pieces: list[pa.Array | str] = []
+    for piece in [prefix, *_object_pieces(members, texts), suffix]:
+        # Each piece costs a pass over the rows: merge neighbouring constants.
+        if isinstance(piece, str) and pieces and isinstance(pieces[-1], str):
+            pieces[-1] += piece
+        elif not (isinstance(piece, str) and piece == ""):
+            pieces.append(piece)
+    return pc.binary_join_element_wise(*pieces, "")
+
+
+def _concatenated_runs(strings: pa.Array, runs: np.ndarray) -> pa.Array:
+    """Row ``i``: ``strings[runs[i]:runs[i + 1]]`` back to back, as a view of the same bytes."""
+    if len(strings) == 0:
+        return pa.array([""] * (len(runs) - 1), pa.string())
+    _, offsets, data = strings.buffers()
+    value_offsets = np.frombuffer(offsets, dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+    return pa.StringArray.from_buffers(len(runs) - 1, pa.py_buffer(value_offsets[runs].astype(np.int32)), data)
+
+
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenated ``range(start, start + count)`` and where each range begins in it."""
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1]), offsets
+
+
+_ENVELOPE = (_Member("event_id", '"', '"'), _Member("event_time", '"', '"'), _Member("op", '"', '"'))
+_LINEITEM = _members(TPCH_SCHEMAS["lineitem"], skip=("l_orderkey",))
+_UPSERT_EVENT = _ENVELOPE + (
+    _Member("order", members=_members(TPCH_SCHEMAS["orders"]) + (_Member("lineitems", "[", "]"),)),
+)
+_DELETE_EVENT = _ENVELOPE + (_Member("order", members=(_Member("o_orderkey"),)),)
+
+
+def _lineitem_arrays(
+    lines: _Lines, lineitem: pa.Table, item_starts: np.ndarray, item_counts: np.ndarray
+) -> pa.Array:
+    """The text inside each upsert line's ``lineitems`` array."""
+    kind = lines.kind
+    older = kind == _OrderLine.OLDER
+    counts = item_counts[lines.source]
+    # An older version lacks the last line item, when there is more than one.
+    kept = counts - (older & (counts > 1))
+    item_rows, runs = _ranges(item_starts[lines.source], kept)
+    items = lineitem.take(item_rows)
+    texts = _value_texts(items)
+    first = np.zeros(len(item_rows), dtype=bool)
+    first[runs[:-1][kept > 0]] = True
+    older_first = first & np.repeat(older, kept)
+    quantity = _plus_cents(_rows(items["l_quantity"], older_first), 100)
+    texts["l_quantity"] = _patched(texts["l_quantity"], (older_first, quantity.cast(pa.string())))
+    bad_price = first & np.repeat(kind == _OrderLine.BAD_EXTENDEDPRICE, kept)
+    texts["l_extendedprice"] = _patched(texts["l_extendedprice"], (bad_price, "N/A"))
+    # Every item but an order's first brings its separating comma, so an
+    # order's items are one contiguous run of bytes: no join per order needed.
+    separators = pc.if_else(pa.array(first), "", ",")
+    return _concatenated_runs(_render(_LINEITEM, texts, prefix=separators), runs)
+
+
+def _upsert_lines(
+    lines: _Lines, orders: pa.Table, lineitem: pa.Table, item_starts: np.ndarray, item_counts: np.ndarray
+) -> pa.Array:
+    """The NDJSON text of upsert lines (good or bad, not cut short yet)."""
+    kind = lines.kind
+    older = kind == _OrderLine.OLDER
+    chosen = orders.take(lines.source)
+    texts: dict[str, pa.Array | str] = dict(_value_texts(chosen))
+    key_text = _key_texts(lines.key)
+    key_as_text, key_as_fraction = kind == _OrderLine.KEY_TEXT, kind == _OrderLine.KEY_FRACTION
+    texts["o_orderkey"] = _patched(
+        key_text,
+        # A JSON number: a text value brings its own quotes.
+        (key_as_text, pc.binary_join_element_wise('"', _rows(key_text, key_as_text), 'x"', "")),
+        (key_as_fraction, pc.binary_join_element_wise(_rows(key_text, key_as_fraction), ".5", "")),
+    )
+    status = _rows(chosen["o_orderstatus"], older)
+    price = _plus_cents(_rows(chosen["o_totalprice"], older), lines.cents[older])
+    texts["o_orderstatus"] = _patched(
+        texts["o_orderstatus"], (older, pc.if_else(pc.not_equal(status, "P"), "P", "O"))
+    )
+    texts["o_totalprice"] = _patched(
+        texts["o_totalprice"], (older, price.cast(pa.string())), (kind == _OrderLine.BAD_TOTALPRICE, "12,50")
+    )
+    texts["o_comment"] = _patched(texts["o_comment"], (kind == _OrderLine.PHANTOM, "phantom order, deleted later"))
+    texts["o_shippriority"] = _patched(texts["o_shippriority"], (kind == _OrderLine.BAD_SHIPPRIORITY, '"high"'))
+    texts["o_orderdate"] = _patched(texts["o_orderdate"], (kind == _OrderLine.BAD_ORDERDATE, "1996-13-45"))
+    texts["lineitems"] = _lineitem_arrays(lines, lineitem, item_starts, item_counts)
+    texts.update(event_id=_uuid4_texts(lines.uid), event_time=_timestamp_texts(lines.time), op="upsert")
+    return _render(_UPSERT_EVENT, texts, suffix="\n")
+
+
+def _order_lines(
+    lines: _Lines, orders: pa.Table, lineitem: pa.Table, item_starts: np.ndarray, item_counts: np.ndarray
+) -> pa.Array:
+    """The NDJSON text of ``lines`` (each with its newline), in their order."""
+    delete = lines.kind == _OrderLine.DELETE
+    delete_rows, upsert_rows = np.flatnonzero(delete), np.flatnonzero(~delete)
+    deleted = lines.take(delete_rows)
+    deletes = _render(
+        _DELETE_EVENT,
+        {
+            "event_id": _uuid4_texts(deleted.uid),
+            "event_time": _timestamp_texts(deleted.time),
+            "op": "delete",
+            "o_orderkey": _key_texts(deleted.key),
+        },
+        suffix="\n",
+    )
+    upserted = lines.take(upsert_rows)
+    upserts = _upsert_lines(upserted, orders, lineitem, item_starts, item_counts)
+    no_key = upserted.kind == _OrderLine.NO_KEY
+    # o_orderkey is the order's first member: drop it up to its comma.
+    keyless = pc.replace_substring_regex(_rows(upserts, no_key), r'"order":\{"o_orderkey":[^,]*,', '"order":{')
+    cut = upserted.kind == _OrderLine.CUT_SHORT
+    # Cut inside the order, so that the line is no JSON at all.
+    short = pc.replace_substring_regex(_rows(upserts, cut), r',"lineitems":\[.*', ',"lineitems":[')
+    return _merged(
+        len(lines),
+        [(delete_rows, deletes), (upsert_rows, upserts), (upsert_rows[no_key], keyless), (upsert_rows[cut], short)],
+    )
+
+
+def _customer_lines(lines: _Lines, customers: pa.Table) -> pa.Array:
+    """The CSV records of ``lines`` (each with its newline), in their order."""
+    kind = lines.kind
+    chosen = customers.take(lines.source)
+    texts = {name: chosen[name].combine_chunks().cast(pa.string()) for name in chosen.column_names}
+    older = (kind == _CustomerLine.OLDER_INSERT) | (kind == _CustomerLine.OLDER_UPDATE)
+    balance = _plus_cents(_rows(chosen["c_acctbal"], older), lines.cents[older])
+    phone = pc.utf8_slice_codeunits(_rows(texts["c_phone"], older), 0, 3)
+    segment = _rows(texts["c_mktsegment"], older)
+    delete = kind == _CustomerLine.DELETE
+    key_text = _key_texts(lines.key)
+    key_as_text = kind == _CustomerLine.KEY_TEXT
+    patches = {
+        "c_acctbal": [(older, balance.cast(pa.string())), (kind == _CustomerLine.BAD_ACCTBAL, "12.3.4")],
+        "c_address": [(older, pc.utf8_reverse(_rows(texts["c_address"], older)))],
+        "c_phone": [(older, pc.binary_join_element_wise(phone, "000-000-0000", ""))],
+        "c_mktsegment": [(older, pc.if_else(pc.not_equal(segment, "HOUSEHOLD"), "HOUSEHOLD", "MACHINERY"))],
+        "c_comment": [(kind == _CustomerLine.PHANTOM_INSERT, "phantom customer, deleted later")],
+    }
+    for name in CUSTOMER_CSV_HEADER[2:-1]:
+        # A delete carries its key only: the other fields stay empty.
+        texts[name] = _patched(texts[name], *patches.get(name, []), (delete, None))
+    texts["c_custkey"] = _patched(
+        key_text, (key_as_text, pc.binary_join_element_wise(_rows(key_text, key_as_text), "x", ""))
+    )
+    inserts = np.isin(kind, [_CustomerLine.INSERT, _CustomerLine.OLDER_INSERT, _CustomerLine.PHANTOM_INSERT])
+    texts["op"] = pa.array(np.select([inserts, delete, kind == _CustomerLine.BAD_OP], ["I", "D", "X"], "U"))
+    texts["updated_at"] = _patched(
+        _timestamp_texts(lines.time), (kind == _CustomerLine.BAD_UPDATED_AT, "yesterday")
+    )
+    fields = [_csv_field(texts[name]) for name in CUSTOMER_CSV_HEADER]
+    records = pc.binary_join_element_wise(*fields, ",", null_handling="replace", null_replacement="")
+    cut = kind == _CustomerLine.CUT_SHORT
+    short = pc.binary_join_element_wise(_rows(texts["op"], cut), _rows(key_text, cut), "a line cut short", ",")
+    return pc.binary_join_element_wise(_patched(records, (cut, short)), "\n", "")
+
+
+def _older_snapshot(name: str, snapshot: pa.Table) -> pa.Table:
+    """An older version of a reference snapshot, for the tables that have one."""
+    if name == "part":
+        price = snapshot["p_retailprice"].combine_chunks()
+        older = _plus_cents(price, 100)
+        return snapshot.set_column(snapshot.schema.get_field_index("p_retailprice"), "p_retailprice", older)
+    if name == "supplier":
+        comment = pc.binary_join_element_wise("old: ", snapshot["s_comment"].combine_chunks(), "")
+        return snapshot.set_column(snapshot.schema.get_field_index("s_comment"), "s_comment", comment)
+    return snapshot
+
+
+_OLDER_SNAPSHOTS = ("part", "supplier")
+
+
+def _snapshots_of_batch(plan: SimulationPlan, batch_index: int) -> list[tuple[str, bool]]:
+    """(table, older?) of each snapshot a batch lands, in landing order."""
     if plan.batches == 1:
-        return {0: final}
+        return [(name, False) for name in sorted(REFERENCE_TABLES)] if batch_index == 0 else []
     # Batch 1 lands an older snapshot of part and supplier; the last batch
     # replaces it with the TPC-H one.
-    older = dict(final)
-    part = final["part"]
-    older["part"] = part.set_column(
-        part.schema.get_field_index("p_retailprice"),
-        "p_retailprice",
-        pa.array([price + Decimal("1.00") for price in part["p_retailprice"].to_pylist()], part["p_retailprice"].type),
-    )
-    supplier = final["supplier"]
-    older["supplier"] = supplier.set_column(
-        supplier.schema.get_field_index("s_comment"),
-        "s_comment",
-        pa.array([f"old: {comment}" for comment in supplier["s_comment"].to_pylist()], pa.string()),
-    )
-    return {
-        0: older,
-        plan.batches - 1: {"part": final["part"], "supplier": final["supplier"]},
-    }
-
-
-def _plan_delivery(plan: SimulationPlan, tables: dict[str, pa.Table]) -> _Delivery:
-    rng = random.Random(plan.seed)
-    return _Delivery(
-        order_lines=_plan_orders(plan, tables, rng),
-        customer_rows=_plan_customers(plan, tables, rng),
-        snapshots=_plan_snapshots(plan, tables),
-    )
+    if batch_index == 0:
+        return [(name, name in _OLDER_SNAPSHOTS) for name in sorted(REFERENCE_TABLES)]
+    if batch_index == plan.batches - 1:
+        return [(name, False) for name in sorted(_OLDER_SNAPSHOTS)]
+    return []
 
 
 # --------------------------------------------------------------------------
@@ -517,46 +1064,104 @@ def _plan_delivery(plan: SimulationPlan, tables: dict[str, pa.Table]) -> _Delive
 # --------------------------------------------------------------------------
 
 
-def _publish(target: Path, write: Callable[[Path], None]) -> Path:
-    """Write through ``write(path)`` to a dot-name, then rename into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+@contextlib.contextmanager
+def _staged(targets: Sequence[Path]) -> Iterator[list[Path]]:
+    """Dot-named staging paths for ``targets``, renamed into place in order when the block succeeds."""
+    stagings = []
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stagings.append(target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
-        write(staging)
-        os.replace(staging, target)
+        yield stagings
+        for staging, target in zip(stagings, targets):
+            os.replace(staging, target)
     finally:
-        if staging.exists():
-            staging.unlink()
+        for staging in stagings:
+            if staging.exists():
+                staging.unlink()
+
+
+def _write_strings(handle: BinaryIO, strings: pa.Array) -> None:
+    """Write the UTF-8 bytes of every string back to back, straight from Arrow's buffers."""
+    if len(strings) == 0:
+        return
+    if strings.type != pa.string():
+        raise TypeError(f"expected a string array, got {strings.type}")
+    _, offsets_buffer, data = strings.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=len(strings) + 1, offset=strings.offset * 4)
+    handle.write(memoryview(data)[offsets[0] : offsets[-1]])
+
+
+def _land_snapshot(target: Path, folder: Path, name: str, older: bool) -> Path:
+    """Land a reference snapshot (the TPC-H table, or its older version) at ``target``."""
+    schema = TPCH_SCHEMAS[name]
+    with _staged([target]) as (staging,), pq.ParquetWriter(staging, schema) as writer:
+        for chunk in _table_chunks(folder / f"{name}.parquet", schema, CHUNK_ROWS):
+            writer.write_table(_older_snapshot(name, chunk) if older else chunk)
     return target
 
 
-def _write_text(text: str) -> Callable[[Path], None]:
-    def write(path: Path) -> None:
-        path.write_text(text, encoding="utf-8", newline="")
-
-    return write
-
-
-def _csv_text(rows: list[list[str]]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CUSTOMER_CSV_HEADER)
-    writer.writerows(rows)
-    return buffer.getvalue()
+def _slices(count: int) -> Iterator[slice]:
+    """Slices of at most :data:`_RENDER_LINES` that cover ``range(count)``."""
+    for start in range(0, count, _RENDER_LINES):
+        yield slice(start, min(start + _RENDER_LINES, count))
 
 
-def _write_batch(landing: Path, plan: SimulationPlan, delivery: _Delivery, batch_index: int) -> list[Path]:
+def _land_customers(target: Path, folder: Path, plan: SimulationPlan, batch_index: int) -> Path:
+    """Land a batch's customer change file at ``target``, one chunk of customers at a time."""
+    path = folder / "customer.parquet"
+    phantom_base = _max_key(path, "c_custkey") + 1
+    per_chunk = _count(plan.noise.customer_phantom, CHUNK_ROWS, 2)
+    with _staged([target]) as (staging,), staging.open("wb") as handle:
+        handle.write((",".join(CUSTOMER_CSV_HEADER) + "\n").encode("utf-8"))
+        for chunk, customers in enumerate(_table_chunks(path, TPCH_SCHEMAS["customer"], CHUNK_ROWS)):
+            keys = customers["c_custkey"].to_numpy()
+            planned = _plan_customer_chunk(plan, chunk, keys, phantom_base + chunk * per_chunk)
+            lines = _in_file_order(planned, range(batch_index, batch_index + 1))
+            for rows in _slices(len(lines)):
+                _write_strings(handle, _customer_lines(lines.take(rows), customers))
+    return target
+
+
+def _land_orders(targets: Sequence[Path], folder: Path, plan: SimulationPlan, batch_index: int) -> list[Path]:
+    """Land a batch's order event files at ``targets``, one chunk of orders at a time.
+
+    Every file of the batch is written in the same pass over the source, so
+    the tables are read once per batch.
+    """
+    parts = plan.files_per_batch
+    slots = range(batch_index * parts, (batch_index + 1) * parts)
+    phantom_base = _max_key(folder / "orders.parquet", "o_orderkey") + 1
+    per_chunk = _count(plan.noise.phantom, CHUNK_ROWS, 2)
+    with _staged(targets) as stagings, contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(staging.open("wb")) for staging in stagings]
+        for chunk, (orders, lineitem) in enumerate(_orders_with_lineitems(folder)):
+            item_starts, item_counts = _item_ranges(orders, lineitem)
+            keys = orders["o_orderkey"].to_numpy()
+            days = orders["o_orderdate"].cast(pa.int32()).to_numpy()
+            planned = _plan_order_chunk(plan, chunk, keys, days, phantom_base + chunk * per_chunk)
+            lines = _in_file_order(planned, slots)
+            bounds = np.searchsorted(lines.slot, np.arange(slots.start, slots.stop + 1))
+            for part, handle in enumerate(handles):
+                in_file = lines.take(slice(bounds[part], bounds[part + 1]))
+                for rows in _slices(len(in_file)):
+                    text = _order_lines(in_file.take(rows), orders, lineitem, item_starts, item_counts)
+                    _write_strings(handle, text)
+            # Free this chunk before the next one is read, not after.
+            del orders, lineitem
+    return list(targets)
+
+
+def _land_batch(landing: Path, plan: SimulationPlan, folder: Path, batch_index: int) -> list[Path]:
+    """Write one batch's files; references, then customers, then orders become visible."""
     number = batch_index + 1
-    written = []
-    for name, snapshot in sorted(delivery.snapshots.get(batch_index, {}).items()):
-        target = landing / "reference" / name / f"batch-{number:05d}.parquet"
-        written.append(_publish(target, lambda path, table=snapshot: pq.write_table(table, path)))
-    rows = delivery.customer_rows[batch_index]
-    written.append(_publish(landing / "customers" / f"batch-{number:05d}.csv", _write_text(_csv_text(rows))))
-    for part in range(plan.files_per_batch):
-        lines = delivery.order_lines[(batch_index, part)]
-        target = landing / "orders" / f"batch-{number:05d}-{part + 1:03d}.json"
-        written.append(_publish(target, _write_text("".join(f"{line}\n" for line in lines))))
+    written = [
+        _land_snapshot(landing / "reference" / name / f"batch-{number:05d}.parquet", folder, name, older)
+        for name, older in _snapshots_of_batch(plan, batch_index)
+    ]
+    written.append(_land_customers(landing / "customers" / f"batch-{number:05d}.csv", folder, plan, batch_index))
+    targets = [landing / "orders" / f"batch-{number:05d}-{part + 1:03d}.json" for part in range(plan.files_per_batch)]
+    written += _land_orders(targets, folder, plan, batch_index)
     return written
 
 
@@ -575,7 +1180,8 @@ def _read_state(landing: Path, plan: SimulationPlan) -> int:
 
 def _write_state(landing: Path, plan: SimulationPlan, landed_batches: int) -> None:
     state = {"plan": plan.to_json(), "landed_batches": landed_batches}
-    _publish(landing / STATE_FILE_NAME, _write_text(json.dumps(state, indent=2) + "\n"))
+    with _staged([landing / STATE_FILE_NAME]) as (staging,):
+        staging.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8", newline="")
 
 
 def _make_plan(scale_factor: float, batches: int, seed: int, noise: NoiseRates | None, files_per_batch: int) -> SimulationPlan:
@@ -621,8 +1227,7 @@ def land_next_batch(
     landed = _read_state(landing, plan)
     if landed >= plan.batches:
         raise AllBatchesLandedError(f"all {plan.batches} batches are already landed in {landing}")
-    delivery = _plan_delivery(plan, tpch_tables(work_dir, plan.scale_factor))
-    files = _write_batch(landing, plan, delivery, landed)
+    files = _land_batch(landing, plan, tpch_folder(work_dir, plan.scale_factor), landed)
     _write_state(landing, plan, landed + 1)
     return LandedBatch(batch=landed + 1, batches=plan.batches, files=tuple(files))
 
@@ -643,10 +1248,10 @@ def land_all(
     landed = _read_state(landing, plan)
     if landed >= plan.batches:
         return []
-    delivery = _plan_delivery(plan, tpch_tables(work_dir, plan.scale_factor))
+    folder = tpch_folder(work_dir, plan.scale_factor)
     results = []
     for batch_index in range(landed, plan.batches):
-        files = _write_batch(landing, plan, delivery, batch_index)
+        files = _land_batch(landing, plan, folder, batch_index)
         _write_state(landing, plan, batch_index + 1)
         results.append(LandedBatch(batch=batch_index + 1, batches=plan.batches, files=tuple(files)))
     return results
