@@ -184,10 +184,11 @@ def test_materialize_all_from_the_ui_turns_every_check_green(dagster_dev):
             for entry in n["assetMaterializations"][0]["metadataEntries"] if entry["label"] == "delta/engine"
         }
         assert engines and set(engines.values()) == {engine}, engines
-        # What the user sees of it: kept as a screenshot (the page's layout is Dagster's to change).
+        # And what the user sees of it on the asset's events page.
         page.goto(f"{base}/assets/silver/orders?view=events")
-        page.wait_for_timeout(4000)
-        page.screenshot(path=shots / "5-silver-orders-events.png")
+        page.get_by_text("delta/engine").first.wait_for(timeout=60_000)
+        page.screenshot(path=shots / "5-silver-orders-engine.png")
+        assert page.get_by_text(engine, exact=True).first.is_visible(), f"the engine {engine} is not shown"
 
         page.goto(f"{base}/assets/silver/orders?view=checks")
         page.wait_for_timeout(4000)
