@@ -58,6 +58,7 @@ from engine_runs import (
     describe_load,
     describe_session,
     emit_json,
+    load_results,
     run_engines,
     without_engine_arguments,
 )
@@ -360,7 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
-    if args.engine == "all":
+    if args.from_json:
+        results = load_results(args.from_json)
+    elif args.engine == "all":
         results = run_engines(os.path.abspath(__file__), without_engine_arguments(argv))
     else:
         results = [run_one_engine(args)]

@@ -51,10 +51,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)")
     parser.add_argument("--json", action="store_true",
                         help="print the raw figures as one JSON line (what a child run hands back)")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE",
+                        help="measure nothing: print the table of runs saved from --json (one file per engine)")
 
 
 def check_engine_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.engine in ("all", "delta-spark") and not args.delta_spark_jars:
+    if not args.from_json and args.engine in ("all", "delta-spark") and not args.delta_spark_jars:
         parser.error("delta-spark needs its jars: set DELTA_SPARK_JARS or pass --delta-spark-jars "
                      "(or run --engine delta-rs only)")
 
@@ -105,6 +107,18 @@ def describe_session(spark, engine: str) -> dict[str, Any]:
 
 def emit_json(result: dict[str, Any]) -> None:
     print(_JSON_MARKER + json.dumps(result), flush=True)
+
+
+def load_results(files: Sequence[str]) -> list[dict[str, Any]]:
+    """The results that ``--json`` runs printed into ``files`` (the last result line of each)."""
+    results = []
+    for name in files:
+        with open(name, encoding="utf-8") as handle:
+            lines = [line for line in handle if line.startswith(_JSON_MARKER)]
+        if not lines:
+            raise SystemExit(f"{name} holds no result line of a --json run")
+        results.append(json.loads(lines[-1][len(_JSON_MARKER):]))
+    return results
 
 
 def run_engines(script: str, argv: Sequence[str], engines: Sequence[str] = ENGINES) -> list[dict[str, Any]]:

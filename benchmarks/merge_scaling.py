@@ -61,6 +61,7 @@ from engine_runs import (
     describe_session,
     emit_json,
     jvm_pid,
+    load_results,
     memory_kb,
     reset_peak_rss,
     run_engines,
@@ -186,6 +187,11 @@ def run_one_engine(args: argparse.Namespace) -> dict:
         spark.stop()
 
 
+def megabytes(growth: float) -> str:
+    # /proc accounts resident memory lazily: a block that grew nothing can read a few KiB below zero.
+    return f"{max(growth, 0) / MB:,.0f}"
+
+
 def print_markdown(results: list[dict]) -> None:
     first = results[0]
     print(f"\nMERGE into a {first['table_rows']:,}-row table (half of each source updates, half inserts); "
@@ -200,8 +206,8 @@ def print_markdown(results: list[dict]) -> None:
     for result in results:
         for s in result["sizes"]:
             print(f"| {result['facts']['engine']} | {s['size']:,} | {s['merge_s']:.1f} | {s['size'] / s['merge_s']:,.0f} "
-                  f"| {s['merge_cpu_s']:.1f} | {s['python_growth'] / MB:,.0f} | {s['python_growth'] / s['size']:,.0f} "
-                  f"| {s['jvm_growth'] / MB:,.0f} | {s['heap_growth'] / MB:,.0f} | {s['append_s']:.1f} |")
+                  f"| {s['merge_cpu_s']:.1f} | {megabytes(s['python_growth'])} | {max(s['python_growth'], 0) / s['size']:,.0f} "
+                  f"| {megabytes(s['jvm_growth'])} | {megabytes(s['heap_growth'])} | {s['append_s']:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,7 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     check_engine_arguments(parser, args)
-    if args.engine == "all":
+    if args.from_json:
+        results = load_results(args.from_json)
+    elif args.engine == "all":
         results = run_engines(os.path.abspath(__file__), without_engine_arguments(argv))
     else:
         results = [run_one_engine(args)]
