@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 
 import pyarrow as pa
@@ -54,13 +53,9 @@ from engine_runs import (
     Timings,
     add_engine_arguments,
     build_session,
-    check_engine_arguments,
     describe_load,
     describe_session,
-    emit_json,
-    load_results,
-    run_engines,
-    without_engine_arguments,
+    run_benchmark,
 )
 
 
@@ -358,19 +353,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
                              "a write without column statistics)")
     add_engine_arguments(parser)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
-    check_engine_arguments(parser, args)
-    if args.from_json:
-        results = load_results(args.from_json)
-    elif args.engine == "all":
-        results = run_engines(os.path.abspath(__file__), without_engine_arguments(argv))
-    else:
-        results = [run_one_engine(args)]
-        if args.json:
-            emit_json(results[0])
-            return
-    print_markdown(results)
+    run_benchmark(parser, argv, os.path.abspath(__file__), run_one_engine, print_markdown)
 
 
 if __name__ == "__main__":

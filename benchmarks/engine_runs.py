@@ -141,6 +141,34 @@ def run_engines(script: str, argv: Sequence[str], engines: Sequence[str] = ENGIN
     return results
 
 
+def run_benchmark(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    script: str,
+    run_one_engine: Callable[[argparse.Namespace], dict[str, Any]],
+    print_markdown: Callable[[list[dict[str, Any]]], None],
+) -> None:
+    """The command line every engine benchmark shares.
+
+    ``--from-json`` prints saved runs; ``--engine all`` runs ``script`` once per
+    engine in a child process; one ``--engine`` runs here (``--json``: print
+    its result for a parent to collect).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    check_engine_arguments(parser, args)
+    if args.from_json:
+        results = load_results(args.from_json)
+    elif args.engine == "all":
+        results = run_engines(script, without_engine_arguments(argv))
+    else:
+        results = [run_one_engine(args)]
+        if args.json:
+            emit_json(results[0])
+            return
+    print_markdown(results)
+
+
 def without_engine_arguments(argv: Sequence[str]) -> list[str]:
     """``argv`` minus ``--engine X`` / ``--engine=X`` and ``--json``."""
     kept: list[str] = []

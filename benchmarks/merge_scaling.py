@@ -44,7 +44,6 @@ import gc
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
@@ -56,17 +55,13 @@ from engine_runs import (
     LoadSampler,
     add_engine_arguments,
     build_session,
-    check_engine_arguments,
     describe_load,
     describe_session,
-    emit_json,
     jvm_pid,
-    load_results,
     memory_kb,
     reset_peak_rss,
-    run_engines,
+    run_benchmark,
     tree_cpu_seconds,
-    without_engine_arguments,
 )
 
 MB = 1024 * 1024
@@ -216,19 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source-rows", type=int, nargs="+", default=[100_000, 1_000_000, 4_000_000])
     parser.add_argument("--repeat", type=int, default=3)
     add_engine_arguments(parser)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
-    check_engine_arguments(parser, args)
-    if args.from_json:
-        results = load_results(args.from_json)
-    elif args.engine == "all":
-        results = run_engines(os.path.abspath(__file__), without_engine_arguments(argv))
-    else:
-        results = [run_one_engine(args)]
-        if args.json:
-            emit_json(results[0])
-            return
-    print_markdown(results)
+    run_benchmark(parser, argv, os.path.abspath(__file__), run_one_engine, print_markdown)
 
 
 if __name__ == "__main__":

@@ -218,6 +218,12 @@ class TableDetail:
     size_bytes: int
     partition_columns: list[str]
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> TableDetail:
+        """From a ``DESCRIBE DETAIL`` / ``DeltaTable.detail()`` row (both engines name the fields alike)."""
+        return cls(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
+                   list(row.get("partitionColumns") or []))
+
 
 @dataclass(frozen=True)
 class MergeClause:
@@ -328,9 +334,7 @@ class DeltaEngine:
 
     def detail(self, spark: SparkSession, path: str) -> TableDetail:
         """Files, size and partition columns of the current version."""
-        row = self.for_path(spark, path).detail().first().asDict(recursive=True)
-        return TableDetail(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
-                           list(row.get("partitionColumns") or []))
+        return TableDetail.from_row(self.for_path(spark, path).detail().first().asDict(recursive=True))
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         """Run a merge builder, recording ``metadata`` in its commit."""
@@ -530,9 +534,7 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
         spark.sql(f"VACUUM {self._table(path)} RETAIN {float(retention_hours)} HOURS").collect()
 
     def detail(self, spark: SparkSession, path: str) -> TableDetail:
-        row = spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True)
-        return TableDetail(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
-                           list(row.get("partitionColumns") or []))
+        return TableDetail.from_row(spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True))
 
     def _history(self, spark: SparkSession, path: str) -> DataFrame:
         return spark.sql(f"DESCRIBE HISTORY {self._table(path)} LIMIT 1")
