@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from medallion_assets.engine import DeltaEngine, MergeClause, engine_for
+from medallion_assets.engine import CommitFacts, DeltaEngine, MergeClause, engine_for
 from medallion_assets.resources import LakeResource, SparkResource
 
 #: Metadata keys an asset declares its storage with (see :func:`delta_table`).
@@ -198,10 +198,15 @@ def delta_table(
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write did: the new version, or ``None`` when nothing was committed."""
+    """What a write did: the table's version afterwards and, when nothing was committed, why.
+
+    ``commit`` is the newest commit after the write (read once, so describing
+    the output does not read the log again); ``None`` when there is no table.
+    """
 
     version: int | None
     skipped_reason: str | None = None
+    commit: CommitFacts | None = None
 
 
 @dataclass
@@ -239,6 +244,13 @@ class DeltaTableClient:
         if not self.exists(path):
             return None
         return self.engine.latest_commit(self.spark, path).version
+
+    def _result(self, path: str, skipped_reason: str | None = None) -> WriteResult:
+        """The table's state after a write: one read of its newest commit."""
+        if not self.exists(path):
+            return WriteResult(None, skipped_reason)
+        commit = self.engine.latest_commit(self.spark, path)
+        return WriteResult(commit.version, skipped_reason, commit)
 
     def read(self, path: str, *, version: int | None = None, columns: Sequence[str] | None = None) -> DataFrame:
         """The table at its latest (or a pinned) version."""
@@ -287,10 +299,22 @@ class DeltaTableClient:
         Returns:
             The version committed, or why nothing was committed.
         """
-        commit_metadata = dict(commit_metadata or {})
         _check_column_names(frame, path)
+        if spec.mode not in ("append", "merge"):
+            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}))
+        # An append or merge source is checked for rows before it is written, and a
+        # merge's is read again for its deletes: computed once, not once per action.
+        frame = frame.persist()
+        try:
+            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}))
+        finally:
+            frame.unpersist()
+
+    def _write(
+        self, frame: DataFrame, path: str, spec: WriteSpec, replace_where: str | None, commit_metadata: dict[str, str]
+    ) -> WriteResult:
         if spec.mode in ("append", "merge") and frame.isEmpty():
-            return WriteResult(self.latest_version(path), "no new rows")
+            return self._result(path, "no new rows")
         # Tables are created by the builder, which both engines accept with partitions
         # and properties (the delta-rs engine's writer cannot take partitionBy).
         if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
@@ -308,7 +332,7 @@ class DeltaTableClient:
         for key, value in self.engine.commit_metadata_options(commit_metadata).items():
             writer = writer.option(key, value)
         writer.save(path)
-        return WriteResult(self.latest_version(path))
+        return self._result(path)
 
     def _create_if_missing(self, frame: DataFrame, path: str, spec: WriteSpec) -> None:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
@@ -337,7 +361,7 @@ class DeltaTableClient:
         if spec.delete_column:
             source = self._drop_superseded_by_tombstones(source, path, spec)
             if source.isEmpty():
-                return WriteResult(self.latest_version(path), "every change is older than a delete")
+                return self._result(path, "every change is older than a delete")
         stored_schema = self.engine.schema(self.spark, path)
         source, new_columns = _evolve_source(source, stored_schema, spec)
         # Explicit assignments so the delete flag is never stored in the table.
@@ -357,7 +381,7 @@ class DeltaTableClient:
         )
         if spec.delete_column:
             self._remember_deletes(frame, path, spec)
-        return WriteResult(self.latest_version(path))
+        return self._result(path)
 
     def _merge_groups(
         self, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
@@ -401,7 +425,7 @@ class DeltaTableClient:
         )
         source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
         if source.isEmpty():
-            return WriteResult(self.latest_version(path), "every change is older than the stored state")
+            return self._result(path, "every change is older than the stored state")
         on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         assignments = {c: f"s.`{c}`" for c in columns}
         clauses = [
@@ -417,7 +441,7 @@ class DeltaTableClient:
             tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
             self.write(group_deletes, tombstones_path, tombstone_spec)
         applied.unpersist()
-        return WriteResult(self.latest_version(path))
+        return self._result(path)
 
     @staticmethod
     def tombstone_path(path: str) -> str:
@@ -443,14 +467,17 @@ class DeltaTableClient:
         self.write(deletes, self.tombstone_path(path), tombstone_spec)
 
     # ---- describing ----------------------------------------------------
-    def output_metadata(self, path: str, *, preview_rows: int = _PREVIEW_ROWS) -> dict[str, Any]:
+    def output_metadata(
+        self, path: str, *, commit: CommitFacts | None = None, preview_rows: int = _PREVIEW_ROWS
+    ) -> dict[str, Any]:
         """Dagster metadata describing the table's current version.
 
         Version, operation and its metrics, rows, files, bytes, the schema as
-        ``dagster/column_schema``, partition columns and a preview.
+        ``dagster/column_schema``, partition columns and a preview. ``commit``:
+        the newest commit when the caller has just read it (a write's result).
         """
         detail = self.engine.detail(self.spark, path)
-        commit = self.engine.latest_commit(self.spark, path)
+        commit = commit or self.engine.latest_commit(self.spark, path)
         frame = self.read(path)
         metrics = commit.operation_metrics
         return {
@@ -544,7 +571,7 @@ class SparkDataFrameTypeHandler:
         if not isinstance(frame, DataFrame):
             raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
         result = client.write(frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata)
-        metadata = client.output_metadata(path) if client.exists(path) else {"dagster/row_count": 0}
+        metadata = client.output_metadata(path, commit=result.commit) if result.commit else {"dagster/row_count": 0}
         return result, metadata
 
     def load_input(
