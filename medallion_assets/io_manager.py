@@ -642,7 +642,7 @@ class DeltaIOManager(ConfigurableIOManager):
         return frame
 
     def _step_reads(self, context: InputContext | OutputContext) -> _StepReads:
-        step_key = context.step_context.step.key if hasattr(context, "step_context") else "?"
+        step_key = context.step_context.step.key
         run_id = context.step_context.run_id
         return self._reads.setdefault((run_id, step_key), _StepReads())
 
@@ -709,13 +709,9 @@ class DeltaIOManager(ConfigurableIOManager):
         event = context.step_context.instance.get_latest_materialization_event(context.asset_key)
         if event is None or event.asset_materialization is None:
             return None
+        # A partition's fingerprint includes its window, so only the same partition matches.
         value = event.asset_materialization.metadata.get(_INPUTS)
-        if value is None:
-            return None
-        if context.has_asset_partitions:
-            # A partition's fingerprint includes the window, so only the same partition matches.
-            pass
-        return str(value.value)
+        return None if value is None else str(value.value)
 
 
 def _time_window_predicate(column: str, window: Any) -> str:
