@@ -1,4 +1,4 @@
-"""Names fixed by the landing contract (shared/LANDING_CONTRACT.md), shared by its producer and consumers.
+"""Names fixed by the landing contract (docs/landing-contract.md), shared by its producer and consumers.
 
 The simulator writes files with these columns and types, and the bronze and
 silver transforms read them; keeping one definition means a change to the

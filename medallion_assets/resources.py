@@ -196,7 +196,7 @@ class LakeResource(ConfigurableResource):
 
     @property
     def landing_dir(self) -> str:
-        """The landing folder producers write to (see LANDING_CONTRACT.md)."""
+        """The landing folder producers write to (see docs/landing-contract.md)."""
         return self._join("landing")
 
     def landing_folder(self, stream: str) -> str:

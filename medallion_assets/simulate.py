@@ -1,7 +1,7 @@
 """The landing simulator: a noisy, batched delivery of a TPC-H data set.
 
 It generates TPC-H with ``tpchgen-cli`` and lands it under ``<landing>/``
-exactly as LANDING_CONTRACT.md describes, one batch per call:
+exactly as docs/landing-contract.md describes, one batch per call:
 
 - ``orders/batch-<NNNNN>-<PPP>.json``: NDJSON order events with their line
   items, delivered at least once, out of order, with orders that are inserted

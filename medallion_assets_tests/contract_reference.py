@@ -1,4 +1,4 @@
-"""An independent reading of LANDING_CONTRACT.md in plain Python.
+"""An independent reading of the landing contract (docs/landing-contract.md) in plain Python.
 
 Tests compare what the pipeline builds with what this module derives from the
 same landing folder. It shares no code with the package on purpose (only the
