@@ -286,6 +286,7 @@ class DeltaTableClient:
         *,
         replace_where: str | None = None,
         commit_metadata: Mapping[str, str] | None = None,
+        transaction: tuple[str, int] | None = None,
     ) -> WriteResult:
         """Write ``frame`` to the table at ``path`` as ``spec`` says.
 
@@ -295,23 +296,34 @@ class DeltaTableClient:
             spec: mode, keys, schema mode, partitioning, properties.
             replace_where: predicate of the partition an overwrite replaces.
             commit_metadata: custom keys recorded in the commit (``commitInfo``).
+            transaction: ``(application id, version)`` of an append or overwrite
+                (Delta's ``txnAppId``/``txnVersion``): the engine skips the write
+                when that application already committed this version or a later
+                one, so a retried write lands once. Merges ignore it (they are
+                idempotent by their keys and sequence).
 
         Returns:
             The version committed, or why nothing was committed.
         """
         _check_column_names(frame, path)
         if spec.mode not in ("append", "merge"):
-            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}))
+            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}), transaction)
         # An append or merge source is checked for rows before it is written, and a
         # merge's is read again for its deletes: computed once, not once per action.
         frame = frame.persist()
         try:
-            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}))
+            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}), transaction)
         finally:
             frame.unpersist()
 
     def _write(
-        self, frame: DataFrame, path: str, spec: WriteSpec, replace_where: str | None, commit_metadata: dict[str, str]
+        self,
+        frame: DataFrame,
+        path: str,
+        spec: WriteSpec,
+        replace_where: str | None,
+        commit_metadata: dict[str, str],
+        transaction: tuple[str, int] | None,
     ) -> WriteResult:
         if spec.mode in ("append", "merge") and frame.isEmpty():
             return self._result(path, "no new rows")
@@ -331,6 +343,9 @@ class DeltaTableClient:
             writer = writer.option("overwriteSchema", "true")
         for key, value in self.engine.commit_metadata_options(commit_metadata).items():
             writer = writer.option(key, value)
+        if transaction is not None:
+            app_id, version = transaction
+            writer = writer.option("txnAppId", app_id).option("txnVersion", str(int(version)))
         writer.save(path)
         return self._result(path)
 
@@ -566,11 +581,14 @@ class SparkDataFrameTypeHandler:
         *,
         replace_where: str | None,
         commit_metadata: Mapping[str, str],
+        transaction: tuple[str, int] | None = None,
     ) -> tuple[WriteResult, dict[str, Any]]:
         """Write ``frame`` and describe the table afterwards."""
         if not isinstance(frame, DataFrame):
             raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
-        result = client.write(frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata)
+        result = client.write(
+            frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction
+        )
         metadata = client.output_metadata(path, commit=result.commit) if result.commit else {"dagster/row_count": 0}
         return result, metadata
 
@@ -697,9 +715,17 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **consumed_metadata})
             return
 
+        # A step retried after its append committed (a retry policy, a lost executor)
+        # must not append again: one Delta transaction per run, output and partition.
+        transaction = None
+        if spec.mode == "append":
+            window = fingerprint.get("partition")
+            transaction = (f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window[0]}" if window else ""), 0)
+
         context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
         result, metadata = SparkDataFrameTypeHandler().handle_output(
-            client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata
+            client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
+            transaction=transaction,
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason

@@ -131,3 +131,33 @@ def test_column_names_delta_cannot_store_are_refused_before_writing(spark, tmp_p
     message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else failure.step_failure_data.error.message
     assert "sum(id)" in message and "alias" in message
     assert not DeltaTableClient(spark).exists(resources["lake"].table_path(["gold", "sums"]))
+
+
+def test_append_retried_after_its_commit_lands_once(spark, tmp_path):
+    from dagster import Output, RetryPolicy
+
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    attempts = {"n": 0}
+
+    @asset(
+        key=["quarantine", "rejects"],
+        metadata=delta_table(write_mode="append"),
+        retry_policy=RetryPolicy(max_retries=1),
+    )
+    def rejects():
+        attempts["n"] += 1
+        yield Output(spark.createDataFrame([(1, "bad"), (2, "worse")], "id long, reason string"))
+        if attempts["n"] == 1:
+            raise RuntimeError("the step fails after its output was written, so the retry policy reruns it")
+
+    resources = _resources(tmp_path)
+    assert materialize([rejects], resources=resources, raise_on_error=False).success
+    assert attempts["n"] == 2
+    table = read_with_deltalake(resources["lake"].table_path(["quarantine", "rejects"]))
+    assert sorted(tuple(row.values()) for row in table.to_pylist()) == [(1, "bad"), (2, "worse")]
+
+    # A new run appends: the transaction belongs to a run, not to the table.
+    assert materialize([rejects], resources=resources).success
+    table = read_with_deltalake(resources["lake"].table_path(["quarantine", "rejects"]))
+    assert sorted(tuple(row.values()) for row in table.to_pylist()) == [(1, "bad"), (1, "bad"), (2, "worse"), (2, "worse")]
