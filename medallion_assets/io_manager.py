@@ -665,17 +665,21 @@ class DeltaIOManager(ConfigurableIOManager):
         return self._reads.setdefault((run_id, step_key), _StepReads())
 
     def _consumed_version(self, context: InputContext, upstream: AssetKey) -> int:
-        """The newest upstream version this step's assets have already merged in (-1: none)."""
+        """The newest upstream version every one of this step's assets has taken in (-1: none).
+
+        The oldest over the step's outputs: when a blocking check stops a step
+        after its quarantine was written but before its tables were, the tables
+        have not consumed the increment, and the next run must read it again.
+        """
         marker = _CONSUMED_PREFIX + _key_name(upstream)
-        consumed = -1
+        versions = []
         for key in context.step_context.get_output_asset_keys():
             event = context.instance.get_latest_materialization_event(key)
-            if event is None or event.asset_materialization is None:
-                continue
-            value = event.asset_materialization.metadata.get(marker)
-            if value is not None:
-                consumed = max(consumed, int(value.value))
-        return consumed
+            value = None if event is None or event.asset_materialization is None else (
+                event.asset_materialization.metadata.get(marker)
+            )
+            versions.append(-1 if value is None else int(value.value))
+        return min(versions, default=-1)
 
     # ---- outputs -------------------------------------------------------
     def handle_output(self, context: OutputContext, obj: DataFrame) -> None:

@@ -25,10 +25,11 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     (orders_dir / "batch-00001-001.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     downstream = [gold.monthly_revenue, gold.pricing_summary, gold.forecasting_revenue_change]
+    instance = DagsterInstance.ephemeral()
     result = materialize(
         [bronze.orders_raw, silver.orders_and_lineitem, *downstream],
         resources=resources_for("local"),
-        instance=DagsterInstance.ephemeral(),
+        instance=instance,
         raise_on_error=False,
     )
 
@@ -58,3 +59,17 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     assert "o_totalprice >= 0" in bad["reason"]
     assert bad["table_name"] == "orders"
     assert bad["_source_file"].endswith("batch-00001-001.json")
+
+    # The producer corrects order 2. The blocked increment was not consumed (only
+    # quarantine was written): the next run reads it again with the correction,
+    # so orders 1 and 3 reach silver too.
+    correction = order_event_line(2, "e4", event_time="1996-01-03T08:00:00Z", total="5.00")
+    (orders_dir / "batch-00002-001.json").write_text(correction + "\n", encoding="utf-8")
+    second = materialize(
+        [bronze.orders_raw, silver.orders_and_lineitem], resources=resources_for("local"), instance=instance
+    )
+    assert second.success
+    orders = read_with_deltalake(lake / "silver" / "orders").to_pylist()
+    assert sorted((row["o_orderkey"], str(row["o_totalprice"])) for row in orders) == [
+        (1, "100.00"), (2, "5.00"), (3, "7.50"),
+    ]
