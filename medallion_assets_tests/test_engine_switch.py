@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from medallion_assets_tests.conftest import pending
-
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
     SEED,
@@ -30,7 +28,7 @@ from medallion_assets_tests.test_end_to_end import (
 )
 from medallion_assets_tests.test_engines import _delta_spark_jars
 
-pytestmark = [pytest.mark.slow, pending]
+pytestmark = pytest.mark.slow
 
 SCALE_FACTOR = 0.01
 ENGINE_PER_RUN = ("delta-rs", "delta-spark", "delta-rs")
