@@ -7,6 +7,8 @@ contract is made once.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 #: Columns of the customer change CSV files, in header order.
@@ -22,6 +24,30 @@ CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
     "c_comment",
     "updated_at",
 )
+
+@dataclass(frozen=True)
+class LandingStream:
+    """A stream of change files the producer lands and bronze ingests.
+
+    Attributes:
+        bronze_table: the bronze table (and stream) name.
+        folder: the sub-folder of ``landing/`` the files are written to.
+        suffix: the data files' name suffix; other files there are not data.
+    """
+
+    bronze_table: str
+    folder: str
+    suffix: str
+
+
+#: The landed change streams, by bronze table.
+LANDING_STREAMS: dict[str, LandingStream] = {
+    "orders_raw": LandingStream("orders_raw", "orders", ".json"),
+    "customers_cdc": LandingStream("customers_cdc", "customers", ".csv"),
+}
+
+#: The bronze streams' names.
+BRONZE_STREAMS: tuple[str, ...] = tuple(LANDING_STREAMS)
 
 #: Reference tables landed as full Parquet snapshots under landing/reference/<table>/.
 REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")

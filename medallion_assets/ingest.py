@@ -19,13 +19,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.engine import DeltaEngine, engine_for
+from medallion_assets.contract import BRONZE_STREAMS, LANDING_STREAMS
 from medallion_assets.resources import LakeResource
-
-#: Bronze streams and how their files are read.
-BRONZE_STREAMS = ("orders_raw", "customers_cdc")
-#: Reference snapshot tables (batch loads).
-
-_FILE_GLOBS = {"orders_raw": "*.json", "customers_cdc": "*.csv"}
 
 
 def bronze_stream_frame(
@@ -52,7 +47,7 @@ def bronze_stream_frame(
 
     if stream_name not in BRONZE_STREAMS:
         raise ValueError(f"unknown bronze stream {stream_name!r}; expected one of {BRONZE_STREAMS}")
-    reader = spark.readStream.option("pathGlobFilter", _FILE_GLOBS[stream_name])
+    reader = spark.readStream.option("pathGlobFilter", "*" + LANDING_STREAMS[stream_name].suffix)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     if max_bytes_per_trigger:

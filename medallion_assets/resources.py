@@ -17,6 +17,8 @@ from dagster import ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from medallion_assets.contract import LANDING_STREAMS
+
 if TYPE_CHECKING:
     from medallion_assets.engine import DeltaEngine
 
@@ -30,13 +32,6 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
 }
-
-#: The streams of the bronze layer: stream name -> landing sub-folder.
-LANDING_FOLDERS: dict[str, str] = {
-    "orders_raw": "orders",
-    "customers_cdc": "customers",
-}
-
 
 class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy SparkSession resource, configured for this lakehouse.
@@ -201,7 +196,7 @@ class LakeResource(ConfigurableResource):
 
     def landing_folder(self, stream: str) -> str:
         """The landing sub-folder a bronze stream reads, e.g. ``landing/orders``."""
-        return self._join("landing", LANDING_FOLDERS[stream])
+        return self._join("landing", LANDING_STREAMS[stream].folder)
 
     def reference_folder(self, table: str) -> str:
         """The landing folder of a reference snapshot table (``landing/reference/<table>``)."""

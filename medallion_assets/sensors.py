@@ -44,9 +44,9 @@ from dagster import (
     sensor,
 )
 
+from medallion_assets.contract import BRONZE_STREAMS
 from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import (
-    STREAMS,
     StreamHealth,
     StreamHealthPolicy,
     batch_schema_drift,
@@ -117,8 +117,8 @@ def build_checkpoint_sensor(
         target: what the requested runs materialize (default: everything downstream of the bronze asset).
         default_status: whether the sensor runs without being switched on.
     """
-    if stream not in STREAMS:
-        raise ValueError(f"unknown stream {stream!r}; expected one of {STREAMS}")
+    if stream not in BRONZE_STREAMS:
+        raise ValueError(f"unknown stream {stream!r}; expected one of {BRONZE_STREAMS}")
     policy = policy or StreamHealthPolicy()
     key = bronze_key(stream)
 
@@ -232,7 +232,7 @@ def _all_landed(lake: LakeResource) -> dict[str, float]:
     from medallion_assets.transforms.bronze import REFERENCE_TABLES, is_visible_data_file
 
     found: dict[str, float] = {}
-    for stream in STREAMS:
+    for stream in BRONZE_STREAMS:
         found.update(landed_files(lake, stream))
     for table in REFERENCE_TABLES:
         folder = Path(lake.reference_folder(table))
@@ -280,9 +280,9 @@ def build_landing_sensor(job, *, minimum_interval_seconds: int = 30,
 
 def stream_sensors(policy: StreamHealthPolicy | None = None) -> list:
     """A checkpoint sensor per bronze stream."""
-    return [build_checkpoint_sensor(s, policy=policy) for s in STREAMS]
+    return [build_checkpoint_sensor(s, policy=policy) for s in BRONZE_STREAMS]
 
 
 def stream_health_checks(policy: StreamHealthPolicy | None = None) -> list:
     """A ``stream_health`` check per bronze stream asset."""
-    return [build_stream_health_check(s, policy=policy) for s in STREAMS]
+    return [build_stream_health_check(s, policy=policy) for s in BRONZE_STREAMS]

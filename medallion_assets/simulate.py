@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, REFERENCE_TABLES, TPCH_SCHEMAS
 
 #: Header of the customer change files, in contract order.
 CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
@@ -1159,8 +1159,13 @@ def _land_batch(landing: Path, plan: SimulationPlan, folder: Path, batch_index: 
         _land_snapshot(landing / "reference" / name / f"batch-{number:05d}.parquet", folder, name, older)
         for name, older in _snapshots_of_batch(plan, batch_index)
     ]
-    written.append(_land_customers(landing / "customers" / f"batch-{number:05d}.csv", folder, plan, batch_index))
-    targets = [landing / "orders" / f"batch-{number:05d}-{part + 1:03d}.json" for part in range(plan.files_per_batch)]
+    customers, orders = LANDING_STREAMS["customers_cdc"], LANDING_STREAMS["orders_raw"]
+    written.append(_land_customers(
+        landing / customers.folder / f"batch-{number:05d}{customers.suffix}", folder, plan, batch_index
+    ))
+    targets = [
+        landing / orders.folder / f"batch-{number:05d}-{part + 1:03d}{orders.suffix}" for part in range(plan.files_per_batch)
+    ]
     written += _land_orders(targets, folder, plan, batch_index)
     return written
 

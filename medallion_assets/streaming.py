@@ -33,13 +33,10 @@ from urllib.parse import unquote, urlparse
 from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
-from medallion_assets.resources import LANDING_FOLDERS, LakeResource, SparkResource
+from medallion_assets.contract import BRONZE_STREAMS, LANDING_STREAMS
+from medallion_assets.resources import LakeResource, SparkResource
 
 log = logging.getLogger(__name__)
-
-#: The bronze streams (stream name == bronze table name).
-STREAMS = tuple(LANDING_FOLDERS)
-_FILE_SUFFIXES = {"orders_raw": ".json", "customers_cdc": ".csv"}
 
 
 # ---------------------------------------------------------------- configuration
@@ -59,7 +56,7 @@ class StreamRateLimit(Config):
 class ContinuousStreamsConfig(Config):
     """How the bronze streams run in continuous mode."""
 
-    streams: list[str] = Field(default_factory=lambda: list(STREAMS), description="Bronze streams to run.")
+    streams: list[str] = Field(default_factory=lambda: list(BRONZE_STREAMS), description="Bronze streams to run.")
     trigger_interval: str = Field(
         default="10 seconds", description="Processing-time trigger: how often a micro-batch is planned."
     )
@@ -215,8 +212,8 @@ def _parse_pairs(values: Iterable[str], what: str) -> dict[str, str]:
     pairs = {}
     for item in values or []:
         name, sep, value = item.partition("=")
-        if not sep or name not in STREAMS:
-            raise SystemExit(f"{what} takes STREAM=VALUE with STREAM one of {', '.join(STREAMS)}; got {item!r}")
+        if not sep or name not in BRONZE_STREAMS:
+            raise SystemExit(f"{what} takes STREAM=VALUE with STREAM one of {', '.join(BRONZE_STREAMS)}; got {item!r}")
         pairs[name] = value
     return pairs
 
@@ -229,7 +226,7 @@ def add_stream_parser(subcommands) -> None:
                     "and stop cleanly on SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
-    parser.add_argument("--streams", nargs="+", default=list(STREAMS), choices=STREAMS, help="Streams to run.")
+    parser.add_argument("--streams", nargs="+", default=list(BRONZE_STREAMS), choices=BRONZE_STREAMS, help="Streams to run.")
     parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
     parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
                         help="Per-stream cap on files per micro-batch (repeatable).")
@@ -451,7 +448,7 @@ def landed_files(lake: LakeResource, stream: str) -> dict[str, float]:
         return {}
     found = {}
     for entry in os.scandir(folder):
-        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(_FILE_SUFFIXES[stream]):
+        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(LANDING_STREAMS[stream].suffix):
             found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
     return found
 

@@ -20,7 +20,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets.ingest import BRONZE_STREAMS, start_bronze_stream
+from medallion_assets.contract import BRONZE_STREAMS
+from medallion_assets.ingest import start_bronze_stream
 from medallion_assets.resources import LakeResource
 from medallion_assets.transforms import bronze, silver
 from medallion_assets_tests import contract_reference
