@@ -7,6 +7,7 @@ contract is made once.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -147,3 +148,44 @@ TPCH_SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
+
+#: The fields an order event line may carry, per level: the envelope, its
+#: ``order`` object, and each of the order's ``lineitems`` (a line item's order
+#: key is the event's). Anything else is schema drift.
+ORDER_EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "event": ("event_id", "event_time", "op", "order"),
+    "order": (*TPCH_SCHEMAS["orders"].names, "lineitems"),
+    "lineitem": tuple(name for name in TPCH_SCHEMAS["lineitem"].names if name != "l_orderkey"),
+}
+
+
+def unknown_order_fields(line: str) -> set[str]:
+    """The fields of one order event line that :data:`ORDER_EVENT_FIELDS` does not define.
+
+    Plain Python, for code without Spark (the checkpoint sensors); silver's
+    ``drifted_order_fields`` applies the same sets to a whole DataFrame.
+
+    Args:
+        line: one NDJSON line; a line that is not a JSON object has no fields.
+
+    Returns:
+        Dotted names: ``channel``, ``order.o_discount_code``, ``order.lineitems.l_gift``.
+
+    Example:
+        >>> sorted(unknown_order_fields('{"event_id": "e1", "channel": "web", "order": {"o_gift": true}}'))
+        ['channel', 'order.o_gift']
+    """
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return set()
+    if not isinstance(event, dict):
+        return set()
+    found = {key for key in event if key not in ORDER_EVENT_FIELDS["event"]}
+    order = event.get("order")
+    if isinstance(order, dict):
+        found |= {f"order.{key}" for key in order if key not in ORDER_EVENT_FIELDS["order"]}
+        for item in order.get("lineitems") or []:
+            if isinstance(item, dict):
+                found |= {f"order.lineitems.{key}" for key in item if key not in ORDER_EVENT_FIELDS["lineitem"]}
+    return found

@@ -159,7 +159,7 @@ def build_checkpoint_sensor(
                     "query_id": checkpoint.query_id,
                     "files": MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]]),
                 }
-                drift = batch_schema_drift(lake, stream, commit.delta_version if commit else None, files)
+                drift = batch_schema_drift(files, stream)
                 metadata["schema_drift_rows"] = drift.rows
                 if drift.fields:
                     metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)

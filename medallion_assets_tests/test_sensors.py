@@ -58,9 +58,9 @@ class FakeStream:
         (self.ckpt / "metadata").write_text(json.dumps({"id": query_id}) + "\n")
         self.batch = -1
 
-    def land(self, name: str, lines: int) -> str:
+    def land(self, name: str, lines: int, content: list[str] | None = None) -> str:
         path = self.landing / name
-        path.write_text("".join(f'{{"n": {i}}}\n' for i in range(lines)))
+        path.write_text("".join(f"{line}\n" for line in content or [f'{{"event_id": "{i}"}}' for i in range(lines)]))
         return path.resolve().as_uri()
 
     def plan(self, files: list[str]) -> int:
@@ -290,7 +290,7 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
         '{"event_id": "3", "op": "upsert", "order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
         "not json",
     ]
-    stream.plan([stream.land("a.json", 4)])
+    stream.plan([stream.land("a.json", 4, content=lines)])
     stream.commit(4, lines)
     result = tick(build_checkpoint_sensor(STREAM), lake, instance, None)
     [event] = materializations(result)

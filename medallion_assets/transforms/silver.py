@@ -59,7 +59,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from medallion_assets.contract import REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
 
 
 def _spark_schema(table: str) -> StructType:
@@ -130,7 +130,7 @@ _ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
 _CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
 
 #: The top-level fields of an order event line.
-ORDER_ENVELOPE_FIELDS = ("event_id", "event_time", "op", "order")
+ORDER_ENVELOPE_FIELDS = ORDER_EVENT_FIELDS["event"]
 
 
 def _as_text(names: Iterable[str]) -> StructType:
@@ -343,6 +343,9 @@ _COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
     """The fields of order event lines that the landing contract does not define.
 
+    The rule is the contract's (:data:`~medallion_assets.contract.ORDER_EVENT_FIELDS`,
+    also applied line by line by :func:`~medallion_assets.contract.unknown_order_fields`).
+
     Args:
         orders_raw: Column ``value`` (one NDJSON line); lines that are not JSON
             objects, and lines rejected as ``not valid UTF-8``, carry no fields.
@@ -367,9 +370,9 @@ def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
                                       lambda item: F.coalesce(F.map_keys(item), empty)))
     per_line = F.array_distinct(
         F.concat(
-            unknown(F.map_keys(envelope), ORDER_ENVELOPE_FIELDS, "event"),
-            unknown(F.map_keys(order), [*_ORDER_COLUMNS, "lineitems"], "order"),
-            unknown(item_keys, EVENT_LINEITEM_SCHEMA.fieldNames(), "lineitem"),
+            unknown(F.map_keys(envelope), ORDER_EVENT_FIELDS["event"], "event"),
+            unknown(F.map_keys(order), ORDER_EVENT_FIELDS["order"], "order"),
+            unknown(item_keys, ORDER_EVENT_FIELDS["lineitem"], "lineitem"),
         )
     )
     return (
