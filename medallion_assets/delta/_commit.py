@@ -24,6 +24,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError as DeltaRsError, 
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 from deltalake.transaction import create_table_with_add_actions
 from pyspark.sql import types as T
+from pyspark.sql.datasource import WriterCommitMessage
 
 from medallion_assets.delta._files import TableFileWriter, WrittenFile
 from medallion_assets.delta._options import WriteOptions
@@ -515,3 +516,17 @@ def _create(plan: WritePlan, files: list[WrittenFile], extra_metadata) -> int | 
         raise
     return deltalake.DeltaTable(plan.location).version()
 
+
+class DeltaCommitMessage(WriterCommitMessage):
+    """The files one task wrote."""
+
+    def __init__(self, files: list[WrittenFile]) -> None:
+        self.files = files
+
+
+def task_id() -> int:
+    """The partition id of the Spark task running this code (0 on the driver)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 from deltalake import CommitProperties
 from pyspark.sql import types as T
 
 from medallion_assets.delta._sql import to_sql
-from medallion_assets.delta.errors import DeltaOptionError, SchemaMismatchError
+from medallion_assets.delta.errors import DeltaOptionError, SchemaMismatchError, translated
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    import deltalake
+    from pyspark.sql import Column, DataFrame, SparkSession
 
-    from medallion_assets.delta.tables import DeltaTable
+__all__ = ["DeltaMergeBuilder", "MergeTarget", "source_alias"]
 
-__all__ = ["DeltaMergeBuilder", "source_alias"]
+
+class MergeTarget(Protocol):
+    """What a MERGE needs of its target (:class:`~medallion_assets.delta.tables.DeltaTable` is one)."""
+
+    path: str
+    _alias: str | None
+    _spark: SparkSession | None
+    lastOperationMetrics: dict[str, Any] | None
+
+    def _table(self) -> deltalake.DeltaTable: ...
 
 _METRICS_SCHEMA = T.StructType(
     [
@@ -100,7 +110,7 @@ class DeltaMergeBuilder:
         ...     .execute()).show()  # doctest: +SKIP
     """
 
-    def __init__(self, table: DeltaTable, source: DataFrame, condition: str | Column) -> None:
+    def __init__(self, table: MergeTarget, source: DataFrame, condition: str | Column) -> None:
         from pyspark.sql import DataFrame as _DataFrame
 
         if not isinstance(source, _DataFrame):
@@ -196,7 +206,6 @@ class DeltaMergeBuilder:
             SchemaMismatchError: a source column cannot be cast to the table's type.
             DeltaError: delta-rs rejected a condition or expression (message says why).
         """
-        from medallion_assets.delta.tables import _translate
 
         if not self._clauses:
             raise DeltaOptionError(
@@ -208,7 +217,7 @@ class DeltaMergeBuilder:
         t_alias = self._target_alias
         if s_alias == t_alias:
             raise DeltaOptionError(f"the source and the target have the same alias '{s_alias}'", table=path)
-        with _translate(path, "MERGE"):
+        with translated(path, "MERGE"):
             table = self._delta._table()
             target_schema = pa.schema(table.schema().to_arrow())
             source = _conform_source(self._source.toArrow(), target_schema, path)

@@ -8,6 +8,9 @@ Python data source cannot offer.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import unquote
 
@@ -16,6 +19,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.datasource import InputPartition
 
 from medallion_assets.delta._schema import conform_table
 from medallion_assets.delta._snapshot import DataFile, Snapshot, resolve_snapshot
@@ -183,3 +187,86 @@ def read_delta(
     """
     snapshot = resolve_snapshot(path, version=version, timestamp=timestamp, storage_options=storage_options)
     return snapshot_dataframe(spark, snapshot, columns=columns)
+
+
+# ---------------------------------------------------------------- input partitions (batch and stream reads)
+
+# Arrow batches handed to Spark; large enough to amortize the hand-over.
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A file, or some of its row groups, read by one task."""
+
+    file: DataFile
+    row_groups: tuple[int, ...] | None = None
+
+
+class DeltaInputPartition(InputPartition):
+    def __init__(self, slices: list[FileSlice]) -> None:
+        super().__init__(len(slices))
+        self.slices = slices
+
+
+# Spark's file sources do not make a split smaller than this (spark.sql.files.openCostInBytes).
+_MIN_SPLIT_BYTES = 4 * 1024 * 1024
+
+
+def split_budget(files: Sequence[DataFile], max_bytes: int, parallelism: int | None = None) -> int:
+    """Bytes per input partition: at most ``max_bytes``, but small enough to use every core.
+
+    Spark's own file sources size splits the same way, from the session's default
+    parallelism. A Python reader cannot see the session, so the cores of the
+    planning process stand in for it (the same number on an embedded session).
+    """
+    total = sum(f.size for f in files)
+    cores = parallelism or max(2, os.cpu_count() or 2)
+    return max(1, min(max_bytes, max(_MIN_SPLIT_BYTES, total // cores + 1)))
+
+
+def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[DeltaInputPartition]:
+    """Pack files into partitions of about ``max_bytes``, splitting big files by row group."""
+    slices: list[tuple[int, FileSlice]] = []
+    for f in files:
+        if f.size <= max_bytes:
+            slices.append((f.size, FileSlice(f)))
+            continue
+        meta = pq.ParquetFile(f.path).metadata
+        group, group_bytes = [], 0
+        for i in range(meta.num_row_groups):
+            size = meta.row_group(i).total_byte_size
+            if group and group_bytes + size > max_bytes:
+                slices.append((group_bytes, FileSlice(f, tuple(group))))
+                group, group_bytes = [], 0
+            group.append(i)
+            group_bytes += size
+        if group:
+            slices.append((group_bytes, FileSlice(f, tuple(group))))
+    # First-fit decreasing keeps partitions even without reordering rows within a file.
+    slices.sort(key=lambda item: -item[0])
+    bins: list[tuple[int, list[FileSlice]]] = []
+    for size, piece in slices:
+        for i, (used, members) in enumerate(bins):
+            if used + size <= max_bytes:
+                members.append(piece)
+                bins[i] = (used + size, members)
+                break
+        else:
+            bins.append((size, [piece]))
+    return [DeltaInputPartition(members) for _, members in bins]
+
+
+def read_slices(
+    partition: DeltaInputPartition, arrow_schema: pa.Schema, partition_columns: list[str], *, table: str
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one input partition: each slice's row groups (or whole file), once."""
+    for piece in partition.slices:
+        yield from iter_data_file_batches(
+            piece.file,
+            arrow_schema,
+            partition_columns,
+            table=table,
+            row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
+            batch_rows=BATCH_ROWS,
+        )

@@ -212,3 +212,11 @@ def resolve_snapshot(
         files=files,
         configuration=dict(metadata.configuration),
     )
+
+
+def table_path(options) -> str:
+    """The normalized table location of a reader's or writer's options (``load(path)``/``save(path)``)."""
+    path = options.get("path")
+    if not path:
+        raise DeltaOptionError("no table path: use .load(path) or .save(path) (tables by name need a catalog)")
+    return normalize_path(path)

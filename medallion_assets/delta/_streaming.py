@@ -31,7 +31,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -45,9 +45,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncommitted_files, open_existing, plan_write
+from medallion_assets.delta._commit import (
+    DeltaCommitMessage,
+    WritePlan,
+    commit_write,
+    delete_uncommitted_files,
+    open_existing,
+    plan_write,
+    task_id,
+)
 from medallion_assets.delta._options import ReadOptions
-from medallion_assets.delta._snapshot import DataFile, file_location, normalize_path, resolve_snapshot
+from medallion_assets.delta._read import plan_input_partitions, read_slices
+from medallion_assets.delta._snapshot import DataFile, file_location, resolve_snapshot, table_path
 from medallion_assets.delta.errors import DeltaError, DeltaOptionError
 
 #: Options of the stream sink that are not batch write options.
@@ -134,8 +143,6 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         Raises:
             DeltaOptionError: no checkpoint location and no ``queryId`` option, or a bad write option.
         """
-        from medallion_assets.delta.datasource import table_path
-
         location = table_path(options)
         lowered = {k.lower(): v for k, v in options.items()}
         query_id = lowered.get("queryid")
@@ -171,9 +178,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return found
 
     def write(self, iterator: Iterator[pa.RecordBatch]):
-        from medallion_assets.delta.datasource import DeltaCommitMessage, _task_id
-
-        writer = self.plan.file_writer(_task_id())
+        writer = self.plan.file_writer(task_id())
         files = writer.write_batches(iterator)
         _pause_point("during_write", _batch_id_of_task())
         return DeltaCommitMessage(files)
@@ -274,8 +279,6 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @classmethod
     def create(cls, options: Mapping[str, str], schema: T.StructType) -> DeltaStreamReader:
-        from medallion_assets.delta.datasource import table_path
-
         location = table_path(options)
         parsed = ReadOptions.parse({k: v for k, v in options.items() if k.lower() != "path"}, table=location)
         if parsed.version_as_of is not None or parsed.timestamp_as_of is not None:
@@ -413,15 +416,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         files = self.files_between(start, end)
         if not files:
             return []
-        from medallion_assets.delta.datasource import plan_input_partitions
-
         # The batch reader's partitions: a big file comes as slices of its row groups.
         return plan_input_partitions(files, self.options.max_partition_bytes)
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         from medallion_assets.delta._schema import spark_to_arrow_schema
-        from medallion_assets.delta.datasource import read_slices
-
         arrow_schema = spark_to_arrow_schema(self.schema, table=self.location)
         yield from read_slices(partition, arrow_schema, self.partition_columns, table=self.location)
 

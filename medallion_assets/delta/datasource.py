@@ -10,12 +10,9 @@ driver. Streaming reads and writes live in :mod:`._streaming`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake.exceptions import DeltaError as DeltaRsError
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
@@ -23,21 +20,32 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     InputPartition,
-    WriterCommitMessage,
 )
 
-from medallion_assets.delta._commit import WritePlan, commit_write, delete_uncommitted_files, plan_write
-from medallion_assets.delta._files import WrittenFile
+from medallion_assets.delta._commit import (
+    DeltaCommitMessage,
+    WritePlan,
+    commit_write,
+    delete_uncommitted_files,
+    plan_write,
+    task_id,
+)
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets.delta._sql import pruning_literal, quote_identifier
-from medallion_assets.delta._read import iter_data_file_batches
+from medallion_assets.delta._read import (
+    BATCH_ROWS,
+    DeltaInputPartition,
+    plan_input_partitions,
+    read_slices,
+    split_budget,
+)
 from medallion_assets.delta._snapshot import (
     DataFile,
     Snapshot,
     file_key,
-    normalize_path,
     open_table,
     resolve_snapshot,
+    table_path,
 )
 from medallion_assets.delta.errors import DeltaOptionError
 
@@ -47,15 +55,7 @@ CHANGE_FEED_COLUMNS = [
     T.StructField("_commit_version", T.LongType(), True),
     T.StructField("_commit_timestamp", T.TimestampType(), True),
 ]
-# Arrow batches handed to Spark; large enough to amortize the hand-over.
-_BATCH_ROWS = 65_536
 
-
-def table_path(options) -> str:
-    path = options.get("path")
-    if not path:
-        raise DeltaOptionError("no table path: use .load(path) or .save(path) (tables by name need a catalog)")
-    return normalize_path(path)
 
 
 class DeltaDataSource(DataSource):
@@ -106,83 +106,6 @@ class DeltaDataSource(DataSource):
 
 
 # ---------------------------------------------------------------- batch read
-
-
-@dataclass(frozen=True)
-class FileSlice:
-    """A file, or some of its row groups, read by one task."""
-
-    file: DataFile
-    row_groups: tuple[int, ...] | None = None
-
-
-class DeltaInputPartition(InputPartition):
-    def __init__(self, slices: list[FileSlice]) -> None:
-        super().__init__(len(slices))
-        self.slices = slices
-
-
-# Spark's file sources do not make a split smaller than this (spark.sql.files.openCostInBytes).
-_MIN_SPLIT_BYTES = 4 * 1024 * 1024
-
-
-def split_budget(files: Sequence[DataFile], max_bytes: int, parallelism: int | None = None) -> int:
-    """Bytes per input partition: at most ``max_bytes``, but small enough to use every core.
-
-    Spark's own file sources size splits the same way, from the session's default
-    parallelism. A Python reader cannot see the session, so the cores of the
-    planning process stand in for it (the same number on an embedded session).
-    """
-    total = sum(f.size for f in files)
-    cores = parallelism or max(2, os.cpu_count() or 2)
-    return max(1, min(max_bytes, max(_MIN_SPLIT_BYTES, total // cores + 1)))
-
-
-def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[DeltaInputPartition]:
-    """Pack files into partitions of about ``max_bytes``, splitting big files by row group."""
-    slices: list[tuple[int, FileSlice]] = []
-    for f in files:
-        if f.size <= max_bytes:
-            slices.append((f.size, FileSlice(f)))
-            continue
-        meta = pq.ParquetFile(f.path).metadata
-        group, group_bytes = [], 0
-        for i in range(meta.num_row_groups):
-            size = meta.row_group(i).total_byte_size
-            if group and group_bytes + size > max_bytes:
-                slices.append((group_bytes, FileSlice(f, tuple(group))))
-                group, group_bytes = [], 0
-            group.append(i)
-            group_bytes += size
-        if group:
-            slices.append((group_bytes, FileSlice(f, tuple(group))))
-    # First-fit decreasing keeps partitions even without reordering rows within a file.
-    slices.sort(key=lambda item: -item[0])
-    bins: list[tuple[int, list[FileSlice]]] = []
-    for size, piece in slices:
-        for i, (used, members) in enumerate(bins):
-            if used + size <= max_bytes:
-                members.append(piece)
-                bins[i] = (used + size, members)
-                break
-        else:
-            bins.append((size, [piece]))
-    return [DeltaInputPartition(members) for _, members in bins]
-
-
-def read_slices(
-    partition: DeltaInputPartition, arrow_schema: pa.Schema, partition_columns: list[str], *, table: str
-) -> Iterator[pa.RecordBatch]:
-    """The rows of one input partition: each slice's row groups (or whole file), once."""
-    for piece in partition.slices:
-        yield from iter_data_file_batches(
-            piece.file,
-            arrow_schema,
-            partition_columns,
-            table=table,
-            row_groups=list(piece.row_groups) if piece.row_groups is not None else None,
-            batch_rows=_BATCH_ROWS,
-        )
 
 
 def pushed_filter_sql(f) -> str | None:
@@ -294,25 +217,11 @@ class ChangeFeedReader(DataSourceReader):
             ending_timestamp=self.options.ending_timestamp,
         )
         table = changes.read_all() if hasattr(changes, "read_all") else changes
-        for batch in pa.table(table).to_batches(max_chunksize=_BATCH_ROWS):
+        for batch in pa.table(table).to_batches(max_chunksize=BATCH_ROWS):
             yield conform_table(batch, target, table=self.location)
 
 
 # ---------------------------------------------------------------- batch write
-
-
-class DeltaCommitMessage(WriterCommitMessage):
-    """The files one task wrote."""
-
-    def __init__(self, files: list[WrittenFile]) -> None:
-        self.files = files
-
-
-def _task_id() -> int:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return context.partitionId() if context is not None else 0
 
 
 class DeltaBatchWriter(DataSourceArrowWriter):
@@ -322,7 +231,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         self.plan = plan
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
-        writer = self.plan.file_writer(_task_id())
+        writer = self.plan.file_writer(task_id())
         return DeltaCommitMessage(writer.write_batches(iterator))
 
     def commit(self, messages: list[DeltaCommitMessage | None]) -> None:

@@ -7,6 +7,13 @@ read can be fixed from the message alone. All of them derive from
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+from deltalake.exceptions import CommitFailedError, DeltaProtocolError, TableNotFoundError
+from deltalake.exceptions import DeltaError as _RsDeltaError
+from deltalake.exceptions import SchemaMismatchError as _RsSchemaMismatchError
+
 
 class DeltaError(Exception):
     """Base class of every error raised by :mod:`medallion_assets.delta`.
@@ -56,3 +63,34 @@ class ConstraintViolationError(DeltaError):
 
 class ConcurrentWriteError(DeltaError):
     """The commit lost to a concurrent writer whose changes conflict with it."""
+
+
+@contextlib.contextmanager
+def translated(table: str, action: str) -> Iterator[None]:
+    """Turn delta-rs exceptions into this package's, naming the table and the cause."""
+    try:
+        yield
+    except DeltaError:
+        raise
+    except CommitFailedError as exc:
+        raise ConcurrentWriteError(
+            f"{action} lost to a concurrent writer and committed nothing: {exc}. "
+            "Re-run it against the new version of the table.",
+            table=table,
+        ) from exc
+    except TableNotFoundError as exc:
+        raise NotADeltaTableError(f"{action} failed, no Delta table here: {exc}", table=table) from exc
+    except DeltaProtocolError as exc:
+        raise UnsupportedFeatureError(f"{action} failed on the table's protocol: {exc}", table=table) from exc
+    except _RsSchemaMismatchError as exc:
+        raise SchemaMismatchError(f"{action} failed, schemas do not match: {exc}", table=table) from exc
+    except (_RsDeltaError, ValueError, TypeError, OSError, RuntimeError) as exc:
+        text = str(exc)
+        low = text.lower()
+        if "failed validation" in low or "invariant" in low or "constraint" in low and ("violat" in low or "check" in low):
+            raise ConstraintViolationError(f"{action} failed: {text}", table=table) from exc
+        if "commit failed" in low or "concurrent" in low and "transaction" in low:
+            raise ConcurrentWriteError(
+                f"{action} lost to a concurrent writer and committed nothing: {text}", table=table
+            ) from exc
+        raise DeltaError(f"{action} failed: {text}", table=table) from exc

@@ -18,28 +18,23 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import deltalake
-from deltalake.exceptions import CommitFailedError, DeltaProtocolError, TableNotFoundError
 from deltalake.exceptions import DeltaError as _RsDeltaError
-from deltalake.exceptions import SchemaMismatchError as _RsSchemaMismatchError
 from pyspark.sql import types as T
 
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.errors import (
-    ConcurrentWriteError,
     ConstraintViolationError,
     DeltaError,
     DeltaOptionError,
     NotADeltaTableError,
-    SchemaMismatchError,
-    UnsupportedFeatureError,
+    translated,
 )
 
 if TYPE_CHECKING:
@@ -95,37 +90,6 @@ def _open(path: str, storage_options: dict[str, str] | None = None) -> deltalake
     from medallion_assets.delta._snapshot import open_table
 
     return open_table(path, storage_options=storage_options, check_features=False)
-
-
-@contextlib.contextmanager
-def _translate(table: str, action: str) -> Iterator[None]:
-    """Turn delta-rs exceptions into this package's, naming the table and the cause."""
-    try:
-        yield
-    except DeltaError:
-        raise
-    except CommitFailedError as exc:
-        raise ConcurrentWriteError(
-            f"{action} lost to a concurrent writer and committed nothing: {exc}. "
-            "Re-run it against the new version of the table.",
-            table=table,
-        ) from exc
-    except TableNotFoundError as exc:
-        raise NotADeltaTableError(f"{action} failed, no Delta table here: {exc}", table=table) from exc
-    except DeltaProtocolError as exc:
-        raise UnsupportedFeatureError(f"{action} failed on the table's protocol: {exc}", table=table) from exc
-    except _RsSchemaMismatchError as exc:
-        raise SchemaMismatchError(f"{action} failed, schemas do not match: {exc}", table=table) from exc
-    except (_RsDeltaError, ValueError, TypeError, OSError, RuntimeError) as exc:
-        text = str(exc)
-        low = text.lower()
-        if "failed validation" in low or "invariant" in low or "constraint" in low and ("violat" in low or "check" in low):
-            raise ConstraintViolationError(f"{action} failed: {text}", table=table) from exc
-        if "commit failed" in low or "concurrent" in low and "transaction" in low:
-            raise ConcurrentWriteError(
-                f"{action} lost to a concurrent writer and committed nothing: {text}", table=table
-            ) from exc
-        raise DeltaError(f"{action} failed: {text}", table=table) from exc
 
 
 def _data_type(value: T.DataType | str, column: str) -> T.DataType:
@@ -322,7 +286,7 @@ class DeltaTable:
             partition_by = spark_to_delta_schema(struct, table=path)
         from deltalake import convert_to_deltalake
 
-        with _translate(path, "CONVERT TO DELTA"):
+        with translated(path, "CONVERT TO DELTA"):
             convert_to_deltalake(
                 path,
                 partition_by=partition_by,
@@ -421,7 +385,7 @@ class DeltaTable:
         """
         if limit is not None and (not isinstance(limit, int) or limit < 1):
             raise DeltaOptionError(f"history limit must be a positive integer, got {limit!r}", table=self._path)
-        with _translate(self._path, "history"):
+        with translated(self._path, "history"):
             commits = self._table().history(limit)
         rows = []
         for c in commits:
@@ -473,7 +437,7 @@ class DeltaTable:
             >>> dt.detail().select("numFiles", "partitionColumns").first()  # doctest: +SKIP
             Row(numFiles=2, partitionColumns=['day'])
         """
-        with _translate(self._path, "detail"):
+        with translated(self._path, "detail"):
             table = self._table()
             meta = table.metadata()
             protocol = table.protocol()
@@ -520,7 +484,7 @@ class DeltaTable:
             >>> dt.delete(F.col("amount") < 0)  # doctest: +SKIP
         """
         predicate = None if condition is None else to_sql(condition, what="delete condition")
-        with _translate(self._path, "DELETE"):
+        with translated(self._path, "DELETE"):
             self.lastOperationMetrics = self._table().delete(predicate)
 
     def update(
@@ -544,7 +508,7 @@ class DeltaTable:
             raise DeltaOptionError("update needs a non-empty 'set' mapping of column to expression", table=self._path)
         updates = {self._strip_alias(k): to_sql(v, what=f"update expression for '{k}'") for k, v in set.items()}
         predicate = None if condition is None else to_sql(condition, what="update condition")
-        with _translate(self._path, "UPDATE"):
+        with translated(self._path, "UPDATE"):
             self.lastOperationMetrics = self._table().update(updates=updates, predicate=predicate)
 
     def updateExpr(self, condition: str | None = None, set: dict[str, str] | None = None) -> None:
@@ -619,7 +583,7 @@ class DeltaTable:
             >>> dt.vacuum()  # doctest: +SKIP
             >>> dt.vacuum(0, enforceRetentionDuration=False)  # doctest: +SKIP
         """
-        with _translate(self._path, "VACUUM"):
+        with translated(self._path, "VACUUM"):
             table = self._table()
         minimum = _retention_hours(table.metadata().configuration)
         if enforceRetentionDuration is None:
@@ -641,7 +605,7 @@ class DeltaTable:
             hours: int | None = int(math.ceil(retentionHours))
         else:
             hours = None
-        with _translate(self._path, "VACUUM"):
+        with translated(self._path, "VACUUM"):
             deleted = table.vacuum(
                 retention_hours=hours,
                 dry_run=dryRun,
@@ -687,7 +651,7 @@ class DeltaTable:
         return self._restore(parse_timestamp(timestamp, table=self._path))
 
     def _restore(self, target: int | _dt.datetime) -> DataFrame:
-        with _translate(self._path, "RESTORE"):
+        with translated(self._path, "RESTORE"):
             table = self._table()
             if isinstance(target, int) and target > table.version():
                 raise DeltaOptionError(
@@ -723,7 +687,7 @@ class DeltaTable:
             return
         props = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()}
         custom = any(not k.startswith("delta.") for k in props)
-        with _translate(self._path, "SET TBLPROPERTIES"):
+        with translated(self._path, "SET TBLPROPERTIES"):
             self._table().alter.set_table_properties(props, raise_if_not_exists=not custom)
 
     def setProperty(self, key: str, value: str) -> None:
@@ -783,7 +747,7 @@ class DeltaTable:
         from medallion_assets.delta._schema import delta_to_spark_schema, spark_to_arrow_schema
 
         sql = to_sql(expr, what=f"constraint '{name}'")
-        with _translate(self._path, f"ADD CONSTRAINT {name}"):
+        with translated(self._path, f"ADD CONSTRAINT {name}"):
             table = self._table()
             try:
                 # What every later write runs: refuse a constraint it could not evaluate.
@@ -807,7 +771,7 @@ class DeltaTable:
 
     def dropConstraint(self, name: str, *, ifExists: bool = True) -> None:
         """Drop a CHECK constraint (``ALTER TABLE ... DROP CONSTRAINT [IF EXISTS] name``)."""
-        with _translate(self._path, f"DROP CONSTRAINT {name}"):
+        with translated(self._path, f"DROP CONSTRAINT {name}"):
             self._table().alter.drop_constraint(name, raise_if_not_exists=not ifExists)
 
     def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:
@@ -823,7 +787,7 @@ class DeltaTable:
         if int(writerVersion) > protocol.min_writer_version:
             props["delta.minWriterVersion"] = str(int(writerVersion))
         if props:
-            with _translate(self._path, "upgradeTableProtocol"):
+            with translated(self._path, "upgradeTableProtocol"):
                 self._table().alter.set_table_properties(props, raise_if_not_exists=True)
 
     def addFeatureSupport(self, featureName: str) -> None:
@@ -838,7 +802,7 @@ class DeltaTable:
                 f"{', '.join(sorted(_FEATURES))}",
                 table=self._path,
             )
-        with _translate(self._path, f"addFeatureSupport({featureName})"):
+        with translated(self._path, f"addFeatureSupport({featureName})"):
             self._table().alter.add_feature(
                 getattr(deltalake.TableFeatures, member), allow_protocol_versions_increase=True
             )
@@ -847,7 +811,7 @@ class DeltaTable:
         """Generate a ``symlink_format_manifest`` (the only mode delta-spark has)."""
         if mode != "symlink_format_manifest":
             raise DeltaOptionError(f"unknown generate mode '{mode}'; use 'symlink_format_manifest'", table=self._path)
-        with _translate(self._path, "GENERATE"):
+        with translated(self._path, "GENERATE"):
             self._table().generate()
 
     # ----------------------------------------------------------------- change data feed
@@ -1023,7 +987,7 @@ class DeltaTableBuilder:
         if self._mode == "ignore" and exists:
             return DeltaTable(self._spark, path)
         mode = "overwrite" if self._mode in ("overwrite", "replace") else "error"
-        with _translate(path, "CREATE TABLE"):
+        with translated(path, "CREATE TABLE"):
             deltalake.DeltaTable.create(
                 path,
                 schema,
@@ -1133,7 +1097,7 @@ class DeltaOptimizeBuilder:
 
     def executeCompaction(self) -> DataFrame:
         """Compact small files; returns delta-spark's ``path``/``metrics`` DataFrame."""
-        with _translate(self._delta.path, "OPTIMIZE"):
+        with translated(self._delta.path, "OPTIMIZE"):
             table = self._delta._table()
             metrics = table.optimize.compact(partition_filters=self._filters(table))
         return self._result(metrics)
@@ -1145,7 +1109,7 @@ class DeltaOptimizeBuilder:
             names.extend([c] if isinstance(c, str) else list(c))
         if not names:
             raise DeltaOptionError("executeZOrderBy needs at least one column", table=self._delta.path)
-        with _translate(self._delta.path, "OPTIMIZE ZORDER"):
+        with translated(self._delta.path, "OPTIMIZE ZORDER"):
             table = self._delta._table()
             partitions = {p.lower() for p in table.metadata().partition_columns}
             bad = [c for c in names if c.lower() in partitions]

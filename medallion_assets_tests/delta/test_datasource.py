@@ -25,7 +25,8 @@ from medallion_assets.delta import (
 from medallion_assets.delta._commit import commit_write, plan_write
 from medallion_assets.delta._files import TableFileWriter
 from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
-from medallion_assets.delta.datasource import DeltaBatchReader, plan_input_partitions, split_budget
+from medallion_assets.delta._read import plan_input_partitions, split_budget
+from medallion_assets.delta.datasource import DeltaBatchReader
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 

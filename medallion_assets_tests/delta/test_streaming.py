@@ -152,7 +152,7 @@ def test_abort_after_successful_delta_commit_keeps_files(spark, tmp_path):
     from pyspark.sql import types as T
 
     from medallion_assets.delta._streaming import DeltaStreamWriter
-    from medallion_assets.delta.datasource import DeltaCommitMessage
+    from medallion_assets.delta._commit import DeltaCommitMessage
 
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())])
     table = tmp_path / "t"
