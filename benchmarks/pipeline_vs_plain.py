@@ -313,7 +313,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     # The session is started before the timed work, as the plain script does. The
     # definitions' resource holds EnvVars that only a run resolves, so a twin with the
     # same settings starts it; the run's resource then gets the same session (getOrCreate).
-    from medallion_assets.definitions import ENGINE_VARIABLES
+    from medallion_assets.resources import ENGINE_VARIABLES
     from medallion_assets.resources import SparkResource
 
     settings = {

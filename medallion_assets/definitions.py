@@ -14,54 +14,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dagster import Definitions, EnvVar, definitions, in_process_executor, load_assets_from_modules
+from dagster import Definitions, definitions, in_process_executor, load_assets_from_modules
 
 from medallion_assets.assets import bronze, landing, silver
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.jobs import jobs, schedules
-from medallion_assets.resources import LakeResource, SparkResource
-
-
-def lake_resource() -> LakeResource:
-    """The lake at ``$MEDALLION_LAKE_ROOT``, or ``./lakehouse`` when it is not set."""
-    if os.environ.get("MEDALLION_LAKE_ROOT"):
-        return LakeResource(root=EnvVar("MEDALLION_LAKE_ROOT"))
-    return LakeResource()
-
-
-#: Environment variables of the Delta engine choice -> SparkResource fields.
-ENGINE_VARIABLES = {
-    "MEDALLION_DELTA_ENGINE": "delta_engine",
-    "DELTA_SPARK_JARS": "delta_spark_jars",
-    "MEDALLION_DELTA_SPARK_MAVEN": "delta_spark_maven",
-}
-
-
-def engine_settings() -> dict[str, Any]:
-    """The engine fields of the Spark resource, from the variables that are set.
-
-    Unset variables keep the resource's defaults (``auto``, no jars, no Maven).
-    The Maven switch is a boolean, which ``EnvVar`` cannot carry: it is read
-    when the definitions are built.
-    """
-    settings: dict[str, Any] = {
-        field: EnvVar(name) for name, field in ENGINE_VARIABLES.items() if os.environ.get(name) and field != "delta_spark_maven"
-    }
-    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN"):
-        settings["delta_spark_maven"] = os.environ["MEDALLION_DELTA_SPARK_MAVEN"].strip().lower() in ("1", "true", "yes")
-    return settings
-
-
-def spark_resource(deployment: str) -> SparkResource:
-    """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``."""
-    engine = engine_settings()
-    if deployment == "local":
-        return SparkResource(**engine)
-    if deployment == "cluster":
-        return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False, **engine)
-    if deployment == "connect":
-        return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"), **engine)
-    raise ValueError(f"MEDALLION_DEPLOYMENT must be local, cluster or connect, got {deployment!r}")
+from medallion_assets.resources import lake_resource, spark_resource
 
 
 def resources_for(deployment: str) -> dict[str, Any]:

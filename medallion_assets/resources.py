@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -239,3 +239,48 @@ class LakeResource(ConfigurableResource):
     def setup_for_execution(self, context: InitResourceContext) -> None:
         # Nothing to open: folders are created by the writers that need them.
         return None
+
+
+# ---------------------------------------------------------------- per deployment
+
+
+def lake_resource() -> LakeResource:
+    """The lake at ``$MEDALLION_LAKE_ROOT``, or ``./lakehouse`` when it is not set."""
+    if os.environ.get("MEDALLION_LAKE_ROOT"):
+        return LakeResource(root=EnvVar("MEDALLION_LAKE_ROOT"))
+    return LakeResource()
+
+
+#: Environment variables of the Delta engine choice -> SparkResource fields.
+ENGINE_VARIABLES = {
+    "MEDALLION_DELTA_ENGINE": "delta_engine",
+    "DELTA_SPARK_JARS": "delta_spark_jars",
+    "MEDALLION_DELTA_SPARK_MAVEN": "delta_spark_maven",
+}
+
+
+def engine_settings() -> dict[str, Any]:
+    """The engine fields of the Spark resource, from the variables that are set.
+
+    Unset variables keep the resource's defaults (``auto``, no jars, no Maven).
+    The Maven switch is a boolean, which ``EnvVar`` cannot carry: it is read
+    when the definitions are built.
+    """
+    settings: dict[str, Any] = {
+        field: EnvVar(name) for name, field in ENGINE_VARIABLES.items() if os.environ.get(name) and field != "delta_spark_maven"
+    }
+    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN"):
+        settings["delta_spark_maven"] = os.environ["MEDALLION_DELTA_SPARK_MAVEN"].strip().lower() in ("1", "true", "yes")
+    return settings
+
+
+def spark_resource(deployment: str) -> SparkResource:
+    """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``."""
+    engine = engine_settings()
+    if deployment == "local":
+        return SparkResource(**engine)
+    if deployment == "cluster":
+        return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False, **engine)
+    if deployment == "connect":
+        return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"), **engine)
+    raise ValueError(f"MEDALLION_DEPLOYMENT must be local, cluster or connect, got {deployment!r}")

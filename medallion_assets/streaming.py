@@ -34,7 +34,7 @@ from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
 from medallion_assets.contract import BRONZE_STREAMS, CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, unknown_order_fields
-from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.resources import LakeResource, SparkResource, spark_resource
 
 log = logging.getLogger(__name__)
 
@@ -248,11 +248,10 @@ def _stream_command(args) -> int:
                                      rate_limits=limits, run_seconds=args.run_seconds)
     root = args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT")
     lake = LakeResource(root=root) if root else LakeResource()
-    # The deployed resource's engine choice (MEDALLION_DELTA_ENGINE, DELTA_SPARK_JARS,
-    # MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
-    from medallion_assets.definitions import spark_resource
-
-    spark = spark_resource("local").process_config_and_initialize().spark_session
+    # The deployed resource (MEDALLION_DEPLOYMENT) with its engine choice (MEDALLION_DELTA_ENGINE,
+    # DELTA_SPARK_JARS, MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
+    deployment = os.environ.get("MEDALLION_DEPLOYMENT", "local")
+    spark = spark_resource(deployment).process_config_and_initialize().spark_session
     try:
         run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True))
     finally:

@@ -20,7 +20,7 @@ import sys
 def spark_resource():
     """The Spark resource of a runner: small, no UI, on the environment's Delta engine.
 
-    ``medallion_assets.definitions.spark_resource("local")`` names the engine
+    ``medallion_assets.resources.spark_resource("local")`` names the engine
     with ``EnvVar``s, which only Dagster resolves; a plain process reads the
     same variables itself.
     """
