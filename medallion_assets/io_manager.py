@@ -702,7 +702,11 @@ class DeltaIOManager(ConfigurableIOManager):
             fingerprint["partition"] = [window.start.isoformat(), window.end.isoformat()]
         fingerprint_json = json.dumps(fingerprint, sort_keys=True)
 
-        consumed_metadata = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
+        step_metadata: dict[str, Any] = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
+        step_metadata["dagster/table_name"] = ".".join(key.path)
+        if spec.delete_column:
+            # The deleted keys live in a Delta table of their own next to this one (maintained with it).
+            step_metadata["delta/tombstones"] = MetadataValue.path(client.tombstone_path(path))
         # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
         commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
         commit_metadata.update({f"consumed.{k}": str(v) for k, v in reads.consumed.items()})
@@ -716,7 +720,7 @@ class DeltaIOManager(ConfigurableIOManager):
         ):
             metadata = client.output_metadata(path)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
-            context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **consumed_metadata})
+            context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
             return
 
         # A step retried after its append committed (a retry policy, a lost executor)
@@ -733,7 +737,7 @@ class DeltaIOManager(ConfigurableIOManager):
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
-        context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **consumed_metadata})
+        context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
 
     def _previous_fingerprint(self, context: OutputContext) -> str | None:
         event = context.step_context.instance.get_latest_materialization_event(context.asset_key)

@@ -48,6 +48,11 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
     assert metadata["dagster/row_count"].value == 2
     assert "dagster/column_schema" in metadata
     assert metadata["delta/operation"].value == "MERGE"
+    assert metadata["dagster/table_name"].value == "silver.things"
+    # The deleted keys are a Delta table of their own, named in the metadata.
+    tombstones = metadata["delta/tombstones"].value
+    assert tombstones == DeltaTableClient.tombstone_path(path)
+    assert sorted(tuple(r) for r in DeltaTableClient(spark).read(tombstones).collect()) == [(2, 20), (3, 10)]
 
 
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
