@@ -474,6 +474,25 @@ def _new_lines(
     )
 
 
+def _plan_phantoms(
+    rng: np.random.Generator, phantoms: int, *, first_key: int, count: int, epoch: int, slots: int
+) -> tuple[np.ndarray, ...]:
+    """Rows that are inserted and later deleted, so the final state never holds them.
+
+    Returns their keys (from ``first_key`` on), the source rows they copy, the
+    insert and delete times, and the slots (files or batches) of the insert and
+    of the delete. Mostly the delete comes later; sometimes it overtakes its insert.
+    """
+    keys = first_key + np.arange(phantoms)
+    cloned = rng.integers(0, count, phantoms)
+    insert_time = epoch + rng.integers(0, 30 * _DAY, phantoms)
+    delete_time = insert_time + rng.integers(60, _DAY, phantoms)
+    insert_slot = rng.integers(0, slots, phantoms)
+    overtakes = (insert_slot > 0) & (rng.random(phantoms) < 0.3)
+    delete_slot = np.where(overtakes, rng.integers(0, np.maximum(insert_slot, 1)), rng.integers(insert_slot, slots))
+    return keys, cloned, insert_time, delete_time, insert_slot, delete_slot
+
+
 def _count(rate: float, rows: int, minimum: int) -> int:
     # A minimum keeps every kind of noise present even at tiny scale factors.
     return max(minimum, round(rate * rows))
@@ -566,15 +585,8 @@ def _plan_order_chunk(
     )
 
     phantoms = _count(noise.phantom, count, 2)
-    keys = phantom_key + np.arange(phantoms)
-    cloned = rng.integers(0, count, phantoms)
-    insert_time = _PHANTOM_ORDER_EPOCH + rng.integers(0, 30 * _DAY, phantoms)
-    delete_time = insert_time + rng.integers(60, _DAY, phantoms)
-    insert_slot = rng.integers(0, slots, phantoms)
-    # Mostly the delete comes later; sometimes it overtakes its insert.
-    overtakes = (insert_slot > 0) & (rng.random(phantoms) < 0.3)
-    delete_slot = np.where(
-        overtakes, rng.integers(0, np.maximum(insert_slot, 1)), rng.integers(insert_slot, slots)
+    keys, cloned, insert_time, delete_time, insert_slot, delete_slot = _plan_phantoms(
+        rng, phantoms, first_key=phantom_key, count=count, epoch=_PHANTOM_ORDER_EPOCH, slots=slots
     )
     inserts = _new_lines(rng, kind=_OrderLine.PHANTOM, slot=insert_slot, source=cloned, key=keys, time=insert_time)
     deletes = _new_lines(rng, kind=_OrderLine.DELETE, slot=delete_slot, source=cloned, key=keys, time=delete_time)
@@ -659,14 +671,8 @@ def _plan_customer_chunk(
     )
 
     phantoms = _count(noise.customer_phantom, count, 2)
-    keys = phantom_key + np.arange(phantoms)
-    cloned = rng.integers(0, count, phantoms)
-    insert_time = _CUSTOMER_EPOCH + rng.integers(0, 30 * _DAY, phantoms)
-    delete_time = insert_time + rng.integers(60, _DAY, phantoms)
-    insert_batch = rng.integers(0, batches, phantoms)
-    overtakes = (insert_batch > 0) & (rng.random(phantoms) < 0.3)
-    delete_batch = np.where(
-        overtakes, rng.integers(0, np.maximum(insert_batch, 1)), rng.integers(insert_batch, batches)
+    keys, cloned, insert_time, delete_time, insert_batch, delete_batch = _plan_phantoms(
+        rng, phantoms, first_key=phantom_key, count=count, epoch=_CUSTOMER_EPOCH, slots=batches
     )
     phantom_inserts = _new_lines(
         rng,
