@@ -37,8 +37,7 @@ def land(folder: Path, name: str, lines: int) -> None:
 
 
 def start_stream(root: Path, log_file: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDALLION_DELTA_STREAM_PAUSE")}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
         [sys.executable, "-m", "medallion_assets.cli", "stream", "--lake-root", str(root),
          "--streams", STREAM, "--trigger-interval", "1 second", "--max-files-per-trigger", f"{STREAM}=5"],

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
@@ -61,37 +60,10 @@ from medallion_assets.delta.errors import DeltaError, DeltaOptionError
 
 #: Options of the stream sink that are not batch write options.
 _SINK_ONLY_OPTIONS = {"queryid", "checkpointlocation", "__checkpointlocation", "queryname"}
-#: Test hook: ``<point>:<batch id>`` pauses the writer at that point (see :func:`_pause_point`).
-PAUSE_ENV = "MEDALLION_DELTA_STREAM_PAUSE_AT"
-#: Test hook: a file created when the writer pauses, so a test knows when to kill it.
-PAUSE_MARKER_ENV = "MEDALLION_DELTA_STREAM_PAUSE_MARKER"
 
 
 class DeltaStreamingError(DeltaError):
     """A streaming read cannot go on (data removed from the source table, log gone)."""
-
-
-def _pause_point(point: str, batch_id: int | None) -> None:
-    """Hold the process at ``point`` when the test hook asks for it.
-
-    ``MEDALLION_DELTA_STREAM_PAUSE_AT=after_commit:2`` stops batch 2 right
-    after its Delta commit, before Spark writes ``commits/2``;
-    ``during_write:2`` stops a task of batch 2 after it wrote its files.
-    The marker file (``MEDALLION_DELTA_STREAM_PAUSE_MARKER``) tells the test
-    the point is reached; the test then SIGKILLs the process group.
-    """
-    wanted = os.environ.get(PAUSE_ENV)
-    if not wanted:
-        return
-    name, _, batch = wanted.partition(":")
-    if name != point or (batch and batch_id is not None and int(batch) != batch_id):
-        return
-    marker = os.environ.get(PAUSE_MARKER_ENV)
-    if marker:
-        with open(marker, "w") as handle:
-            handle.write(f"{point}:{batch_id}:{os.getpid()}\n")
-    while True:  # until killed
-        time.sleep(1)
 
 
 # ---------------------------------------------------------------- sink
@@ -115,14 +87,6 @@ def query_id_from_checkpoint(checkpoint: str) -> str | None:
             return json.loads(handle.readline())["id"]
     except (FileNotFoundError, KeyError, ValueError):
         return None
-
-
-def _batch_id_of_task() -> int | None:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    value = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
-    return int(value) if value is not None else None
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
@@ -180,7 +144,6 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]):
         writer = self.plan.file_writer(task_id())
         files = writer.write_batches(iterator)
-        _pause_point("during_write", _batch_id_of_task())
         return DeltaCommitMessage(files)
 
     def _batch_plan(self, batch_id: int) -> WritePlan:
@@ -198,7 +161,6 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             "streamingBatchId": batchId,
             "outputMode": "Complete" if plan.mode == "overwrite" else "Append",
         })
-        _pause_point("after_commit", batchId)
 
     def abort(self, messages, batchId: int) -> None:
         files = [f for m in messages if m is not None for f in m.files]

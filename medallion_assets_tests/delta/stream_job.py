@@ -2,9 +2,8 @@
 
 Run as ``python -m medallion_assets_tests.delta.stream_job SOURCE TABLE CHECKPOINT``:
 reads the JSON files under SOURCE (``id`` long, ``name`` string), one file per
-micro-batch, and writes them to the Delta table with ``availableNow``. The
-test hooks of :mod:`medallion_assets.delta._streaming` (environment variables)
-choose where it pauses to be killed.
+micro-batch, and writes them to the Delta table with ``availableNow``. Tests
+kill it from outside at points they see on disk (:mod:`medallion_assets_tests.kill_points`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -191,45 +190,44 @@ def _run_job(source, table, ckpt, env) -> subprocess.Popen:
     )
 
 
-def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if path.exists():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"the job ended before pausing: {proc.stderr.read().decode()[-3000:]}")
-        time.sleep(0.2)
-    raise AssertionError("the job never reached its pause point")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["after_commit", "during_write"])
 def test_kill_between_delta_commit_and_checkpoint_commit(tmp_path, point):
-    """SIGKILL the streaming process at a pause point of batch 1, rerun, check no duplicate, no loss."""
+    """SIGKILL the streaming process around batch 1's commit, seen from outside; rerun: no duplicate, no loss.
+
+    ``after_commit``: batch 1 is in the Delta log and not in the checkpoint.
+    ``during_write``: batch 1's task wrote a file that no commit adds.
+    """
+    from medallion_assets_tests.kill_points import StreamWatch, kill_when, undo_checkpoint_commit
+
     source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
-    for n in range(3):
-        land(source, f"f{n}.json", range(n * 100, n * 100 + 100))
-    marker = tmp_path / "paused"
-    env = {**os.environ, "MEDALLION_DELTA_STREAM_PAUSE_AT": f"{point}:1", "MEDALLION_DELTA_STREAM_PAUSE_MARKER": str(marker),
-           "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = _run_job(source, table, ckpt, env)
-    try:
-        _wait_for(marker, proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    committed = deltalake.DeltaTable(str(table)).version()
+    # Batch 1 is big enough that its task is seen writing; f2 lands after the kill, so
+    # nothing after batch 1 can be planned before it.
+    sizes = {"after_commit": 100, "during_write": 400_000}
+    land(source, "f0.json", range(0, 100))
+    land(source, "f1.json", range(100, 100 + sizes[point]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    watch = StreamWatch(str(ckpt), str(table))
     if point == "after_commit":
-        # The state the test is about: batch 1 in Delta, not in the checkpoint.
-        assert committed == 1 and (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
+        kill_when(_run_job(source, table, ckpt, env), watch, lambda s: s.txn is not None and s.txn >= 1,
+                  what="batch 1's Delta commit")
+        # A kill that came after Spark's commits/1 is turned into the crash this test is about.
+        undo_checkpoint_commit(str(ckpt), 1)
+        assert deltalake.DeltaTable(str(table)).version() == 1
+        assert (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
         assert ids_of(table) == list(range(200))
     else:
-        assert committed == 0 and not (ckpt / "commits" / "1").exists()
+        seen = kill_when(_run_job(source, table, ckpt, env), watch,
+                         lambda s: 1 in s.offsets and s.txn == 0 and bool(s.uncommitted),
+                         what="batch 1's task writing")
+        assert seen.uncommitted
+        assert deltalake.DeltaTable(str(table)).version() == 0 and not (ckpt / "commits" / "1").exists()
         assert ids_of(table) == list(range(100))
-    env.pop("MEDALLION_DELTA_STREAM_PAUSE_AT")
+    top = 100 + sizes[point]
+    land(source, "f2.json", range(top, top + 100))
     rerun = _run_job(source, table, ckpt, env)
     assert rerun.wait(timeout=300) == 0, rerun.stderr.read().decode()[-3000:]
-    expected = list(range(300))
+    expected = list(range(top + 100))
     assert ids_of(table) == expected
     assert sorted(r["id"] for r in rows(read_with_duckdb(table))) == expected
     assert deltalake.DeltaTable(str(table)).version() == 2
