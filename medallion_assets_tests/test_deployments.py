@@ -25,7 +25,7 @@ from medallion_assets_tests.deployments import connect_server, standalone_cluste
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
 from medallion_assets_tests.test_engines import _delta_spark_jars
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400), pending]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 SCALE_FACTOR = 0.01
 
@@ -61,6 +61,7 @@ def test_pipeline_on_a_standalone_cluster(tmp_path):
     assert set(report["engines"].values()) == {engine}
 
 
+@pending  # seen failing: delta-spark stores Connect's string type as "string collate UTF8_BINARY"; delta-rs runs the server out of heap
 @pytest.mark.parametrize("engine", ["delta-spark", "delta-rs"])
 def test_pipeline_over_spark_connect(tmp_path, engine):
     # Both engines here: each has its own Connect route (Delta SQL; a Python data source on the server).
