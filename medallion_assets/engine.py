@@ -293,6 +293,10 @@ class DeltaEngine:
         raise NotImplementedError
 
 
+    def prepare_write(self, frame: DataFrame) -> DataFrame:
+        """``frame`` as this engine stores it unchanged (the default: as it is)."""
+        return frame
+
     def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
                      partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
         """Create an empty table at ``path`` unless one is there (``CREATE TABLE IF NOT EXISTS``)."""
@@ -432,9 +436,16 @@ class DeltaRsEngine(DeltaEngine):
         return read_delta(spark, path, version=version, columns=list(columns) if columns else None)
 
     def read_inserts(self, spark: SparkSession, path: str, *, after_version: int, to_version: int) -> DataFrame:
+        from medallion_assets.delta._read import read_added_rows
+
         columns = self.read(spark, path, version=to_version).schema
         if to_version <= after_version:
             return spark.createDataFrame([], columns)
+        # An append-only range (bronze) is read from its new files by Spark; others need
+        # the change data feed, which delta-rs builds on the driver.
+        added = read_added_rows(spark, path, after_version=after_version, to_version=to_version)
+        if added is not None:
+            return added.select(*columns.fieldNames())
         changes = self.for_path(spark, path).changes(startingVersion=after_version + 1, endingVersion=to_version)
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
 
@@ -476,6 +487,17 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
 
     def for_path(self, spark: SparkSession, path: str) -> Any:
         raise NotImplementedError("on Spark Connect the delta-spark engine speaks SQL; use the engine's operations")
+
+    def prepare_write(self, frame: DataFrame) -> DataFrame:
+        # A cast to a StringType object reaches a Connect server with an explicit
+        # UTF8_BINARY collation, which delta-spark stores as "string collate
+        # UTF8_BINARY": delta-rs and DuckDB cannot read such a table. A cast by
+        # its DDL name gives the plain string type.
+        with_strings = [f for f in frame.schema.fields if "string" in f.dataType.simpleString()]
+        if not with_strings:
+            return frame
+        recast = {f.name: F.col(f"`{f.name}`").cast(f.dataType.simpleString()).alias(f.name) for f in with_strings}
+        return frame.select(*(recast.get(name, F.col(f"`{name}`")) for name in frame.columns))
 
     def is_delta_table(self, spark: SparkSession, path: str) -> bool:
         from pyspark.errors import AnalysisException

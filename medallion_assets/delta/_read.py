@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import unquote
 
@@ -187,6 +187,71 @@ def read_delta(
     """
     snapshot = resolve_snapshot(path, version=version, timestamp=timestamp, storage_options=storage_options)
     return snapshot_dataframe(spark, snapshot, columns=columns)
+
+
+def read_added_rows(
+    spark: SparkSession,
+    path: str,
+    *,
+    after_version: int,
+    to_version: int,
+    storage_options: dict[str, str] | None = None,
+) -> DataFrame | None:
+    """The rows commits ``after_version + 1 .. to_version`` added, read by Spark's Parquet reader.
+
+    For a table that only grows (bronze), the rows added in a range of
+    versions are the rows of the files live at ``to_version`` that were not
+    live at ``after_version``. delta-rs lists both snapshots and the commits'
+    operations; Spark reads the new files, so the rows never pass through the
+    driver (a change data feed read builds them there). OPTIMIZE inside the
+    range is fine as long as it compacted only new files.
+
+    Args:
+        spark: the session to read with.
+        path: the table's location.
+        after_version: the last version already consumed (-1: none).
+        to_version: the last version to include.
+        storage_options: object-store options for delta-rs.
+
+    Returns:
+        The added rows in table column order, or ``None`` when a commit in
+        the range did more than append or compact (it removed a file live at
+        ``after_version``, or is an operation such as MERGE or DELETE): then
+        only the change data feed tells inserts from rewrites.
+
+    Example:
+        >>> new_rows = read_added_rows(spark, "lakehouse/bronze/orders_raw", after_version=4, to_version=7)
+    """
+    import deltalake
+
+    if to_version <= after_version:
+        return None
+    latest = deltalake.DeltaTable(path, storage_options=storage_options)
+    commits = [c for c in latest.history(latest.version() - after_version) if after_version < c["version"] <= to_version]
+    if len(commits) != to_version - after_version or not all(_only_adds_or_compacts(c) for c in commits):
+        return None
+    target = resolve_snapshot(path, version=to_version, storage_options=storage_options)
+    before = (
+        {f.path for f in resolve_snapshot(path, version=after_version, storage_options=storage_options).files}
+        if after_version >= 0 else set()
+    )
+    live = {f.path for f in target.files}
+    if not before <= live:
+        return None
+    return snapshot_dataframe(spark, replace(target, files=[f for f in target.files if f.path not in before]))
+
+
+def _only_adds_or_compacts(commit: dict) -> bool:
+    """Whether a commit (a ``history()`` entry) adds rows without removing any, or only compacts files."""
+    operation = commit.get("operation")
+    parameters = commit.get("operationParameters") or {}
+    if operation in ("CREATE TABLE", "OPTIMIZE"):
+        return True
+    if operation == "WRITE":
+        return str(parameters.get("mode", "")).lower() == "append"
+    if operation == "STREAMING UPDATE":
+        return str(parameters.get("outputMode", "")).lower() == "append"
+    return False
 
 
 # ---------------------------------------------------------------- input partitions (batch and stream reads)

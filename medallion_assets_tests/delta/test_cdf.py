@@ -146,3 +146,45 @@ def test_change_feed_argument_errors(spark, tmp_path):
         read_change_feed_batches(str(path), starting_version=50)
     cols = read_change_feed_batches(str(path), columns=["id"]).read_all()
     assert cols.column_names == ["id", "_change_type", "_commit_version", "_commit_timestamp"]
+
+
+def _append(path, ids):
+    write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]}), mode="append",
+                    configuration={"delta.enableChangeDataFeed": "true"})
+
+
+def test_added_rows_of_an_append_only_range_are_read_from_its_new_files(spark, tmp_path):
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.delta._read import read_added_rows
+
+    path = str(tmp_path / "t")
+    for ids in ([1, 2], [3], [4, 5], [6]):  # versions 0..3, each an append by delta-rs
+        _append(path, ids)
+    added = read_added_rows(spark, path, after_version=0, to_version=2)
+    assertDataFrameEqual(added, spark.createDataFrame([(3, "n3"), (4, "n4"), (5, "n5")], "id long, name string"))
+    # Spark scans exactly the files of versions 1 and 2: the rows never pass through the driver.
+    new_files = {f.split("/")[-1] for f in RsTable(path, version=2).file_uris()} - {
+        f.split("/")[-1] for f in RsTable(path, version=0).file_uris()}
+    assert {f.split("/")[-1] for f in added.inputFiles()} == new_files and len(new_files) == 2
+    assertDataFrameEqual(read_added_rows(spark, path, after_version=-1, to_version=0),
+                         spark.createDataFrame([(1, "n1"), (2, "n2")], "id long, name string"))
+
+
+def test_added_rows_defer_to_the_change_feed_when_a_commit_removed_data(spark, tmp_path):
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.delta._read import read_added_rows
+    from medallion_assets.engine import DeltaRsEngine
+
+    path = str(tmp_path / "t")
+    _append(path, [1, 2])
+    _append(path, [3])
+    RsTable(path).optimize.compact()  # version 2: compacts version 0's file with version 1's
+    _append(path, [4])
+    assert read_added_rows(spark, path, after_version=0, to_version=3) is None
+    # The engine then reads the change feed: OPTIMIZE replays nothing.
+    inserts = DeltaRsEngine().read_inserts(spark, path, after_version=0, to_version=3)
+    assertDataFrameEqual(inserts, spark.createDataFrame([(3, "n3"), (4, "n4")], "id long, name string"))
+    RsTable(path).delete("id = 4")  # version 4
+    assert read_added_rows(spark, path, after_version=3, to_version=4) is None
