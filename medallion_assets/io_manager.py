@@ -306,6 +306,7 @@ class DeltaTableClient:
             The version committed, or why nothing was committed.
         """
         _check_column_names(frame, path)
+        frame = self.engine.prepare_write(frame)
         if spec.mode not in ("append", "merge"):
             return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}), transaction)
         # An append or merge source is checked for rows before it is written, and a
