@@ -18,8 +18,6 @@ import sys
 
 import pytest
 
-from medallion_assets_tests.conftest import pending
-
 from medallion_assets.engine import plan_engine
 from medallion_assets_tests.deployments import connect_server, standalone_cluster
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
@@ -61,7 +59,6 @@ def test_pipeline_on_a_standalone_cluster(tmp_path):
     assert set(report["engines"].values()) == {engine}
 
 
-@pending  # seen failing: delta-spark stores Connect's string type as "string collate UTF8_BINARY"; delta-rs runs the server out of heap
 @pytest.mark.parametrize("engine", ["delta-spark", "delta-rs"])
 def test_pipeline_over_spark_connect(tmp_path, engine):
     # Both engines here: each has its own Connect route (Delta SQL; a Python data source on the server).
