@@ -72,34 +72,41 @@ def test_pipeline_over_spark_connect(tmp_path, engine):
     assert set(report["engines"].values()) == {engine}
 
 
+# The Connect client runs in a process of its own: this test session's process already
+# holds a regular SparkSession, and PySpark allows no remote session beside it.
+_WRITE_OVER_CONNECT = """
+import sys
+from pyspark.sql import SparkSession, functions as F, types as T
+from medallion_assets.io_manager import DeltaTableClient, WriteSpec
+
+remote, path = sys.argv[1:]
+spark = SparkSession.builder.remote(remote).getOrCreate()
+frame = spark.range(3).select(
+    F.col("id"), F.col("id").cast(T.StringType()).alias("name"),
+    F.array(F.col("id").cast(T.StringType())).alias("tags"),
+)
+client = DeltaTableClient(spark)
+assert client.engine.name == "delta-spark", client.engine.name
+client.write(frame, path, WriteSpec(mode="overwrite"))
+client.write(frame.where("id = 0"), path, WriteSpec(mode="append"))
+spark.stop()
+"""
+
+
 def test_tables_written_over_connect_by_delta_spark_are_readable_by_delta_rs(tmp_path):
     # A cast to a StringType object reaches the server with an explicit collation, which
     # delta-spark would store as "string collate UTF8_BINARY" (unreadable by delta-rs).
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    from medallion_assets.io_manager import DeltaTableClient, WriteSpec
     from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 
     jars = _delta_spark_jars()
     if jars is None:
         pytest.skip("delta-spark over Connect not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
     plan = plan_engine("delta-spark", jars=jars)
+    path = str(tmp_path / "t")
     with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
-        spark = SparkSession.builder.remote(remote).getOrCreate()
-        try:
-            frame = spark.range(3).select(
-                F.col("id"), F.col("id").cast(T.StringType()).alias("name"),
-                F.array(F.col("id").cast(T.StringType())).alias("tags"),
-            )
-            client = DeltaTableClient(spark)
-            assert client.engine.name == "delta-spark"
-            path = str(tmp_path / "t")
-            client.write(frame, path, WriteSpec(mode="overwrite"))
-            client.write(frame.where("id = 0"), path, WriteSpec(mode="append"))
-        finally:
-            spark.stop()
+        done = subprocess.run([sys.executable, "-c", _WRITE_OVER_CONNECT, remote, path],
+                              capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-6000:]
     rows = sorted(tuple(r.values()) for r in read_with_deltalake(path).to_pylist())
     assert rows == [(0, "0", ["0"]), (0, "0", ["0"]), (1, "1", ["1"]), (2, "2", ["2"])]
     assert read_with_duckdb(path).num_rows == 4
