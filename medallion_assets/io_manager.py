@@ -241,9 +241,7 @@ class DeltaTableClient:
 
     def latest_version(self, path: str) -> int | None:
         """The table's current version, or ``None`` if there is no table."""
-        if not self.exists(path):
-            return None
-        return self.engine.latest_commit(self.spark, path).version
+        return self._result(path).version
 
     def _result(self, path: str, skipped_reason: str | None = None) -> WriteResult:
         """The table's state after a write: one read of its newest commit."""
