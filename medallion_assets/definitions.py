@@ -19,14 +19,14 @@ from dagster import Definitions, definitions, in_process_executor, load_assets_f
 from medallion_assets.assets import bronze, landing, silver
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.jobs import jobs, schedules
-from medallion_assets.resources import lake_resource, spark_resource
+from medallion_assets.resources import kafka_resource, lake_resource, spark_resource
 
 
 def resources_for(deployment: str) -> dict[str, Any]:
     """Every resource the assets need, for one deployment."""
     spark = spark_resource(deployment)
     lake = lake_resource()
-    return {"spark": spark, "lake": lake, "io_manager": DeltaIOManager(spark=spark, lake=lake)}
+    return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": DeltaIOManager(spark=spark, lake=lake)}
 
 
 def build_definitions(deployment: str = "local") -> Definitions:

@@ -76,8 +76,13 @@ class EnginePlan:
     reason: str = ""
 
 
-def delta_spark_jar_files(location: str) -> list[str]:
-    """The jar files of ``DELTA_SPARK_JARS``: a folder of jars, or a comma list of jars.
+def jar_files(location: str, *, variable: str = "DELTA_SPARK_JARS", holds: str = "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*") -> list[str]:
+    """The jar files a variable names: a folder of jars, or a comma list of jars.
+
+    Args:
+        location: the variable's value.
+        variable: its name, for the error (``DELTA_SPARK_JARS``, ``KAFKA_SPARK_JARS``).
+        holds: which jars belong there, for the error.
 
     Raises:
         FileNotFoundError: a named file is missing, or the folder holds no jar.
@@ -87,14 +92,34 @@ def delta_spark_jar_files(location: str) -> list[str]:
         jars = sorted(glob.glob(os.path.join(entries[0], "*.jar")))
         if not jars:
             raise FileNotFoundError(
-                f"DELTA_SPARK_JARS names the folder {entries[0]!r}, which holds no .jar file; "
-                "put the delta-spark jars there (delta-spark, delta-storage, delta-kernel-*, unitycatalog-*)"
+                f"{variable} names the folder {entries[0]!r}, which holds no .jar file; put the jars there ({holds})"
             )
         return jars
     missing = [entry for entry in entries if not os.path.isfile(entry)]
     if missing:
-        raise FileNotFoundError(f"DELTA_SPARK_JARS names jars that do not exist: {', '.join(missing)}")
+        raise FileNotFoundError(f"{variable} names jars that do not exist: {', '.join(missing)}")
     return entries
+
+
+def delta_spark_jar_files(location: str) -> list[str]:
+    """The jar files of ``DELTA_SPARK_JARS`` (see :func:`jar_files`)."""
+    return jar_files(location)
+
+
+#: Session settings whose values are comma lists: two sources of jars add up, not replace.
+_LIST_SETTINGS = ("spark.jars", "spark.jars.packages")
+
+
+def merged_session_config(*configs: dict[str, str]) -> dict[str, str]:
+    """Session settings from several plans (Delta's, a connector's): jar lists joined, the rest by order."""
+    merged: dict[str, str] = {}
+    for config in configs:
+        for key, value in config.items():
+            if key in _LIST_SETTINGS and merged.get(key):
+                merged[key] = ",".join([merged[key], value])
+            else:
+                merged[key] = value
+    return merged
 
 
 def plan_engine(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +21,9 @@ from pyspark.sql.types import StructType
 from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.contract import BRONZE_STREAMS, LANDING_STREAMS
 from medallion_assets.resources import LakeResource
+
+if TYPE_CHECKING:
+    from medallion_assets.kafka import KafkaResource
 
 
 def bronze_stream_frame(
@@ -109,6 +112,70 @@ def start_bronze_stream(
     for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
         writer = writer.option(key, value)
     return writer.start(table_path)
+
+
+def start_kafka_stream(
+    spark: SparkSession,
+    lake: LakeResource,
+    kafka: KafkaResource,
+    *,
+    trigger: Mapping[str, Any] | None = None,
+    commit_metadata: Mapping[str, str] | None = None,
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Start the stream Kafka topic -> ``bronze.orders_kafka``.
+
+    Exactly-once as for the files: the checkpoint under
+    ``_checkpoints/orders_kafka`` records each batch's offset range before it
+    runs, and the Delta sink's app transaction makes a replayed batch commit
+    nothing. The broker and topic are checked first, so a broker that is down
+    or a topic that does not exist is a clear error before any batch is
+    planned; the checkpoint is untouched and the next run resumes from it.
+
+    Args:
+        spark: the session (``delta`` enabled, Spark's Kafka connector on it).
+        lake: gives the checkpoint and the table path.
+        kafka: the broker, topic and read options.
+        trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
+        commit_metadata: custom keys recorded in each Delta commit.
+        query_name: the streaming query's name (default ``bronze_orders_kafka``).
+
+    Raises:
+        KafkaError: no broker is configured, it does not answer, or it lacks the topic.
+    """
+    from medallion_assets.kafka import KAFKA_STREAM, latest_offsets
+    from medallion_assets.transforms import bronze
+
+    latest_offsets(kafka)
+    messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
+    frame = bronze.orders_kafka(messages)
+    table_path = lake.table_path(["bronze", KAFKA_STREAM])
+    engine = engine_for(spark)
+    _create_bronze_table(spark, engine, table_path, bronze.ORDERS_KAFKA_SCHEMA)
+    writer = (
+        frame.writeStream.format("delta")
+        .outputMode("append")
+        .queryName(query_name or f"bronze_{KAFKA_STREAM}")
+        .option("checkpointLocation", lake.checkpoint_dir(KAFKA_STREAM))
+        .trigger(**dict(trigger or {"availableNow": True}))
+    )
+    for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
+        writer = writer.option(key, value)
+    return writer.start(table_path)
+
+
+def ensure_kafka_table(spark: SparkSession, lake: LakeResource) -> str:
+    """Create the empty ``bronze.orders_kafka`` table if it is missing; its path.
+
+    A deployment without Kafka still has the table, empty, so silver reads
+    both sources the same way whatever the deployment delivers.
+    """
+    from medallion_assets.kafka import KAFKA_STREAM
+    from medallion_assets.transforms import bronze
+
+    path = lake.table_path(["bronze", KAFKA_STREAM])
+    _create_bronze_table(spark, engine_for(spark), path, bronze.ORDERS_KAFKA_SCHEMA)
+    return path
 
 
 def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, schema: StructType) -> None:

@@ -80,6 +80,15 @@ class SparkResource(LazyPySparkResource):
             "a machine without Maven access would wait on the download."
         ),
     )
+    kafka_connector_jars: str | None = Field(
+        default=None,
+        description="Local jars of Spark's Kafka connector (a folder or a comma list), for the Kafka bronze stream "
+        "on machines without Maven.",
+    )
+    kafka_connector_maven: bool = Field(
+        default=False,
+        description="Fetch Spark's Kafka connector from Maven (spark.jars.packages) when no jars are named.",
+    )
     python_workers_use_driver_interpreter: bool = Field(
         default=True,
         description=(
@@ -120,14 +129,17 @@ class SparkResource(LazyPySparkResource):
             return
         from pyspark.sql import SparkSession
 
-        from medallion_assets.engine import plan_engine, start_engine
+        from medallion_assets.engine import merged_session_config, plan_engine, start_engine
+        from medallion_assets.kafka import kafka_connector_config
 
         plan = plan_engine(
             self.delta_engine, jars=self.delta_spark_jars or None, maven=self.delta_spark_maven  # type: ignore[arg-type]
         )
         builder = SparkSession.builder.appName(self.app_name)
         builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
-        config = dict(plan.spark_config) if not self.remote else {}
+        connector = kafka_connector_config(jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven)
+        # A Connect client starts no JVM: its server carries the jars.
+        config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if plan.source and not self.remote and str(self.master).startswith("local"):
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, sized for
             # clusters; an embedded session has its cores. Clusters keep Delta's default.
@@ -251,27 +263,61 @@ def lake_resource() -> LakeResource:
     return LakeResource()
 
 
-#: Environment variables of the Delta engine choice -> SparkResource fields.
+#: Environment variables of the Delta engine choice and the connectors' jars -> SparkResource fields.
 ENGINE_VARIABLES = {
     "MEDALLION_DELTA_ENGINE": "delta_engine",
     "DELTA_SPARK_JARS": "delta_spark_jars",
     "MEDALLION_DELTA_SPARK_MAVEN": "delta_spark_maven",
+    "KAFKA_SPARK_JARS": "kafka_connector_jars",
+    "MEDALLION_KAFKA_MAVEN": "kafka_connector_maven",
 }
+#: The switches among them: booleans, which ``EnvVar`` cannot carry.
+_SWITCHES = ("delta_spark_maven", "kafka_connector_maven")
 
 
 def engine_settings() -> dict[str, Any]:
-    """The engine fields of the Spark resource, from the variables that are set.
+    """The engine and connector fields of the Spark resource, from the variables that are set.
 
     Unset variables keep the resource's defaults (``auto``, no jars, no Maven).
-    The Maven switch is a boolean, which ``EnvVar`` cannot carry: it is read
-    when the definitions are built.
+    The Maven switches are booleans, which ``EnvVar`` cannot carry: they are
+    read when the definitions are built.
     """
-    settings: dict[str, Any] = {
-        field: EnvVar(name) for name, field in ENGINE_VARIABLES.items() if os.environ.get(name) and field != "delta_spark_maven"
-    }
-    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN"):
-        settings["delta_spark_maven"] = os.environ["MEDALLION_DELTA_SPARK_MAVEN"].strip().lower() in ("1", "true", "yes")
+    settings: dict[str, Any] = {}
+    for name, field in ENGINE_VARIABLES.items():
+        value = os.environ.get(name)
+        if not value:
+            continue
+        settings[field] = value.strip().lower() in ("1", "true", "yes") if field in _SWITCHES else EnvVar(name)
     return settings
+
+
+#: Environment variables of the Kafka source -> KafkaResource fields (all strings).
+KAFKA_VARIABLES = {
+    "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "bootstrap_servers",
+    "MEDALLION_KAFKA_TOPIC": "topic",
+    "MEDALLION_KAFKA_SECURITY_PROTOCOL": "security_protocol",
+    "MEDALLION_KAFKA_SASL_MECHANISM": "sasl_mechanism",
+    "MEDALLION_KAFKA_SASL_USERNAME": "sasl_username",
+    "MEDALLION_KAFKA_SASL_PASSWORD": "sasl_password",
+    "MEDALLION_KAFKA_STARTING_OFFSETS": "starting_offsets",
+}
+
+
+def kafka_resource(*, resolved: bool = False):
+    """The Kafka source of the deployment: fields from the ``MEDALLION_KAFKA_*`` variables that are set.
+
+    With none set the resource is unconfigured and the Kafka bronze table stays empty.
+
+    Args:
+        resolved: read the values now, for a process outside Dagster (the CLI), instead of
+            naming them with ``EnvVar`` for Dagster to resolve (and to keep out of the UI).
+    """
+    from medallion_assets.kafka import KafkaResource
+
+    return KafkaResource(**{
+        field: os.environ[name] if resolved else EnvVar(name)
+        for name, field in KAFKA_VARIABLES.items() if os.environ.get(name)
+    })
 
 
 def spark_resource(deployment: str) -> SparkResource:

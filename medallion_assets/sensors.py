@@ -45,12 +45,15 @@ from dagster import (
 )
 
 from medallion_assets.contract import BRONZE_STREAMS
+from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import (
+    KafkaLag,
     StreamHealth,
     StreamHealthPolicy,
     batch_schema_drift,
     delta_commits_of_query,
+    kafka_lag,
     landed_files,
     read_checkpoint,
     stream_health,
@@ -85,7 +88,7 @@ class StreamCursor:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def _health_events(stream: str, health: StreamHealth) -> list:
+def _health_events(stream: str, health: StreamHealth | KafkaLag) -> list:
     key = bronze_key(stream)
     metadata = health.metadata()
     description = "; ".join(health.problems) or "stream healthy: no stalled batch, backlog within bounds"
@@ -117,20 +120,23 @@ def build_checkpoint_sensor(
         target: what the requested runs materialize (default: everything downstream of the bronze asset).
         default_status: whether the sensor runs without being switched on.
     """
-    if stream not in BRONZE_STREAMS:
-        raise ValueError(f"unknown stream {stream!r}; expected one of {BRONZE_STREAMS}")
+    if stream not in (*BRONZE_STREAMS, KAFKA_STREAM):
+        raise ValueError(f"unknown stream {stream!r}; expected one of {(*BRONZE_STREAMS, KAFKA_STREAM)}")
     policy = policy or StreamHealthPolicy()
     key = bronze_key(stream)
+    from_kafka = stream == KAFKA_STREAM
 
-    @sensor(
+    options = dict(
         name=f"{stream}_checkpoint_sensor",
         minimum_interval_seconds=minimum_interval_seconds,
         target=target or AssetSelection.assets(key).downstream(include_self=False),
         default_status=default_status,
         description=f"Reports micro-batches of the {stream} stream committed since its cursor as bronze "
-                    "materializations, requests silver and gold, and reports the stream's lag.",
+                    "materializations, requests silver and gold, and reports the stream's "
+                    + ("consumer lag." if from_kafka else "lag."),
     )
-    def _checkpoint_sensor(context: SensorEvaluationContext, lake: LakeResource):
+
+    def evaluate(context: SensorEvaluationContext, lake: LakeResource, kafka: KafkaResource | None):
         cursor = StreamCursor.parse(context.cursor)
         checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
         if checkpoint.query_id is None:
@@ -148,33 +154,45 @@ def build_checkpoint_sensor(
                                              after_batch=cursor.last_batch)
             for batch in new_batches:
                 commit = commits.get(batch)
-                files = checkpoint.input_files(batch)
                 rows = commit.rows if commit else 0
                 rows_total += rows
                 metadata = {
                     "batch_id": batch,
-                    "input_files": len(files),
                     "rows": rows,
                     "delta_version": commit.delta_version if commit else -1,
                     "query_id": checkpoint.query_id,
-                    "files": MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]]),
                 }
-                drift = batch_schema_drift(files, stream)
-                metadata["schema_drift_rows"] = drift.rows
-                if drift.fields:
-                    metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)
+                if from_kafka:
+                    # topic -> partition -> [first, end) of the batch.
+                    metadata["offset_ranges"] = MetadataValue.json(checkpoint.kafka_range(batch))
+                else:
+                    files = checkpoint.input_files(batch)
+                    metadata["input_files"] = len(files)
+                    metadata["files"] = MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]])
+                    drift = batch_schema_drift(files, stream)
+                    metadata["schema_drift_rows"] = drift.rows
+                    if drift.fields:
+                        metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)
                 if commit and commit.timestamp_ms:
                     metadata["committed_at"] = MetadataValue.timestamp(commit.timestamp_ms / 1000)
                 events.append(AssetMaterialization(
                     asset_key=key, description=f"micro-batch {batch} of the {stream} stream", metadata=metadata,
                 ))
             cursor.last_batch = new_batches[-1]
-        health = stream_health(lake, stream, policy)
+        if from_kafka:
+            health = kafka_lag(lake, kafka) if kafka is not None and kafka.configured else None
+        else:
+            health = stream_health(lake, stream, policy)
         now = time.time()
-        if new_batches or health.passed != cursor.health_passed or now - cursor.health_reported_at >= health_report_seconds:
+        if health is not None and (
+            new_batches or health.passed != cursor.health_passed
+            or now - cursor.health_reported_at >= health_report_seconds
+        ):
             events.extend(_health_events(stream, health))
             cursor.health_passed = health.passed
             cursor.health_reported_at = now
+        elif health is None and new_batches:
+            events.append(AssetObservation(asset_key=key, description="no Kafka source configured: lag not measured"))
         run_requests = []
         if new_batches and rows_total:
             run_requests.append(RunRequest(
@@ -183,6 +201,17 @@ def build_checkpoint_sensor(
             ))
         return SensorResult(run_requests=run_requests, asset_events=events, cursor=cursor.dump(),
                             skip_reason=None if (events or run_requests) else f"no new batch of {stream}")
+
+    if from_kafka:
+        @sensor(**options)
+        def _kafka_checkpoint_sensor(context: SensorEvaluationContext, lake: LakeResource, kafka: KafkaResource):
+            return evaluate(context, lake, kafka)
+
+        return _kafka_checkpoint_sensor
+
+    @sensor(**options)
+    def _checkpoint_sensor(context: SensorEvaluationContext, lake: LakeResource):
+        return evaluate(context, lake, None)
 
     return _checkpoint_sensor
 
@@ -206,6 +235,28 @@ def build_stream_health_check(stream: str, *, policy: StreamHealthPolicy | None 
         )
 
     return _stream_health
+
+
+def build_kafka_lag_check():
+    """The ``stream_health`` check of ``bronze.orders_kafka``: consumer lag per partition against its limits."""
+
+    @asset_check(
+        asset=bronze_key(KAFKA_STREAM),
+        name=HEALTH_CHECK_NAME,
+        description="Fails when the Kafka stream's consumer lag (the broker's latest offsets against the "
+                    "checkpoint's committed ones) passes the Kafka resource's max_lag_messages, or messages "
+                    "wait and no batch has committed for its stall_after_seconds.",
+    )
+    def _kafka_lag(lake: LakeResource, kafka: KafkaResource) -> AssetCheckResult:
+        if not kafka.configured:
+            return AssetCheckResult(passed=True, description="no Kafka source in this deployment: nothing to lag")
+        lag = kafka_lag(lake, kafka)
+        return AssetCheckResult(
+            passed=lag.passed, severity=AssetCheckSeverity.ERROR, metadata=lag.metadata(),
+            description="; ".join(lag.problems) or "consumer lag within bounds",
+        )
+
+    return _kafka_lag
 
 
 @dataclass
@@ -279,10 +330,10 @@ def build_landing_sensor(job, *, minimum_interval_seconds: int = 30,
 
 
 def stream_sensors(policy: StreamHealthPolicy | None = None) -> list:
-    """A checkpoint sensor per bronze stream."""
-    return [build_checkpoint_sensor(s, policy=policy) for s in BRONZE_STREAMS]
+    """A checkpoint sensor per bronze stream, the Kafka stream's included."""
+    return [build_checkpoint_sensor(s, policy=policy) for s in (*BRONZE_STREAMS, KAFKA_STREAM)]
 
 
 def stream_health_checks(policy: StreamHealthPolicy | None = None) -> list:
-    """A ``stream_health`` check per bronze stream asset."""
-    return [build_stream_health_check(s, policy=policy) for s in BRONZE_STREAMS]
+    """A ``stream_health`` check per bronze stream asset (consumer lag for the Kafka stream)."""
+    return [*(build_stream_health_check(s, policy=policy) for s in BRONZE_STREAMS), build_kafka_lag_check()]

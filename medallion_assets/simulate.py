@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Literal, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +59,13 @@ from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, REF
 CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
 
 STATE_FILE_NAME = "_simulator_state.json"
+
+#: Where order event files go when they are published to Kafka only: a record of what
+#: was published, out of the file stream's folder (Spark skips names starting with ``_``).
+PUBLISHED_FOLDER = "_published"
+
+#: Where a batch's order events go: landed files, Kafka messages (one per line), or both.
+OrderEventsTo = Literal["files", "kafka", "both"]
 
 #: Source rows (orders or customers) planned together from one random stream.
 #: Part of what a seed means: changing it changes every delivery.
@@ -1158,8 +1165,16 @@ def _land_orders(targets: Sequence[Path], folder: Path, plan: SimulationPlan, ba
     return list(targets)
 
 
-def _land_batch(landing: Path, plan: SimulationPlan, folder: Path, batch_index: int) -> list[Path]:
-    """Write one batch's files; references, then customers, then orders become visible."""
+def _land_batch(
+    landing: Path, plan: SimulationPlan, folder: Path, batch_index: int,
+    order_events_to: OrderEventsTo = "files", publish: Callable[[Sequence[Path]], Any] | None = None,
+) -> list[Path]:
+    """Write one batch's files; references, then customers, then orders become visible.
+
+    With ``order_events_to`` ``kafka`` the order files are written under
+    ``_published/`` and every line is published by ``publish``; with ``both``
+    they land and are published.
+    """
     number = batch_index + 1
     written = [
         _land_snapshot(landing / "reference" / name / f"batch-{number:05d}.parquet", folder, name, older)
@@ -1169,11 +1184,19 @@ def _land_batch(landing: Path, plan: SimulationPlan, folder: Path, batch_index: 
     written.append(_land_customers(
         landing / customers.folder / f"batch-{number:05d}{customers.suffix}", folder, plan, batch_index
     ))
+    order_folder = landing / (PUBLISHED_FOLDER if order_events_to == "kafka" else "") / orders.folder
+    order_folder.mkdir(parents=True, exist_ok=True)
     targets = [
-        landing / orders.folder / f"batch-{number:05d}-{part + 1:03d}{orders.suffix}" for part in range(plan.files_per_batch)
+        order_folder / f"batch-{number:05d}-{part + 1:03d}{orders.suffix}" for part in range(plan.files_per_batch)
     ]
-    written += _land_orders(targets, folder, plan, batch_index)
-    return written
+    order_files = _land_orders(targets, folder, plan, batch_index)
+    if order_events_to != "files":
+        if publish is None:
+            raise ValueError(f"order events to {order_events_to!r} needs a Kafka publisher")
+        # Before the state moves on: a failed publish lands the batch again next time
+        # (a redelivery, which silver deduplicates), never skips it.
+        publish(order_files)
+    return written + order_files
 
 
 def _read_state(landing: Path, plan: SimulationPlan) -> int:
@@ -1214,6 +1237,8 @@ def land_next_batch(
     work_dir: Path | str | None = None,
     noise: NoiseRates | None = None,
     files_per_batch: int = 2,
+    order_events_to: OrderEventsTo = "files",
+    publish: Callable[[Sequence[Path]], Any] | None = None,
 ) -> LandedBatch:
     """Land the next batch of the delivery into ``landing_dir``.
 
@@ -1225,9 +1250,13 @@ def land_next_batch(
         work_dir: Cache folder of the generated TPC-H data.
         noise: Noise rates; the defaults of :class:`NoiseRates` if None.
         files_per_batch: Order event files per batch.
+        order_events_to: ``files`` (landed), ``kafka`` (published by ``publish``,
+            the files kept under ``_published/``) or ``both``.
+        publish: Publishes the lines of order event files, e.g.
+            ``functools.partial(medallion_assets.kafka.publish_files, kafka)``.
 
     Returns:
-        The batch number and the files made visible.
+        The batch number and the files written.
 
     Raises:
         AllBatchesLandedError: When every batch of the plan is landed.
@@ -1238,7 +1267,7 @@ def land_next_batch(
     landed = _read_state(landing, plan)
     if landed >= plan.batches:
         raise AllBatchesLandedError(f"all {plan.batches} batches are already landed in {landing}")
-    files = _land_batch(landing, plan, tpch_folder(work_dir, plan.scale_factor), landed)
+    files = _land_batch(landing, plan, tpch_folder(work_dir, plan.scale_factor), landed, order_events_to, publish)
     _write_state(landing, plan, landed + 1)
     return LandedBatch(batch=landed + 1, batches=plan.batches, files=tuple(files))
 
@@ -1252,6 +1281,8 @@ def land_all(
     work_dir: Path | str | None = None,
     noise: NoiseRates | None = None,
     files_per_batch: int = 2,
+    order_events_to: OrderEventsTo = "files",
+    publish: Callable[[Sequence[Path]], Any] | None = None,
 ) -> list[LandedBatch]:
     """Land every batch not landed yet (none if all are); see :func:`land_next_batch`."""
     landing = Path(landing_dir)
@@ -1262,7 +1293,7 @@ def land_all(
     folder = tpch_folder(work_dir, plan.scale_factor)
     results = []
     for batch_index in range(landed, plan.batches):
-        files = _land_batch(landing, plan, folder, batch_index)
+        files = _land_batch(landing, plan, folder, batch_index, order_events_to, publish)
         _write_state(landing, plan, batch_index + 1)
         results.append(LandedBatch(batch=batch_index + 1, batches=plan.batches, files=tuple(files)))
     return results
@@ -1289,6 +1320,11 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--all", action="store_true", help="land every remaining batch")
     parser.add_argument("--work-dir", default=None, help="cache folder for generated TPC-H data")
+    parser.add_argument(
+        "--order-events-to", choices=("files", "kafka", "both"), default="files",
+        help="land order events as files, publish them to Kafka (MEDALLION_KAFKA_BOOTSTRAP_SERVERS, "
+             "MEDALLION_KAFKA_TOPIC), or both",
+    )
     parser.set_defaults(func=simulate_command)
     return parser
 
@@ -1297,7 +1333,16 @@ def simulate_command(args: argparse.Namespace) -> int:
     """Run the ``simulate`` command; returns the process exit code."""
     lake_root = Path(args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT") or "lakehouse")
     landing = lake_root / "landing"
-    options = dict(scale_factor=args.scale_factor, batches=args.batches, seed=args.seed, work_dir=args.work_dir)
+    options = dict(scale_factor=args.scale_factor, batches=args.batches, seed=args.seed, work_dir=args.work_dir,
+                   order_events_to=args.order_events_to)
+    if args.order_events_to != "files":
+        import functools
+
+        from medallion_assets.kafka import publish_files
+        from medallion_assets.resources import kafka_resource
+
+        kafka = kafka_resource(resolved=True)
+        options["publish"] = functools.partial(publish_files, kafka)
     if args.all:
         landed = land_all(landing, **options)
     else:

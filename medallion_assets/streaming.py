@@ -34,7 +34,8 @@ from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
 from medallion_assets.contract import BRONZE_STREAMS, CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, unknown_order_fields
-from medallion_assets.resources import LakeResource, SparkResource, spark_resource
+from medallion_assets.kafka import KafkaResource
+from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, spark_resource
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,10 @@ class StreamRateLimit(Config):
 class ContinuousStreamsConfig(Config):
     """How the bronze streams run in continuous mode."""
 
-    streams: list[str] = Field(default_factory=lambda: list(BRONZE_STREAMS), description="Bronze streams to run.")
+    streams: list[str] = Field(
+        default_factory=lambda: [*BRONZE_STREAMS, "orders_kafka"],
+        description="Bronze streams to run; orders_kafka runs where the Kafka resource is configured.",
+    )
     trigger_interval: str = Field(
         default="10 seconds", description="Processing-time trigger: how often a micro-batch is planned."
     )
@@ -108,6 +112,7 @@ def run_continuous(
     log_progress: Callable[[str], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     install_signal_handlers: bool = True,
+    kafka=None,
 ) -> ContinuousRun:
     """Run the bronze streams with a processing-time trigger until stopped.
 
@@ -115,9 +120,12 @@ def run_continuous(
     main thread), when ``should_stop()`` turns true, after
     ``config.run_seconds``, or when a query fails (its error is raised after
     the others are stopped). Each stop waits for the running micro-batch, so
-    the checkpoint and the table agree when it returns.
+    the checkpoint and the table agree when it returns. ``orders_kafka``
+    runs when ``kafka`` (a :class:`~medallion_assets.kafka.KafkaResource`) is
+    configured, and is skipped with a log line otherwise.
     """
-    from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
+    from medallion_assets.kafka import KAFKA_STREAM
 
     say = log_progress or log.info
     stop = threading.Event()
@@ -148,6 +156,17 @@ def run_continuous(
 
     try:
         for stream in config.streams:
+            if stream == KAFKA_STREAM:
+                if kafka is None or not kafka.configured:
+                    say(f"{stream}: no Kafka source configured, not started")
+                    result.progress.pop(stream, None)
+                    continue
+                queries[stream] = start_kafka_stream(
+                    spark, lake, kafka, trigger={"processingTime": config.trigger_interval},
+                    query_name=f"bronze_{stream}_continuous",
+                )
+                say(f"{stream}: started on {kafka.describe()} (trigger every {config.trigger_interval})")
+                continue
             limits = config.rate_limits.get(stream, StreamRateLimit())
             queries[stream] = start_bronze_stream(
                 spark, lake, stream,
@@ -197,9 +216,9 @@ def run_continuous(
 
 @op(description="Run the bronze streams continuously (processing-time trigger) until the run is terminated.")
 def run_bronze_streams(context: OpExecutionContext, config: ContinuousStreamsConfig, spark: SparkResource,
-                       lake: LakeResource) -> None:
+                       lake: LakeResource, kafka: KafkaResource) -> None:
     """Dagster's side of continuous mode: terminating the run stops the streams cleanly."""
-    run_continuous(spark.spark_session, lake, config, log_progress=context.log.info)
+    run_continuous(spark.spark_session, lake, config, log_progress=context.log.info, kafka=kafka)
 
 
 @job(description="Continuous bronze ingestion: the streams run until this run is terminated; "
@@ -226,7 +245,9 @@ def add_stream_parser(subcommands) -> None:
                     "and stop cleanly on SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
-    parser.add_argument("--streams", nargs="+", default=list(BRONZE_STREAMS), choices=BRONZE_STREAMS, help="Streams to run.")
+    streams = [*BRONZE_STREAMS, "orders_kafka"]
+    parser.add_argument("--streams", nargs="+", default=streams, choices=streams,
+                        help="Streams to run (orders_kafka where MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
     parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
     parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
                         help="Per-stream cap on files per micro-batch (repeatable).")
@@ -252,8 +273,9 @@ def _stream_command(args) -> int:
     # DELTA_SPARK_JARS, MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
     deployment = os.environ.get("MEDALLION_DEPLOYMENT", "local")
     spark = spark_resource(deployment).process_config_and_initialize().spark_session
+    kafka = kafka_resource(resolved=True)
     try:
-        run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True))
+        run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True), kafka=kafka)
     finally:
         spark.stop()
     return 0
@@ -344,6 +366,44 @@ class Checkpoint:
             if name.isdigit() and int(name) > start:
                 seen.update(e["path"] for e in _log_entries(os.path.join(folder, name)))
         return seen
+
+    def source_offset(self, batch_id: int, source: int = 0) -> Any:
+        """The offset ``offsets/<batch_id>`` records for a source (for Kafka: topic -> partition -> next offset)."""
+        try:
+            entries = _log_entries(os.path.join(self.location, "offsets", str(batch_id)))
+        except FileNotFoundError:
+            return None
+        # After the version line: the batch metadata, then one offset per source.
+        return entries[1 + source] if len(entries) > 1 + source else None
+
+    def kafka_start_offsets(self, source: int = 0) -> dict[str, dict[str, int]]:
+        """The offsets a Kafka source started from when the checkpoint was created (``sources/<n>/0``)."""
+        path = os.path.join(self.location, "sources", str(source), "0")
+        try:
+            with open(path, "rb") as handle:
+                # A length/version prefix, then the JSON on the last line.
+                last = handle.read().splitlines()[-1]
+            return json.loads(last.decode("utf-8"))
+        except (FileNotFoundError, IndexError, ValueError):
+            return {}
+
+    def kafka_range(self, batch_id: int, source: int = 0) -> dict[str, dict[str, list[int]]]:
+        """topic -> partition -> ``[first, end)`` offsets of a Kafka batch."""
+        end = self.source_offset(batch_id, source) or {}
+        start = self.source_offset(batch_id - 1, source) if batch_id > 0 else None
+        start = start or self.kafka_start_offsets(source)
+        return {
+            topic: {p: [int(start.get(topic, {}).get(p, 0)), int(o)] for p, o in sorted(parts.items(), key=lambda i: int(i[0]))}
+            for topic, parts in end.items()
+        }
+
+    def kafka_committed_offsets(self, topic: str, source: int = 0) -> dict[int, int]:
+        """partition -> next offset to read, after the last committed batch (the start offsets if none)."""
+        if self.last_committed >= 0:
+            offsets = (self.source_offset(self.last_committed, source) or {}).get(topic, {})
+        else:
+            offsets = self.kafka_start_offsets(source).get(topic, {})
+        return {int(p): int(o) for p, o in offsets.items()}
 
 
 def _listdir(folder: str) -> list[str]:
@@ -482,6 +542,83 @@ def _same_uri(path: str) -> str:
     if path.startswith("file:/") and not path.startswith("file:///"):
         return "file:///" + path[len("file:/"):]
     return path
+
+
+@dataclass(frozen=True)
+class KafkaLag:
+    """Consumer lag of the Kafka stream per partition, and the verdict of its limits."""
+
+    stream: str
+    last_committed_batch: int
+    latest: dict[int, int]
+    """Partition -> the broker's next offset."""
+    committed: dict[int, int]
+    """Partition -> the checkpoint's next offset to read."""
+    seconds_since_commit: float | None
+    problems: list[str]
+
+    @property
+    def lag(self) -> dict[int, int]:
+        return {p: max(high - self.committed.get(p, 0), 0) for p, high in self.latest.items()}
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def metadata(self) -> dict[str, Any]:
+        from dagster import MetadataValue
+
+        return {
+            "last_committed_batch": self.last_committed_batch,
+            "consumer_lag": sum(self.lag.values()),
+            "consumer_lag_per_partition": MetadataValue.json({str(p): v for p, v in self.lag.items()}),
+            "latest_offsets": MetadataValue.json({str(p): v for p, v in self.latest.items()}),
+            "committed_offsets": MetadataValue.json({str(p): v for p, v in self.committed.items()}),
+            "seconds_since_commit": -1.0 if self.seconds_since_commit is None else round(self.seconds_since_commit, 1),
+        }
+
+
+def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLag:
+    """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
+
+    Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
+    messages wait and no batch has committed for ``kafka.stall_after_seconds``
+    (or a planned batch has not committed for that long), and when the broker
+    does not answer.
+    """
+    from medallion_assets.kafka import KAFKA_STREAM, KafkaError, watermark_offsets
+
+    now = time.time() if now is None else now
+    checkpoint = read_checkpoint(lake.checkpoint_dir(KAFKA_STREAM))
+    committed = checkpoint.kafka_committed_offsets(kafka.topic)
+    last_commit = checkpoint.commits.get(checkpoint.last_committed)
+    since = now - last_commit if last_commit is not None else None
+    problems: list[str] = []
+    try:
+        watermarks = watermark_offsets(kafka)
+    except KafkaError as error:
+        return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {}, committed, since, [str(error)])
+    # A partition the checkpoint has not read yet starts at the oldest offset the broker keeps.
+    committed = {p: committed.get(p, low) for p, (low, _) in watermarks.items()}
+    result = KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {p: high for p, (_, high) in watermarks.items()},
+                      committed, since, problems)
+    behind = sum(result.lag.values())
+    if behind > kafka.max_lag_messages:
+        problems.append(
+            f"consumer lag {behind} messages on {kafka.topic!r} (limit {kafka.max_lag_messages}): "
+            "the stream is not running or falls behind"
+        )
+    # Before the first commit only the lag limit applies: there is no commit to be late against.
+    if behind and since is not None and since > kafka.stall_after_seconds:
+        problems.append(
+            f"{behind} message(s) wait and no batch has committed for {since:.0f}s "
+            f"(limit {kafka.stall_after_seconds:.0f}s): the stream has stopped committing"
+        )
+    pending = checkpoint.pending()
+    if pending and now - checkpoint.offsets[pending[0]] > kafka.stall_after_seconds:
+        problems.append(f"batch {pending[0]} was planned {now - checkpoint.offsets[pending[0]]:.0f}s ago "
+                        "and has not committed: the stream is stalled or down")
+    return result
 
 
 # ---------------------------------------------------------------- schema drift

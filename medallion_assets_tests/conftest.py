@@ -57,10 +57,13 @@ def spark():
     """
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import plan_engine, start_engine
+    from medallion_assets.engine import merged_session_config, plan_engine, start_engine
+    from medallion_assets.kafka import kafka_connector_config
 
     engine = session_engine()
     plan = plan_engine(engine, jars=os.environ.get("DELTA_SPARK_JARS") if engine == "delta-spark" else None)  # type: ignore[arg-type]
+    # Spark's Kafka connector, when KAFKA_SPARK_JARS names it (the Kafka tests skip without it).
+    session_config = merged_session_config(plan.spark_config, kafka_connector_config(jars=os.environ.get("KAFKA_SPARK_JARS")))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master("local[2]")
@@ -72,7 +75,7 @@ def spark():
         .config("spark.driver.memory", "2g")
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
-    for key, value in plan.spark_config.items():
+    for key, value in session_config.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -27,7 +27,7 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     downstream = [gold.monthly_revenue, gold.pricing_summary, gold.forecasting_revenue_change]
     instance = DagsterInstance.ephemeral()
     result = materialize(
-        [bronze.orders_raw, silver.orders_and_lineitem, *downstream],
+        [bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem, *downstream],
         resources=resources_for("local"),
         instance=instance,
         raise_on_error=False,
@@ -66,7 +66,7 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     correction = order_event_line(2, "e4", event_time="1996-01-03T08:00:00Z", total="5.00")
     (orders_dir / "batch-00002-001.json").write_text(correction + "\n", encoding="utf-8")
     second = materialize(
-        [bronze.orders_raw, silver.orders_and_lineitem], resources=resources_for("local"), instance=instance
+        [bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem], resources=resources_for("local"), instance=instance
     )
     assert second.success
     orders = read_with_deltalake(lake / "silver" / "orders").to_pylist()

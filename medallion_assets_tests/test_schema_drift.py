@@ -30,7 +30,7 @@ def _land(lake, name: str, lines: list[str]) -> None:
 
 def _run(policy: str, instance: DagsterInstance):
     result = materialize(
-        [bronze.orders_raw, silver.orders_and_lineitem],
+        [bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem],
         resources=resources_for("local"),
         instance=instance,
         run_config={"ops": {"orders_and_lineitem": {"config": {"schema_drift": policy}}}},

@@ -1,14 +1,18 @@
-"""Bronze: landed files as delivered, plus ``_source_file`` and ``_ingested_at``.
+"""Bronze: landed files and Kafka messages as delivered, plus where and when they came in.
 
-Order events and customer changes stream in (``availableNow``: each run takes
-the files its checkpoint has not seen); reference snapshots are batch loads.
+Order events and customer changes stream in from landing/ (``availableNow``:
+each run takes the files its checkpoint has not seen); order events also
+stream in from a Kafka topic into a table of their own, ``bronze.orders_kafka``
+(each run takes the offsets its checkpoint has not committed); reference
+snapshots are batch loads.
 """
 
 
-from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, Output, asset
+from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, MetadataValue, Output, asset
 from pydantic import Field
 
-from medallion_assets.ingest import load_reference_snapshot, start_bronze_stream
+from medallion_assets.ingest import ensure_kafka_table, load_reference_snapshot, start_bronze_stream, start_kafka_stream
+from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
 from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms.bronze import REFERENCE_TABLES
@@ -59,6 +63,40 @@ orders_raw = _stream_asset("orders_raw", "Order event lines from landing/orders,
 customers_cdc = _stream_asset("customers_cdc", "Customer change rows from landing/customers, every column a string.")
 
 
+@asset(
+    key=["bronze", KAFKA_STREAM],
+    group_name="bronze",
+    # The simulator can publish its order events to the topic when it lands a batch.
+    deps=[AssetKey(["landing", "simulated_batch"])],
+    description="Order event messages from the Kafka topic, as delivered, with topic, partition, offset and "
+    "Kafka timestamp. Empty where the deployment has no Kafka source.",
+    metadata={"delta/write_mode": "append (Structured Streaming sink)"},
+)
+def orders_kafka(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource,
+                 kafka: KafkaResource) -> MaterializeResult:
+    session = spark.spark_session
+    client = DeltaTableClient(session)
+    if not kafka.configured:
+        path = ensure_kafka_table(session, lake)
+        return MaterializeResult(metadata={
+            **client.output_metadata(path), "new_rows": 0,
+            "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
+        })
+    context.log.info(f"reading {kafka.describe()}")
+    query = start_kafka_stream(session, lake, kafka, commit_metadata={"dagster_run_id": context.run_id})
+    query.awaitTermination()
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    ends = progress[-1]["sources"][0].get("endOffset") if progress else None
+    metadata = client.output_metadata(lake.table_path(["bronze", KAFKA_STREAM]))
+    return MaterializeResult(metadata={
+        **metadata,
+        "new_rows": sum(int(p["numInputRows"]) for p in progress),
+        "micro_batches": len(progress),
+        "kafka_topic": kafka.topic,
+        "kafka_end_offsets": MetadataValue.json(ends or {}),
+    })
+
+
 def _reference_asset(table: str):
     @asset(
         key=["bronze", table],
@@ -80,4 +118,4 @@ def _reference_asset(table: str):
 
 reference_assets = [_reference_asset(table) for table in REFERENCE_TABLES]
 
-bronze_assets = [orders_raw, customers_cdc, *reference_assets]
+bronze_assets = [orders_raw, customers_cdc, orders_kafka, *reference_assets]

@@ -1,9 +1,12 @@
 """Landing: an asset that lands the next simulated batch, so a fresh ``dagster dev`` has data."""
 
 
+from typing import Literal
+
 from dagster import Config, MaterializeResult, asset
 from pydantic import Field
 
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 
 
@@ -13,16 +16,24 @@ class SimulatedFeedConfig(Config):
     scale_factor: float = Field(default=0.01, description="TPC-H scale factor of the simulated delivery.")
     batches: int = Field(default=2, description="Number of batches the delivery is split into.")
     seed: int = Field(default=7, description="Seed of the delivery's noise.")
+    order_events_to: Literal["files", "kafka", "both"] = Field(
+        default="files",
+        description="Order events as landed files, as messages on the Kafka resource's topic (one per line), or both.",
+    )
 
 
 @asset(key=["landing", "simulated_batch"], group_name="landing", description="Lands the next batch of a noisy TPC-H feed under landing/.")
-def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource) -> MaterializeResult:
+def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
     """Land the next batch; when every batch is landed, land nothing and say so."""
+    import functools
+
+    from medallion_assets.kafka import publish_files
     from medallion_assets.simulate import AllBatchesLandedError, land_next_batch
 
     try:
         landed = land_next_batch(
-            lake.landing_dir, scale_factor=config.scale_factor, batches=config.batches, seed=config.seed
+            lake.landing_dir, scale_factor=config.scale_factor, batches=config.batches, seed=config.seed,
+            order_events_to=config.order_events_to, publish=functools.partial(publish_files, kafka),
         )
     except AllBatchesLandedError as done:
         return MaterializeResult(metadata={"landed_files": 0, "note": str(done)})

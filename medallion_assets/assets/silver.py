@@ -84,20 +84,24 @@ def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
         "lineitem": AssetOut(key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge"), is_required=False),
         "quarantine_orders": AssetOut(key=AssetKey(["quarantine", "orders"]), metadata=_QUARANTINE, is_required=False),
     },
-    ins={"orders_raw": AssetIn(key=AssetKey(["bronze", "orders_raw"]), metadata={READ: "changes"})},
+    ins={
+        "orders_raw": AssetIn(key=AssetKey(["bronze", "orders_raw"]), metadata={READ: "changes"}),
+        "orders_kafka": AssetIn(key=AssetKey(["bronze", "orders_kafka"]), metadata={READ: "changes"}),
+    },
     check_specs=[*check_specs(ORDERS, ORDERS_EXPECTATIONS), *check_specs(LINEITEM, LINEITEM_EXPECTATIONS)],
     group_name="silver",
     can_subset=False,
 )
-def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame):
-    """orders and lineitem: latest state per order (deletes applied), merged from new events."""
-    drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(orders_raw).collect()]
+def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, orders_kafka: DataFrame):
+    """orders and lineitem: latest state per order (deletes applied), merged from new events of either source."""
+    lines = T.order_lines(orders_raw, orders_kafka)
+    drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
     if config.schema_drift == "evolve":
         kept, ignored = T.keep_order_fields(drifted)
     else:
         kept, ignored = T.KeptOrderFields(), sorted(f"{level}.{field}" for level, field in set(drifted))
     drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
-    events, rejects = T.parse_order_events(orders_raw, kept)
+    events, rejects = T.parse_order_events(lines, kept)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))

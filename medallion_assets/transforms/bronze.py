@@ -27,7 +27,7 @@ from pathlib import PurePath
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
 from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES  # noqa: F401  (re-exported)
 
@@ -123,6 +123,46 @@ def customers_cdc(csv_rows: DataFrame) -> DataFrame:
         replaced by U+FFFD, which Spark's CSV reader has already done).
     """
     return with_ingestion_columns(csv_rows).select(*_as_valid_utf8(CUSTOMERS_CDC_SCHEMA))
+
+
+#: ``bronze.orders_kafka``: one row per Kafka message of the order topic, the
+#: value as delivered (made valid UTF-8 like a landed line), where it was in
+#: the topic, the broker's timestamp, and when it was ingested.
+ORDERS_KAFKA_SCHEMA = StructType(
+    [
+        StructField("value", StringType(), True),
+        StructField("key", StringType(), True),
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("kafka_timestamp", TimestampType(), True),
+        StructField("_ingested_at", TimestampType(), True),
+    ]
+)
+
+
+def orders_kafka(messages: DataFrame) -> DataFrame:
+    """``bronze.orders_kafka`` from ``spark.readStream.format("kafka")``.
+
+    Args:
+        messages: The Kafka source's DataFrame (``key`` and ``value`` binary,
+            ``topic``, ``partition``, ``offset``, ``timestamp``).
+
+    Returns:
+        A DataFrame with :data:`ORDERS_KAFKA_SCHEMA`'s columns. ``value`` and
+        ``key`` are the bytes as text, any bytes that are not UTF-8 replaced by
+        U+FFFD, as for a landed line (a cast alone would keep them, and the
+        Parquet writer would refuse the batch).
+    """
+    return messages.select(
+        F.make_valid_utf8(F.col("value").cast("string")).alias("value"),
+        F.make_valid_utf8(F.col("key").cast("string")).alias("key"),
+        F.col("topic").cast("string").alias("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.current_timestamp().alias("_ingested_at"),
+    )
 
 
 def is_visible_data_file(name: str) -> bool:

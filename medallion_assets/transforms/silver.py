@@ -215,6 +215,29 @@ def _not_json_object(text: Column) -> Column:
     return ~F.ltrim(text).startswith("{")
 
 
+def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame) -> DataFrame:
+    """Order event lines from both bronze sources, in ``bronze.orders_raw``'s shape.
+
+    A Kafka message's origin goes where a landed line's file goes, as
+    ``kafka://<topic>/<partition>/<offset>``, so a rejected message is
+    quarantined with its partition and offset and everything after this
+    treats both sources alike.
+
+    Args:
+        orders_raw: ``value``, ``_source_file``, ``_ingested_at`` (landed files).
+        orders_kafka: ``value``, ``topic``, ``partition``, ``offset``, ``_ingested_at`` (Kafka).
+
+    Returns:
+        ``value``, ``_source_file``, ``_ingested_at``: the rows of both.
+    """
+    origin = F.concat(
+        F.lit("kafka://"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
+        F.lit("/"), F.col("offset").cast("string"),
+    )
+    from_kafka = orders_kafka.select("value", origin.alias("_source_file"), "_ingested_at")
+    return orders_raw.select("value", "_source_file", "_ingested_at").unionByName(from_kafka)
+
+
 def parse_order_events(
     orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()
 ) -> tuple[DataFrame, DataFrame]:
