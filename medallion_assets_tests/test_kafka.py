@@ -1,0 +1,267 @@
+"""Order events from Kafka: a real broker on 127.0.0.1 (Tansu), Spark's Kafka connector, real Dagster runs.
+
+* A noisy TPC-H delivery published to a three-partition topic goes through
+  the whole pipeline; silver equals the landing contract's state and gold
+  equals DuckDB's TPC-H answers; a second publish and run takes only the new
+  messages; bad messages are quarantined with their partition and offset.
+* The consumer-lag check goes red when the stream falls behind or stops
+  committing, and green when it catches up; the checkpoint sensor reports
+  each batch's offset ranges.
+* A broker that is down and a topic that does not exist are clear errors
+  that leave the checkpoint untouched.
+* The Kafka ingest killed (SIGKILL) after a batch's Delta commit and before
+  its checkpoint commit, and while a batch writes, ends with every message
+  once.
+
+Skipped, saying why, where Spark's Kafka connector jars (``KAFKA_SPARK_JARS``)
+or the broker are missing (see the ``kafka_broker`` fixture).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import deltalake
+import pytest
+from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
+
+from medallion_assets.kafka import KAFKA_STREAM, KafkaError, KafkaResource, publish_files, publish_lines, watermark_offsets
+from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.streaming import kafka_lag, read_checkpoint
+from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.kafka_broker import free_port
+from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+
+
+def _bronze_messages(table: str, reader) -> Counter:
+    rows = reader(table).to_pylist()
+    return Counter((r["partition"], r["offset"], r["value"]) for r in rows)
+
+
+def _published_messages(kafka: KafkaResource) -> Counter:
+    """Every message of the topic, read back with the Python client (not Spark)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    ends = {p: high for p, (_, high) in watermark_offsets(kafka).items()}
+    consumer = Consumer({**kafka.client_config(), "group.id": "test-reader", "enable.auto.commit": "false"})
+    consumer.assign([TopicPartition(kafka.topic, p, 0) for p in ends])
+    found: Counter = Counter()
+    deadline = time.monotonic() + 60
+    while sum(found.values()) < sum(ends.values()) and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and message.error() is None:
+            found[(message.partition(), message.offset(), message.value().decode("utf-8", "replace"))] += 1
+    consumer.close()
+    assert sum(found.values()) == sum(ends.values()), "read every published message back"
+    return found
+
+
+def _resources(spark_session, lake: LakeResource, kafka: KafkaResource) -> dict:
+    from medallion_assets.io_manager import DeltaIOManager
+
+    spark = SparkResource()
+    return {"spark": spark, "lake": lake, "kafka": kafka, "io_manager": DeltaIOManager(spark=spark, lake=lake)}
+
+
+def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp_path):
+    from medallion_assets.ingest import start_kafka_stream
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    missing = KafkaResource(bootstrap_servers=kafka_broker.bootstrap, topic="no-such-topic")
+    with pytest.raises(KafkaError, match="topic 'no-such-topic' does not exist"):
+        start_kafka_stream(spark, lake, missing)
+    down = KafkaResource(bootstrap_servers=f"127.0.0.1:{free_port()}", topic="orders")
+    with pytest.raises(KafkaError, match="did not answer"):
+        watermark_offsets(down, timeout_seconds=3)
+    assert not os.path.exists(lake.checkpoint_dir(KAFKA_STREAM)), "nothing was planned"
+    with pytest.raises(KafkaError, match="MEDALLION_KAFKA_BOOTSTRAP_SERVERS"):
+        watermark_offsets(KafkaResource())
+
+
+def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
+    from medallion_assets.assets.bronze import orders_kafka
+    from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
+
+    kafka = kafka_broker.topic(max_lag_messages=5, stall_after_seconds=2)
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    lines = [json.dumps({"event_id": f"e{i}", "n": i}).encode() for i in range(30)] + [b"not json", b"\xff\xfe"]
+    publish_lines(kafka, lines)
+
+    behind = kafka_lag(lake, kafka)
+    assert not behind.passed and sum(behind.lag.values()) == 32, behind
+    assert "consumer lag 32 messages" in behind.problems[0]
+
+    instance = DagsterInstance.ephemeral()
+    check = build_kafka_lag_check()
+    run = materialize([orders_kafka, check], resources=_resources(spark, lake, kafka), instance=instance)
+    [evaluation] = run.get_asset_check_evaluations()
+    assert evaluation.passed, evaluation.description
+    assert evaluation.metadata["consumer_lag"].value == 0
+    table = lake.table_path(["bronze", KAFKA_STREAM])
+    assert _bronze_messages(table, read_with_duckdb) == _published_messages(kafka)
+
+    sensor = build_checkpoint_sensor(KAFKA_STREAM)
+    context = build_sensor_context(instance=instance, resources={"lake": lake, "kafka": kafka})
+    result = sensor(context)
+    materializations = [e for e in result.asset_events if type(e).__name__ == "AssetMaterialization"]
+    ranges = [m.metadata["offset_ranges"].value[kafka.topic] for m in materializations]
+    covered = Counter()
+    for batch in ranges:
+        for partition, (first, end) in batch.items():
+            covered[int(partition)] += end - first
+    assert dict(covered) == {p: high for p, high in kafka_lag(lake, kafka).latest.items()}
+    assert sum(m.metadata["rows"].value for m in materializations) == 32
+    assert result.run_requests, "new batches request silver and gold"
+
+    # The stream stops committing: fewer messages than the lag limit, but older than the stall limit.
+    publish_lines(kafka, [b'{"late": 1}', b'{"late": 2}'])
+    time.sleep(3)
+    stalled = kafka_lag(lake, kafka)
+    assert not stalled.passed and any("stopped committing" in p for p in stalled.problems), stalled
+    run = materialize([orders_kafka, check], resources=_resources(spark, lake, kafka), instance=instance)
+    assert run.get_asset_check_evaluations()[0].passed
+    # The sensor's next tick reports only the new batch, starting where the last one ended.
+    context = build_sensor_context(instance=instance, cursor=result.cursor, resources={"lake": lake, "kafka": kafka})
+    later = [e for e in sensor(context).asset_events if type(e).__name__ == "AssetMaterialization"]
+    assert sum(m.metadata["rows"].value for m in later) == 2
+    for partition, (first, end) in later[0].metadata["offset_ranges"].value[kafka.topic].items():
+        assert first == max(b.get(partition, [0, 0])[1] for b in ranges)
+
+
+# ---------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypatch):
+    from medallion_assets import simulate
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets_tests.test_end_to_end import (
+        assert_checks_pass,
+        assert_gold_matches_duckdb,
+        assert_silver_matches_contract,
+        materialize_everything,
+    )
+
+    kafka = kafka_broker.topic(partitions=3)
+    lake = tmp_path / "lake"
+    monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
+    monkeypatch.setenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    monkeypatch.setenv("MEDALLION_KAFKA_TOPIC", kafka.topic)
+    defs = build_definitions("local")
+    instance = DagsterInstance.ephemeral()
+    land = dict(scale_factor=0.01, batches=2, seed=13, order_events_to="kafka",
+                publish=functools.partial(publish_files, kafka))
+    table = str(lake / "bronze" / KAFKA_STREAM)
+
+    def published_lines(batch) -> int:
+        return sum(1 for f in batch.files if f.suffix == ".json" for line in f.open("rb") if line.strip())
+
+    # The contract's state is computed from what was published (kept under landing/_published).
+    contract_view = tmp_path / "published-landing"
+    contract_view.mkdir()
+    (lake / "landing").mkdir(parents=True, exist_ok=True)
+    for name, target in (("orders", lake / "landing" / simulate.PUBLISHED_FOLDER / "orders"),
+                         ("customers", lake / "landing" / "customers"), ("reference", lake / "landing" / "reference")):
+        (contract_view / name).symlink_to(target, target_is_directory=True)
+
+    batch1 = simulate.land_next_batch(lake / "landing", **land)
+    assert not list((lake / "landing" / "orders").glob("*.json")) if (lake / "landing" / "orders").exists() else True
+    run1 = materialize_everything(defs, instance)
+    assert_checks_pass(run1)
+    assert_silver_matches_contract(lake, landing=contract_view)
+    assert_gold_matches_duckdb(lake)
+    first_version = deltalake.DeltaTable(table).version()
+    ends_after_1 = kafka_lag(LakeResource(root=str(lake)), kafka).committed
+
+    batch2 = simulate.land_next_batch(lake / "landing", **land)
+    run2 = materialize_everything(defs, instance)
+    assert_checks_pass(run2)
+    assert_silver_matches_contract(lake, landing=contract_view)
+    assert_gold_matches_duckdb(lake)
+
+    # Bronze holds every published message once, as delivered.
+    assert _bronze_messages(table, read_with_deltalake) == _published_messages(kafka)
+    # The second run took only the second publish.
+    [m2] = [m for m in run2.get_asset_materialization_events() if m.asset_key == AssetKey(["bronze", KAFKA_STREAM])]
+    assert m2.materialization.metadata["new_rows"].value == published_lines(batch2)
+    assert deltalake.DeltaTable(table).version() > first_version
+    added = deltalake.DeltaTable(table).load_cdf(starting_version=first_version + 1).read_all().to_pylist()
+    assert len(added) == published_lines(batch2)
+    assert all(r["offset"] >= ends_after_1[r["partition"]] for r in added)
+    assert published_lines(batch1) + published_lines(batch2) == deltalake.DeltaTable(table).to_pyarrow_table().num_rows
+
+    # Bad messages are quarantined with their partition and offset.
+    quarantined = [r for r in read_with_deltalake(lake / "quarantine" / "orders").to_pylist()
+                   if (r["_source_file"] or "").startswith("kafka://")]
+    assert quarantined, "the noisy delivery has bad lines"
+    by_position = {(r["partition"], r["offset"]): r["value"] for r in read_with_deltalake(table).to_pylist()}
+    for row in quarantined[:50]:
+        topic, partition, offset = row["_source_file"][len("kafka://"):].rsplit("/", 2)
+        assert topic == kafka.topic
+        assert json.loads(row["record"])["value"] == by_position[(int(partition), int(offset))]
+
+
+# ---------------------------------------------------------------- crash recovery
+
+
+def _start_ingest(root: Path, kafka: KafkaResource, per_batch: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "MEDALLION_KAFKA_TOPIC": kafka.topic}
+    log = root.parent / f"run-{len(list(root.parent.glob('run-*.log')))}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "medallion_assets_tests.ingest_runner", str(root), KAFKA_STREAM, str(per_batch)],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+    )
+    proc.log = log
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.both_engines
+@pytest.mark.timeout(1800)
+def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_engine):
+    kafka = kafka_broker.topic(partitions=3)
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    table = lake.table_path(["bronze", KAFKA_STREAM])
+    ckpt = lake.checkpoint_dir(KAFKA_STREAM)
+    watch = StreamWatch(ckpt, table)
+
+    def txn_version() -> int | None:
+        return deltalake.DeltaTable(table).transaction_version(read_checkpoint(ckpt).query_id)
+
+    # 1. After batch 1's Delta commit, before Spark's checkpoint commit of batch 1 (30 messages a batch).
+    publish_lines(kafka, [json.dumps({"event_id": f"a{i}"}).encode() for i in range(60)])
+    kill_when(_start_ingest(root, kafka, 30), watch, lambda s: s.txn is not None and s.txn >= 1,
+              what="batch 1's Delta commit")
+    state = read_checkpoint(ckpt)
+    assert max(state.offsets) == 1, f"nothing after batch 1 can be planned: {state}"
+    undo_checkpoint_commit(ckpt, 1)
+    assert 1 not in read_checkpoint(ckpt).commits and txn_version() == 1
+
+    # 2. While batch 2's tasks write: a large batch, killed once a data file no commit adds appears.
+    publish_lines(kafka, [json.dumps({"event_id": f"b{i}", "pad": "x" * 300}).encode() for i in range(20_000)])
+    earlier_orphans = watch.look().uncommitted
+    kill_when(_start_ingest(root, kafka, 100_000), watch,
+              lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
+              what="batch 2's tasks writing")
+    assert txn_version() == 1, "killed before batch 2's Delta commit"
+
+    # 3. A clean run to the end.
+    publish_lines(kafka, [b"not json", json.dumps({"event_id": "c0"}).encode()])
+    proc = _start_ingest(root, kafka, 100_000)
+    assert proc.wait(timeout=900) == 0, f"see {proc.log}"
+
+    published = _published_messages(kafka)
+    assert _bronze_messages(table, read_with_deltalake) == published
+    assert _bronze_messages(table, read_with_duckdb) == published
+    assert read_checkpoint(ckpt).pending() == []
+    assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
+    assert sink_engines(table) == {delta_engine}, "the runs used the test session's engine"
