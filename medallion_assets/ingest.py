@@ -99,19 +99,8 @@ def start_bronze_stream(
     frame = bronze_stream_frame(
         spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
-    table_path = lake.table_path(["bronze", stream_name])
-    engine = engine_for(spark)
-    _create_bronze_table(spark, engine, table_path, frame.schema)
-    writer = (
-        frame.writeStream.format("delta")
-        .outputMode("append")
-        .queryName(query_name or f"bronze_{stream_name}")
-        .option("checkpointLocation", lake.checkpoint_dir(stream_name))
-        .trigger(**dict(trigger or {"availableNow": True}))
-    )
-    for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
-        writer = writer.option(key, value)
-    return writer.start(table_path)
+    return _start_bronze_sink(spark, lake, stream_name, frame, frame.schema, trigger=trigger,
+                              commit_metadata=commit_metadata, query_name=query_name)
 
 
 def start_kafka_stream(
@@ -149,14 +138,30 @@ def start_kafka_stream(
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
     frame = bronze.orders_kafka(messages)
-    table_path = lake.table_path(["bronze", KAFKA_STREAM])
+    return _start_bronze_sink(spark, lake, KAFKA_STREAM, frame, bronze.ORDERS_KAFKA_SCHEMA, trigger=trigger,
+                              commit_metadata=commit_metadata, query_name=query_name)
+
+
+def _start_bronze_sink(
+    spark: SparkSession,
+    lake: LakeResource,
+    stream_name: str,
+    frame: DataFrame,
+    schema: StructType,
+    *,
+    trigger: Mapping[str, Any] | None,
+    commit_metadata: Mapping[str, str] | None,
+    query_name: str | None,
+) -> StreamingQuery:
+    """Append a bronze stream to its Delta table, checkpointed under ``_checkpoints/<stream_name>``."""
+    table_path = lake.table_path(["bronze", stream_name])
     engine = engine_for(spark)
-    _create_bronze_table(spark, engine, table_path, bronze.ORDERS_KAFKA_SCHEMA)
+    _create_bronze_table(spark, engine, table_path, schema)
     writer = (
         frame.writeStream.format("delta")
         .outputMode("append")
-        .queryName(query_name or f"bronze_{KAFKA_STREAM}")
-        .option("checkpointLocation", lake.checkpoint_dir(KAFKA_STREAM))
+        .queryName(query_name or f"bronze_{stream_name}")
+        .option("checkpointLocation", lake.checkpoint_dir(stream_name))
         .trigger(**dict(trigger or {"availableNow": True}))
     )
     for key, value in engine.commit_metadata_options(commit_metadata or {}).items():

@@ -470,8 +470,18 @@ def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) 
     return found
 
 
+class _Verdict:
+    """A health verdict: it passes when no problem was found."""
+
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
 @dataclass(frozen=True)
-class StreamHealth:
+class StreamHealth(_Verdict):
     """Backlog and stall figures of one stream, and the verdict of the policy."""
 
     stream: str
@@ -481,10 +491,6 @@ class StreamHealth:
     backlog_files: int
     oldest_backlog_age_seconds: float
     problems: list[str]
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -545,7 +551,7 @@ def _same_uri(path: str) -> str:
 
 
 @dataclass(frozen=True)
-class KafkaLag:
+class KafkaLag(_Verdict):
     """Consumer lag of the Kafka stream per partition, and the verdict of its limits."""
 
     stream: str
@@ -560,10 +566,6 @@ class KafkaLag:
     @property
     def lag(self) -> dict[int, int]:
         return {p: max(high - self.committed.get(p, 0), 0) for p, high in self.latest.items()}
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
     def metadata(self) -> dict[str, Any]:
         from dagster import MetadataValue
