@@ -10,9 +10,10 @@
 The IO manager, the bronze streams and table maintenance talk to a table
 through :class:`DeltaEngine`; everything they need that the two connectors do
 not spell the same way (time travel, incremental reads, commit metadata, the
-facts of the last commit) lives here, once per engine. Both ``DeltaTable``
-classes share delta-spark's surface (``forPath``, ``merge``, ``optimize``,
-``vacuum``, ``detail``, ``createIfNotExists``), so callers use them directly.
+facts of the last commit, a version's files, bytes and rows) lives here, once
+per engine. Both ``DeltaTable`` classes share delta-spark's surface
+(``forPath``, ``merge``, ``optimize``, ``vacuum``, ``detail``,
+``createIfNotExists``), so callers use them directly.
 
 The engine is decided when the session is built (:func:`plan_engine` adds the
 jars and settings) and read back from the session (:func:`engine_for`): a
@@ -251,6 +252,28 @@ class TableDetail:
 
 
 @dataclass(frozen=True)
+class TableState:
+    """One version of a table as its Delta log describes it, and a DataFrame reading that version.
+
+    Attributes:
+        version: the version described.
+        num_files: live data files.
+        size_bytes: their total size.
+        num_records: rows, summed over the files' statistics; ``None`` when a
+            file's statistics lack ``numRecords`` (count ``frame`` then).
+        partition_columns: the table's partition columns.
+        frame: the table at ``version``, resolved from the same snapshot.
+    """
+
+    version: int
+    num_files: int
+    size_bytes: int
+    num_records: int | None
+    partition_columns: list[str]
+    frame: DataFrame
+
+
+@dataclass(frozen=True)
 class MergeClause:
     """One ``WHEN`` clause of a MERGE into a target aliased ``t`` from a source aliased ``s``.
 
@@ -365,6 +388,18 @@ class DeltaEngine:
         """Files, size and partition columns of the current version."""
         return TableDetail.from_row(self.for_path(spark, path).detail().first().asDict(recursive=True))
 
+    def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
+        """Files, bytes, rows and partitioning of ``version``, from one lookup of its snapshot."""
+        raise NotImplementedError
+
+    def _state_from_detail(self, spark: SparkSession, path: str, version: int) -> TableState:
+        # DESCRIBE DETAIL speaks of the newest version only; right after a write that is
+        # ``version`` unless another writer committed since. Rows are left to count():
+        # delta-spark answers a bare count from the files' statistics when they have it.
+        detail = self.detail(spark, path)
+        return TableState(version, detail.num_files, detail.size_bytes, None, detail.partition_columns,
+                          self.read(spark, path, version=version))
+
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         """Run a merge builder, recording ``metadata`` in its commit."""
         raise NotImplementedError
@@ -423,6 +458,57 @@ class DeltaSparkEngine(DeltaEngine):
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         return {"userMetadata": json.dumps(dict(metadata), sort_keys=True)} if metadata else {}
+
+    def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
+        from py4j.protocol import Py4JError
+
+        # The snapshot a write leaves behind is in the DeltaLog's cache, with its checksum
+        # (files, bytes and, for small tables, every add action); DESCRIBE DETAIL would
+        # rebuild the version's state with a Spark job just for files and bytes.
+        # DeltaLog is delta-spark's internal API: on a version whose signatures differ,
+        # the public route answers the same.
+        try:
+            return self._state_from_log(spark, path, version)
+        except Py4JError:
+            log.debug("delta-spark's DeltaLog is not reachable as expected; describing %s by DESCRIBE DETAIL", path)
+            return self._state_from_detail(spark, path, version)
+
+    def _state_from_log(self, spark: SparkSession, path: str, version: int) -> TableState:
+        jvm = spark._jvm
+        none = jvm.scala.Option.apply(None)
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        snapshot = delta_log.update(False, none, none)
+        if snapshot.version() != version:
+            snapshot = delta_log.getSnapshotAt(version, none, none, False)
+        partitions = snapshot.metadata().partitionColumns()
+        partition_columns = [str(partitions.apply(i)) for i in range(partitions.size())]
+        checksum = snapshot.checksumOpt()
+        adds = checksum.get().allFiles() if checksum.isDefined() else None
+        if adds is not None and adds.isDefined():
+            files = 0
+            size = 0
+            records: int | None = 0
+            actions = adds.get().iterator()
+            while actions.hasNext():
+                add = actions.next()
+                files += 1
+                size += int(add.size())
+                logical = add.numLogicalRecords()
+                records = None if records is None or logical.isEmpty() else records + int(logical.get())
+        else:
+            # No add actions in the checksum (a large table): one job over the version's
+            # add actions, whose state the read of the preview then reuses.
+            numbers = F.get_json_object("stats", "$.numRecords").cast("long")
+            row = DataFrame(snapshot.allFiles().toDF(), spark).agg(
+                F.count(F.lit(1)).alias("files"),
+                F.sum("size").alias("size"),
+                F.sum(numbers - F.coalesce(F.col("deletionVector.cardinality"), F.lit(0))).alias("records"),
+                F.count_if(numbers.isNull()).alias("without_stats"),
+            ).first()
+            files, size = int(row["files"]), int(row["size"] or 0)
+            records = None if row["without_stats"] else int(row["records"] or 0)
+        return TableState(int(snapshot.version()), files, size, records, partition_columns,
+                          self.read(spark, path, version=version))
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         # MERGE takes no writer options: the session setting is how delta-spark records its userMetadata.
@@ -488,6 +574,23 @@ class DeltaRsEngine(DeltaEngine):
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         return {f"commitInfo.{key}": str(value) for key, value in metadata.items()}
+
+    def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
+        from medallion_assets.delta._read import snapshot_dataframe
+        from medallion_assets.delta._snapshot import resolve_snapshot
+
+        # The add actions delta-rs lists carry each file's size and numRecords; the
+        # DataFrame reads the same snapshot, so the version is resolved once.
+        snapshot = resolve_snapshot(path, version=version)
+        records = [f.num_records for f in snapshot.files]
+        return TableState(
+            snapshot.version,
+            len(snapshot.files),
+            sum(f.size for f in snapshot.files),
+            None if any(r is None for r in records) else int(sum(records)),
+            list(snapshot.partition_columns),
+            snapshot_dataframe(spark, snapshot),
+        )
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         if metadata:
@@ -582,6 +685,10 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
 
     def detail(self, spark: SparkSession, path: str) -> TableDetail:
         return TableDetail.from_row(spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True))
+
+    def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
+        # A Connect client has no handle on the DeltaLog: the SQL route.
+        return self._state_from_detail(spark, path, version)
 
     def _history(self, spark: SparkSession, path: str) -> DataFrame:
         return spark.sql(f"DESCRIBE HISTORY {self._table(path)} LIMIT 1")
