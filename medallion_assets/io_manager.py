@@ -489,22 +489,28 @@ class DeltaTableClient:
         Version, operation and its metrics, rows, files, bytes, the schema as
         ``dagster/column_schema``, partition columns and a preview. ``commit``:
         the newest commit when the caller has just read it (a write's result).
+
+        Rows, files and bytes are those of the commit's version in the Delta
+        log (the add actions' statistics), not a scan of the table; the rows are
+        counted only when some file's statistics lack them.
         """
-        detail = self.engine.detail(self.spark, path)
         commit = commit or self.engine.latest_commit(self.spark, path)
-        frame = self.read(path)
+        state = self.engine.table_state(self.spark, path, commit.version)
+        frame = state.frame
+        rows = state.num_records if state.num_records is not None else frame.count()
         metrics = commit.operation_metrics
         return {
             "delta/engine": self.engine.name,
             "dagster/column_schema": spark_table_schema(frame),
-            "dagster/row_count": frame.count(),
+            "dagster/row_count": rows,
             "dagster/uri": MetadataValue.path(path),
             "delta/version": commit.version,
             "delta/operation": commit.operation,
             "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
-            "delta/num_files": detail.num_files,
-            "delta/size_bytes": detail.size_bytes,
-            "delta/partition_columns": MetadataValue.json(detail.partition_columns),
+            "delta/num_files": state.num_files,
+            "delta/size_bytes": state.size_bytes,
+            "delta/partition_columns": MetadataValue.json(state.partition_columns),
+            # A limit over the version just written: Spark reads the first file(s) only.
             "preview": MetadataValue.md(markdown_preview(frame, preview_rows)),
         }
 
