@@ -7,6 +7,9 @@ or the ``queryId`` option. A batch Spark replays after a crash (Delta commit
 done, checkpoint commit not) finds its transaction in the log, commits
 nothing and deletes the files it wrote. ``complete`` output mode overwrites
 the table in each batch; ``append`` appends.
+Each commit's commitInfo records the query id, the batch id and the batch's
+rows and files as delta-spark's DeltaSink records them
+(:func:`streaming_commit_info`).
 
 Source (``readStream.format("delta")``): offsets are positions in the log,
 ``{"version": v, "index": i, "isStartingVersion": b}`` -- everything up to
@@ -53,6 +56,7 @@ from medallion_assets.delta._commit import (
     plan_write,
     task_id,
 )
+from medallion_assets.delta._files import WrittenFile
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets.delta._read import plan_input_partitions, read_slices
 from medallion_assets.delta._snapshot import DataFile, file_location, resolve_snapshot, table_path
@@ -87,6 +91,32 @@ def query_id_from_checkpoint(checkpoint: str) -> str | None:
             return json.loads(handle.readline())["id"]
     except (FileNotFoundError, KeyError, ValueError):
         return None
+
+
+def streaming_commit_info(query_id: str, batch_id: int, *, complete: bool, files: Sequence[WrittenFile]) -> dict:
+    """What a micro-batch's commitInfo records, in the keys delta-spark's DeltaSink uses.
+
+    ``operationParameters`` (``outputMode``, ``queryId``, ``epochId``) and
+    ``operationMetrics`` (string values, as delta-spark writes them), so one
+    reader of the table's history (``delta_commits_of_query``) serves tables
+    either engine streamed into. delta-rs merges these parameters into the
+    ones it records for the write and keeps the metrics: its transactions
+    record none of their own.
+    """
+    metrics = {
+        "numAddedFiles": str(len(files)),
+        "numOutputRows": str(sum(f.num_records for f in files)),
+        "numOutputBytes": str(sum(f.size for f in files)),
+    }
+    if not complete:
+        # An append removes nothing; an overwrite's removes are chosen by delta-rs
+        # inside the transaction, so their number is not known here.
+        metrics["numRemovedFiles"] = "0"
+    return {
+        "operationParameters": {"outputMode": "Complete" if complete else "Append", "queryId": query_id,
+                                "epochId": str(batch_id)},
+        "operationMetrics": metrics,
+    }
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
@@ -156,11 +186,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages, batchId: int) -> None:
         files = [f for m in messages if m is not None for f in m.files]
         plan = self._batch_plan(batchId)
-        commit_write(plan, files, extra_metadata={
-            "streamingQueryId": self.app_id(),
-            "streamingBatchId": batchId,
-            "outputMode": "Complete" if plan.mode == "overwrite" else "Append",
-        })
+        commit_write(plan, files, extra_metadata=streaming_commit_info(
+            self.app_id(), batchId, complete=plan.mode == "overwrite", files=files))
 
     def abort(self, messages, batchId: int) -> None:
         files = [f for m in messages if m is not None for f in m.files]
