@@ -9,8 +9,8 @@ Two halves:
   ``bronze_streams_continuous`` Dagster job both call it.
 * Reading: :func:`read_checkpoint` parses a checkpoint folder (``metadata``,
   ``offsets/N``, ``commits/N``, ``sources/0/N[.compact]``);
-  :func:`committed_batches` joins committed batches with the Delta commits
-  that carry their app transaction; :func:`stream_health` measures the
+  :func:`delta_commits_of_query` finds a query's batches in the Delta
+  table's history as delta-rs reads it; :func:`stream_health` measures the
   backlog and a pending batch's age. The sensors and the asset check are
   built on these (:mod:`medallion_assets.sensors`).
 
@@ -437,37 +437,95 @@ class BatchCommit:
     timestamp_ms: int | None
 
 
-def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) -> dict[int, BatchCommit]:
-    """Batch id -> Delta commit, for the commits carrying ``query_id``'s app transaction.
+#: Commits asked of delta-rs's history per round; doubled while the stop batch is not reached.
+_HISTORY_PAGE = 32
 
-    Reads the commit files newest first and stops at the first batch at or
-    below ``after_batch``, so a sensor tick reads only the recent log.
+
+def _query_batch(info: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """The streaming query and batch id a commitInfo names (None, None for other commits).
+
+    delta-spark's DeltaSink and the delta-rs engine's sink both record them as
+    ``operationParameters`` ``queryId`` / ``epochId``. Commits of the delta-rs
+    sink before it did carry the top-level ``streamingQueryId`` /
+    ``streamingBatchId`` instead; they are still read so an existing table's
+    batches keep their versions.
     """
-    folder = os.path.join(_local(table), "_delta_log")
-    versions = sorted((int(n[:-5]) for n in _listdir(folder) if n.endswith(".json") and n[:-5].isdigit()), reverse=True)
+    params = info.get("operationParameters") or {}
+    if params.get("queryId") is not None and params.get("epochId") is not None:
+        return str(params["queryId"]), int(params["epochId"])
+    if info.get("streamingQueryId") is not None and info.get("streamingBatchId") is not None:
+        return str(info["streamingQueryId"]), int(info["streamingBatchId"])
+    return None, None
+
+
+def _metric(metrics: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        if metrics.get(name) is not None:
+            return int(metrics[name])
+    return None
+
+
+def _added_by_commit(table, version: int) -> tuple[int, int]:
+    """Rows and files commit ``version`` added, from delta-rs's snapshots at it and before it.
+
+    Only for a commit whose commitInfo has no row count (delta-spark with
+    ``spark.databricks.delta.history.metricsEnabled=false``, the delta-rs sink
+    before it recorded them): two snapshot loads, where the metrics cost nothing.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    def files(at: int) -> dict[str, int]:
+        if at < 0:
+            return {}
+        actions = pa.table(DeltaTable(table.table_uri, version=at).get_add_actions(flatten=True))
+        return dict(zip(actions.column("path").to_pylist(),
+                        (n or 0 for n in actions.column("num_records").to_pylist())))
+
+    before, after = files(version - 1), files(version)
+    added = [rows for path, rows in after.items() if path not in before]
+    return sum(added), len(added)
+
+
+def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) -> dict[int, BatchCommit]:
+    """Batch id -> Delta commit, for the commits ``query_id``'s stream sink made.
+
+    delta-rs reads the table's history (commitInfo), newest first, a page at a
+    time, and the reading stops at the first batch at or below
+    ``after_batch``, so a sensor tick reads only the recent log. Rows and files
+    are the sink's ``operationMetrics`` (``numOutputRows``, ``numAddedFiles``;
+    delta-rs's own writes call them ``num_added_rows``, ``num_added_files``).
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        delta_table = DeltaTable(table)
+    except TableNotFoundError:
+        return {}
     found: dict[int, BatchCommit] = {}
-    for version in versions:
-        try:
-            with open(os.path.join(folder, f"{version:020d}.json")) as handle:
-                actions = [json.loads(line) for line in handle if line.strip()]
-        except FileNotFoundError:
-            continue
-        txn = next((a["txn"] for a in actions if "txn" in a and a["txn"].get("appId") == query_id), None)
-        if txn is None:
-            continue
-        batch = int(txn["version"])
-        if batch <= after_batch:
-            break
-        rows, files = 0, 0
-        for action in actions:
-            if "add" in action:
-                files += 1
-                stats = action["add"].get("stats")
-                if stats:
-                    rows += int(json.loads(stats).get("numRecords", 0))
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        found.setdefault(batch, BatchCommit(batch, version, rows, files, info.get("timestamp")))
-    return found
+    limit, seen = _HISTORY_PAGE, 0
+    while True:
+        history = delta_table.history(limit=limit)
+        # A commit made between two rounds shifts the list by one: a commit is
+        # then looked at twice (setdefault keeps the first), never skipped.
+        for info in history[seen:]:
+            query, batch = _query_batch(info)
+            if query != query_id or batch is None:
+                continue
+            if batch <= after_batch:
+                return found
+            if batch in found:
+                continue
+            metrics = info.get("operationMetrics") or {}
+            rows = _metric(metrics, "numOutputRows", "num_added_rows")
+            files = _metric(metrics, "numAddedFiles", "num_added_files")
+            if rows is None or files is None:
+                rows, files = _added_by_commit(delta_table, int(info["version"]))
+            found[batch] = BatchCommit(batch, int(info["version"]), rows, files, info.get("timestamp"))
+        if len(history) < limit:
+            return found
+        seen, limit = len(history), limit * 2
 
 
 class _Verdict:

@@ -2,12 +2,14 @@
 
 The checkpoint folders here are written the way Spark writes them (``v1``
 then JSON lines) and the bronze table is a real Delta table written by
-delta-rs with app transactions, so the sensors read what a stream leaves
-behind. ``test_streaming_continuous.py`` runs them against a real stream.
+delta-rs with app transactions and the stream sinks' commitInfo keys, so the
+sensors read what a stream leaves behind. A test here and
+``test_streaming_continuous.py`` run them against real streams.
 """
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -77,8 +79,11 @@ class FakeStream:
         from deltalake.transaction import CommitProperties, Transaction
 
         data = pa.table({"value": pa.array(lines or [f"line {i}" for i in range(rows)], pa.string())})
-        write_deltalake(self.table, data, mode="append",
-                        commit_properties=CommitProperties(app_transactions=[Transaction(self.query_id, self.batch)]))
+        # The app transaction and the commitInfo keys both engines' stream sinks write
+        # (delta-rs adds the write's own row and file counts).
+        params = {"outputMode": "Append", "queryId": self.query_id, "epochId": str(self.batch)}
+        write_deltalake(self.table, data, mode="append", commit_properties=CommitProperties(
+            app_transactions=[Transaction(self.query_id, self.batch)], custom_metadata={"operationParameters": params}))
         (self.ckpt / "commits" / str(self.batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
     def run_batch(self, names_and_lines: list[tuple[str, int]]) -> int:
@@ -201,7 +206,7 @@ def test_health_turns_red_for_stall_and_old_backlog_and_green_when_fresh(lake, i
 
 
 def test_stream_health_check_definition(lake, instance):
-    from dagster import AssetKey, Definitions, asset
+    from dagster import Definitions, asset
 
     policy = StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120)
     stream = FakeStream(lake)
@@ -329,3 +334,70 @@ def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, insta
         [event] = materializations(tick(build_checkpoint_sensor(stream), lake, instance, None))
         assert event.metadata["schema_drift_rows"].value == 1
         assert event.metadata["schema_drift_fields"].value == fields
+
+
+def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
+    """A real stream on the session's engine: each batch's rows and version are what readers of the table see.
+
+    The sensor takes them from the commitInfo the engine's sink records; delta-rs
+    reading the table at each version (and DuckDB reading the last one) must agree.
+    """
+    from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+
+    landing = Path(lake.landing_folder(STREAM))
+    landing.mkdir(parents=True)
+    for i, count in enumerate([3, 1, 5]):
+        lines = "".join(f'{{"event_id": "{i}-{j}", "op": "upsert", "order": {{"o_orderkey": {j}}}}}\n' for j in range(count))
+        (landing / f"{i}.json").write_text(lines)
+        os.utime(landing / f"{i}.json", (1_700_000_000 + i, 1_700_000_000 + i))  # taken oldest first
+    query = start_bronze_stream(spark, lake, STREAM, max_files_per_trigger=1)
+    query.awaitTermination()
+    assert query.exception() is None
+
+    events = materializations(tick(build_checkpoint_sensor(STREAM), lake, instance, None))
+    assert [e.metadata["batch_id"].value for e in events] == [0, 1, 2]
+    table = lake.table_path(["bronze", STREAM])
+    versions = [e.metadata["delta_version"].value for e in events]
+    assert versions == sorted(versions) and versions[0] >= 0
+    for event, version in zip(events, versions):
+        before = read_with_deltalake(table, version - 1).num_rows if version > 0 else 0
+        assert event.metadata["rows"].value == read_with_deltalake(table, version).num_rows - before
+    assert [e.metadata["rows"].value for e in events] == [3, 1, 5]
+    assert read_with_duckdb(table).num_rows == 9
+
+
+def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(lake, monkeypatch):
+    """Paging stops at ``after_batch``; commits of the delta-rs sink before it recorded metrics are counted by delta-rs."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+    import medallion_assets.streaming as streaming
+
+    stream = FakeStream(lake)
+    for rows in range(1, 6):
+        stream.run_batch([(f"{rows}.json", rows)])
+    # Another writer between batches, then a commit as the sink wrote it before: top-level
+    # keys, no operationMetrics (create_write_transaction records none), adding a copy of batch 0's file.
+    write_deltalake(stream.table, pa.table({"value": pa.array(["other"])}), mode="append")
+    table = DeltaTable(stream.table)
+    first = pa.table(DeltaTable(stream.table, version=0).get_add_actions(flatten=True)).to_pylist()[0]
+    shutil.copy(os.path.join(stream.table, first["path"]), os.path.join(stream.table, "old-sink.parquet"))
+    stream.plan([stream.land("old.json", 1)])
+    table.create_write_transaction(
+        [AddAction("old-sink.parquet", first["size_bytes"], {}, 1, True, f'{{"numRecords": {first["num_records"]}}}')],
+        "append", table.schema(), [],
+        commit_properties=CommitProperties(custom_metadata={"streamingQueryId": "q-1", "streamingBatchId": stream.batch},
+                                           app_transactions=[Transaction("q-1", stream.batch)]),
+    )
+    monkeypatch.setattr(streaming, "_HISTORY_PAGE", 2)
+    pages = []
+    history = DeltaTable.history
+    monkeypatch.setattr(DeltaTable, "history", lambda self, limit=None: pages.append(limit) or history(self, limit))
+
+    commits = streaming.delta_commits_of_query(stream.table, "q-1", after_batch=3)
+    assert [(b, c.rows, c.data_files, c.delta_version) for b, c in sorted(commits.items())] == [
+        (4, 5, 1, 4), (5, 1, 1, 6)]
+    assert pages == [2, 4]  # batch 3 (version 3) came in the second page: nothing older was read
+    assert sorted(streaming.delta_commits_of_query(stream.table, "q-1")) == [0, 1, 2, 3, 4, 5]
+    assert streaming.delta_commits_of_query(stream.table, "q-2") == {}
