@@ -24,8 +24,15 @@ that only remove files), ``ignoreChanges`` (rewritten files are read again:
 their unchanged rows come twice, as in delta-spark) or ``skipChangeCommits``
 (such commits are skipped whole) allows it.
 
-The per-commit actions come from the commit files ``_delta_log/<version>.json``
-(delta-rs exposes snapshots, not a commit's actions); nothing here writes the log.
+The per-commit actions and the newest version come from the commit files
+``_delta_log/<version>.json``; nothing here writes the log. deltalake 1.6's
+Python API has no reader of one commit's actions: ``history`` gives only
+commitInfo, ``get_add_actions`` a snapshot's adds (no ``dataChange``, no
+removes), ``load_cdf`` rows, not files. Nor a public probe of the newest
+version that skips loading the snapshot's files: ``DeltaTable(...)`` loads
+them (``without_files`` and ``skip_stats`` are deprecated and ignored), a
+loaded table's ``history`` stops at its own version, and
+``get_latest_version`` is only on the private ``RawDeltaTable``.
 """
 
 from __future__ import annotations
