@@ -268,7 +268,7 @@ def publish_lines(kafka: KafkaResource, lines: Iterable[bytes], *, timeout_secon
     Raises:
         KafkaError: a message was not delivered (too big, unknown topic, broker down).
     """
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
     _require(kafka)
     producer = Producer({**kafka.client_config(), **kafka.producer_options})
@@ -289,6 +289,16 @@ def publish_lines(kafka: KafkaResource, lines: Iterable[bytes], *, timeout_secon
                 break
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.5)
+            except KafkaException as error:
+                # Refused before sending (a message too big): deliver what was accepted, then say which one.
+                producer.flush(timeout_seconds)
+                limit = kafka.producer_options.get("message.max.bytes", "1000000")
+                raise KafkaError(
+                    f"message {count + 1} ({len(line):,} bytes) to {kafka.describe()} was refused: "
+                    f"{error.args[0].str() if error.args else error}; the {count} before it were delivered. "
+                    f"The producer's message.max.bytes is {limit}: raise it (producer_options) together with "
+                    "the topic's max.message.bytes, or split the event"
+                ) from error
         producer.poll(0)
         count += 1
     remaining = producer.flush(timeout_seconds)

@@ -29,10 +29,19 @@ from collections import Counter
 from pathlib import Path
 
 import deltalake
+import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 
-from medallion_assets.kafka import KAFKA_STREAM, KafkaError, KafkaResource, publish_files, publish_lines, watermark_offsets
+from medallion_assets.kafka import (
+    KAFKA_STREAM,
+    KafkaError,
+    KafkaResource,
+    latest_offsets,
+    publish_files,
+    publish_lines,
+    watermark_offsets,
+)
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.streaming import kafka_lag, read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
@@ -84,6 +93,12 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
     with pytest.raises(KafkaError, match="MEDALLION_KAFKA_BOOTSTRAP_SERVERS"):
         watermark_offsets(KafkaResource())
 
+    # A message too big: the ones before it are delivered, and the error says which one and what to raise.
+    kafka = kafka_broker.topic(partitions=1)
+    with pytest.raises(KafkaError, match=r"message 3 \(2,000,000 bytes\).*refused.*2 before it were delivered.*message.max.bytes"):
+        publish_lines(kafka, [b'{"a": 1}', b'{"a": 2}', b"x" * 2_000_000, b'{"a": 4}'])
+    assert latest_offsets(kafka) == {0: 2}
+
 
 def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
     from medallion_assets.assets.bronze import orders_kafka
@@ -133,6 +148,40 @@ def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
     assert sum(m.metadata["rows"].value for m in later) == 2
     for partition, (first, end) in later[0].metadata["offset_ranges"].value[kafka.topic].items():
         assert first == max(b.get(partition, [0, 0])[1] for b in ranges)
+
+
+def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_path):
+    import threading
+
+    from medallion_assets.streaming import ContinuousStreamsConfig, run_continuous
+
+    kafka = kafka_broker.topic(partitions=3)
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    table = lake.table_path(["bronze", KAFKA_STREAM])
+    config = ContinuousStreamsConfig(streams=[KAFKA_STREAM], trigger_interval="1 second", poll_seconds=0.5)
+    lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(12)]
+    stop = threading.Event()
+
+    def producer() -> None:
+        # Two bursts while the stream runs: each must arrive without a restart.
+        for burst in (lines[:6], lines[6:]):
+            publish_lines(kafka, burst)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                if os.path.isdir(table) and deltalake.DeltaTable(table).to_pyarrow_table().num_rows >= (
+                    6 if burst is lines[:6] else 12
+                ):
+                    break
+                time.sleep(0.5)
+        stop.set()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    run = run_continuous(spark, lake, config, should_stop=stop.is_set, install_signal_handlers=False, kafka=kafka)
+    thread.join()
+    assert run.stopped_by == "request"
+    assert len(run.progress[KAFKA_STREAM]) >= 2, "the bursts came in separate micro-batches"
+    assert _bronze_messages(table, read_with_deltalake) == _published_messages(kafka)
 
 
 # ---------------------------------------------------------------- end to end
@@ -192,7 +241,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     [m2] = [m for m in run2.get_asset_materialization_events() if m.asset_key == AssetKey(["bronze", KAFKA_STREAM])]
     assert m2.materialization.metadata["new_rows"].value == published_lines(batch2)
     assert deltalake.DeltaTable(table).version() > first_version
-    added = deltalake.DeltaTable(table).load_cdf(starting_version=first_version + 1).read_all().to_pylist()
+    added = pa.table(deltalake.DeltaTable(table).load_cdf(starting_version=first_version + 1).read_all()).to_pylist()
     assert len(added) == published_lines(batch2)
     assert all(r["offset"] >= ends_after_1[r["partition"]] for r in added)
     assert published_lines(batch1) + published_lines(batch2) == deltalake.DeltaTable(table).to_pyarrow_table().num_rows
