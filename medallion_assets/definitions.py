@@ -14,7 +14,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dagster import Definitions, definitions, in_process_executor, load_assets_from_modules
+from dagster import (
+    Definitions,
+    build_sensor_for_freshness_checks,
+    definitions,
+    in_process_executor,
+    load_assets_from_modules,
+)
 
 from medallion_assets.assets import bronze, landing, silver
 from medallion_assets.io_manager import DeltaIOManager
@@ -32,7 +38,7 @@ def resources_for(deployment: str) -> dict[str, Any]:
 def build_definitions(deployment: str = "local") -> Definitions:
     """The project's Definitions for ``deployment``."""
     from medallion_assets.assets import gold
-    from medallion_assets.assets.checks import silver_checks
+    from medallion_assets.assets.checks import silver_checks, silver_freshness_checks
 
     from medallion_assets.jobs import ingest_job
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
@@ -45,7 +51,13 @@ def build_definitions(deployment: str = "local") -> Definitions:
         jobs=[*jobs, bronze_streams_continuous],
         schedules=schedules,
         # Continuous mode: checkpoint sensors follow the streams; triggered mode: the landing sensor.
-        sensors=[*stream_sensors(), build_landing_sensor(ingest_job)],
+        # The freshness sensor runs the freshness checks once one could be overdue, so a
+        # table that stops being updated gets a failed (WARN) check without a run of it.
+        sensors=[
+            *stream_sensors(),
+            build_landing_sensor(ingest_job),
+            build_sensor_for_freshness_checks(freshness_checks=[*silver_freshness_checks, *gold.gold_checks]),
+        ],
         resources=resources_for(deployment),
         # One process for the whole run: every asset shares one SparkSession (one JVM)
         # instead of a JVM per asset, which is what the multiprocess executor would cost.

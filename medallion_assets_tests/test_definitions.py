@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dagster import DefaultSensorStatus
 
 from medallion_assets.definitions import build_definitions, resources_for
 
@@ -28,9 +29,16 @@ def test_definitions_hold_layers_jobs_and_checks():
         ("silver/orders", "orders_references_customers"),
         ("silver/customers", "customers_references_nation"),
         ("gold/monthly_revenue", "revenue_reconciles_with_silver"),
-        ("gold/daily_revenue", "fresh"),
+        ("gold/daily_revenue", "freshness_check"),
+        ("silver/orders", "freshness_check"),
         ("silver/orders", "orders_key_present"),
     } <= checks
+    # Every freshness check is evaluated by the freshness sensor, off by default like the others.
+    sensor = defs.resolve_sensor_def("freshness_checks_sensor")
+    assert sensor.default_status == DefaultSensorStatus.STOPPED
+    freshness = {k for k in defs.resolve_asset_graph().asset_check_keys if k.name == "freshness_check"}
+    assert {k.asset_key.to_user_string() for k in freshness} >= gold | {"silver/orders", "silver/lineitem", "silver/customers"}
+    assert set(sensor.asset_selection.resolve_checks(defs.resolve_asset_graph())) == freshness
     refresh = defs.resolve_job_def("refresh")
     assert {"silver/orders", "gold/daily_revenue"} <= {k.to_user_string() for k in refresh.asset_layer.executable_asset_keys}
 

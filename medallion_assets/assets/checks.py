@@ -6,11 +6,10 @@ rows that pass and fail, so a failing check says how bad things are.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 from dagster import (
-    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetChecksDefinition,
@@ -18,6 +17,7 @@ from dagster import (
     AssetKey,
     MetadataValue,
     asset_check,
+    build_last_update_freshness_checks,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -118,43 +118,19 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
     return _references
 
 
-def freshness_check(key: AssetKey, max_lag_hours: float) -> AssetChecksDefinition:
-    """The asset was materialized within the last ``max_lag_hours``.
-
-    Reads the instance's latest materialization, so it answers the same whether
-    it runs right after the asset or later from a schedule or the UI.
-    """
-
-    @asset_check(
-        asset=key,
-        name="fresh",
-        description=f"Materialized within the last {max_lag_hours:g} hours.",
-    )
-    def _fresh(context: AssetCheckExecutionContext) -> AssetCheckResult:
-        event = context.instance.get_latest_materialization_event(key)
-        if event is None:
-            return AssetCheckResult(passed=False, metadata={"reason": "never materialized"})
-        lag_hours = (time.time() - event.timestamp) / 3600
-        return AssetCheckResult(
-            passed=lag_hours <= max_lag_hours,
-            severity=AssetCheckSeverity.WARN,
-            metadata={
-                "last_materialized_at": MetadataValue.timestamp(event.timestamp),
-                "lag_hours": round(lag_hours, 3),
-                "max_lag_hours": max_lag_hours,
-            },
-        )
-
-    return _fresh
-
-
 #: Silver runs hourly (ingest) and the refresh job daily: allow a day and a bit.
 SILVER_MAX_LAG_HOURS = 26.0
 
 uniqueness_checks = [unique_key_check(table, keys) for table, keys in SILVER_KEYS.items()]
 integrity_checks = [reference_check(*reference) for reference in SILVER_REFERENCES]
-silver_freshness_checks = [
-    freshness_check(AssetKey(["silver", table]), SILVER_MAX_LAG_HOURS) for table in ("orders", "lineitem", "customers")
-]
+# Dagster's own freshness check (one check named "freshness_check" per table):
+# passes when the latest materialization is at most the lag old, and records
+# until when it stays fresh, which the freshness sensor uses to evaluate it
+# again once it could be overdue, without waiting for the table's next run.
+silver_freshness_checks = build_last_update_freshness_checks(
+    assets=[AssetKey(["silver", table]) for table in ("orders", "lineitem", "customers")],
+    lower_bound_delta=timedelta(hours=SILVER_MAX_LAG_HOURS),
+    severity=AssetCheckSeverity.WARN,
+)
 
 silver_checks = [*uniqueness_checks, *integrity_checks, *silver_freshness_checks]

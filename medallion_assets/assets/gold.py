@@ -12,6 +12,7 @@ check.
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
 from collections.abc import Sequence
+from datetime import timedelta
 from decimal import Decimal
 
 from dagster import (
@@ -26,11 +27,11 @@ from dagster import (
     MonthlyPartitionsDefinition,
     Output,
     asset,
+    build_last_update_freshness_checks,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from medallion_assets.assets.checks import freshness_check
 from medallion_assets.io_manager import delta_table
 from medallion_assets.transforms import gold as G
 
@@ -247,4 +248,7 @@ gold_assets = [
     customer_lifetime_value,
 ]
 
-gold_checks = [freshness_check(a.key, GOLD_MAX_LAG_HOURS) for a in gold_assets]
+# Dagster's own freshness check, as for silver (see ``checks.py``).
+gold_checks = build_last_update_freshness_checks(
+    assets=gold_assets, lower_bound_delta=timedelta(hours=GOLD_MAX_LAG_HOURS), severity=AssetCheckSeverity.WARN
+)
