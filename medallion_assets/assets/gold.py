@@ -6,8 +6,8 @@ not change), except ``daily_revenue``, which is partitioned by month and
 replaces only the months of its run (replaceWhere on ``o_orderdate``).
 
 The revenue tables carry a reconciliation check against silver, computed in
-the same step from the same silver versions; every gold table has a freshness
-check.
+the same step from the same silver versions; every gold table has Dagster's
+last-update freshness check.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
