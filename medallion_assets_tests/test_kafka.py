@@ -161,24 +161,32 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
     config = ContinuousStreamsConfig(streams=[KAFKA_STREAM], trigger_interval="1 second", poll_seconds=0.5)
     lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(12)]
     stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def bronze_rows() -> int:
+        try:
+            return deltalake.DeltaTable(table).to_pyarrow_table().num_rows
+        except Exception:  # no table yet, or a commit being written: look again
+            return 0
 
     def producer() -> None:
         # Two bursts while the stream runs: each must arrive without a restart.
-        for burst in (lines[:6], lines[6:]):
-            publish_lines(kafka, burst)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if os.path.isdir(table) and deltalake.DeltaTable(table).to_pyarrow_table().num_rows >= (
-                    6 if burst is lines[:6] else 12
-                ):
-                    break
-                time.sleep(0.5)
-        stop.set()
+        try:
+            for burst, total in ((lines[:6], 6), (lines[6:], 12)):
+                publish_lines(kafka, burst)
+                deadline = time.monotonic() + 120
+                while bronze_rows() < total and time.monotonic() < deadline:
+                    time.sleep(0.5)
+        except BaseException as error:  # surfaced in the test's thread below
+            failures.append(error)
+        finally:
+            stop.set()
 
     thread = threading.Thread(target=producer)
     thread.start()
     run = run_continuous(spark, lake, config, should_stop=stop.is_set, install_signal_handlers=False, kafka=kafka)
     thread.join()
+    assert not failures, failures
     assert run.stopped_by == "request"
     assert len(run.progress[KAFKA_STREAM]) >= 2, "the bursts came in separate micro-batches"
     assert _bronze_messages(table, read_with_deltalake) == _published_messages(kafka)
