@@ -31,8 +31,8 @@ is timed with its call site in the project (e.g.
 ``io_manager.py:output_metadata``), and so are the IO manager's own methods.
 The probes change no behaviour; ``--ablate`` runs what-ifs that do (for
 measuring a fix before making it): ``cache`` makes ``.cache()`` a no-op,
-``drift-scan`` skips silver's schema-drift scan, ``lite-metadata`` replaces the
-IO manager's output metadata with facts read from the Delta log only.
+``drift-scan`` skips silver's schema-drift scan. (``lite-metadata``, output
+metadata from the Delta log only, is what the IO manager now does.)
 
 It prints Markdown: totals and ratios, the top steps, time per layer, and the
 calls the framework adds, with their seconds. ``--json`` keeps every number.
@@ -230,6 +230,7 @@ def install_probes(ablate: set[str]) -> Probes:
 
     for cls in (engine.DeltaSparkEngine, engine.DeltaRsEngine):
         probes.action(cls, "latest_commit", "engine.latest_commit")
+        probes.action(cls, "table_state", "engine.table_state")
         probes.action(cls, "read", "engine.read")
         probes.action(cls, "read_inserts", "engine.read_inserts")
 
@@ -259,33 +260,6 @@ def apply_ablations(ablate: set[str]) -> None:
             )
 
         T.drifted_order_fields = no_scan
-    if "lite-metadata" in ablate:
-        from dagster import MetadataValue
-
-        from medallion_assets import io_manager
-
-        def lite_output_metadata(self, path, *, preview_rows=5):
-            # Row count, files and bytes from the add actions of the Delta log (their stats),
-            # the schema from the log too; no Spark job at all.
-            import deltalake
-
-            table = deltalake.DeltaTable(path)
-            actions = table.get_add_actions(flatten=True)
-            columns = set(actions.column_names)
-            rows = sum(v for v in actions.column("num_records").to_pylist() if v) if "num_records" in columns else None
-            size = sum(actions.column("size_bytes").to_pylist()) if "size_bytes" in columns else 0
-            commit = self.engine.latest_commit(self.spark, path)
-            return {
-                "delta/engine": self.engine.name,
-                "dagster/row_count": rows,
-                "dagster/uri": MetadataValue.path(path),
-                "delta/version": commit.version,
-                "delta/operation": commit.operation,
-                "delta/num_files": actions.num_rows,
-                "delta/size_bytes": int(size),
-            }
-
-        io_manager.DeltaTableClient.output_metadata = lite_output_metadata
 
 
 # --------------------------------------------------------------------------
@@ -467,7 +441,8 @@ def summarize_dagster(report: dict) -> dict:
 OVERHEAD_RULES: list[tuple[str, str, str]] = [
     ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager.py:output_metadata"),
     ("output metadata: 5-row preview (`limit(5).collect()`)", "DataFrame.collect", "io_manager.py:markdown_preview"),
-    ("output metadata: `detail()` (files, bytes)", "detail", "io_manager.py:output_metadata"),
+    ("output metadata: table state (files, bytes, rows of the written version)", "engine.table_state", "io_manager.py:output_metadata"),
+    ("output metadata: `detail()` (Connect, fallback)", "detail", "io_manager.py:output_metadata"),
     ("output metadata: `detail().first()`", "DataFrame.first", "io_manager.py:output_metadata"),
     ("output metadata: last commit (`history(1)` / delta-rs log)", "engine.latest_commit", "io_manager.py:output_metadata"),
     ("output metadata: `forPath` / snapshot", "forPath", "io_manager.py:output_metadata"),
@@ -618,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--engines", nargs="+", default=["delta-spark"], choices=["delta-spark", "delta-rs"])
-    parser.add_argument("--ablate", nargs="*", default=[], choices=["cache", "drift-scan", "lite-metadata"],
+    parser.add_argument("--ablate", nargs="*", default=[], choices=["cache", "drift-scan"],
                         help="extra Dagster runs per engine with these what-ifs (all at once in one run)")
     parser.add_argument("--landing", type=Path, default=None, help="an already landed delivery (skips the simulator)")
     parser.add_argument("--folder", type=Path, default=None, help="work folder (default: a temporary one, removed)")
