@@ -72,7 +72,7 @@ def spark():
         .config("spark.default.parallelism", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", "4g")
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
     for key, value in session_config.items():
@@ -82,6 +82,18 @@ def spark():
     assert start_engine(session, plan).name == engine
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _release_cached_frames(request):
+    """Unpersist what a test cached, so the shared session's memory does not fill over the suite.
+
+    Assets cache intermediate frames (silver's changes) for the length of a step;
+    in one long test session those blocks would otherwise pile up across tests.
+    """
+    yield
+    if "spark" in request.fixturenames:
+        request.getfixturevalue("spark").catalog.clearCache()
 
 
 @pytest.fixture(scope="session")

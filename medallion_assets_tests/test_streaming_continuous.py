@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckEvaluation, AssetMaterialization, DagsterInstance, SensorResult, build_sensor_context
 
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake
@@ -166,7 +167,8 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
             "streams": [STREAM], "trigger_interval": "1 second", "run_seconds": 45,
             "rate_limits": {STREAM: {"max_files_per_trigger": 1}},
         }}}},
-        resources={"spark": SparkResource(), "lake": lake},
+        # No Kafka source: the job says so and runs the file stream alone.
+        resources={"spark": SparkResource(), "lake": lake, "kafka": KafkaResource()},
     )
     assert result.success
     assert read_with_deltalake(lake.table_path(["bronze", STREAM])).num_rows == 4
