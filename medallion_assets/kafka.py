@@ -237,6 +237,8 @@ def latest_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) -> di
 
 def create_topic(kafka: KafkaResource, *, partitions: int = 3, timeout_seconds: float = 10.0) -> None:
     """Create the topic with ``partitions`` partitions (nothing if it exists)."""
+    from confluent_kafka import KafkaError as ClientError
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     _require(kafka)
@@ -245,8 +247,8 @@ def create_topic(kafka: KafkaResource, *, partitions: int = 3, timeout_seconds: 
     for future in futures.values():
         try:
             future.result(timeout=timeout_seconds)
-        except Exception as error:  # the client raises KafkaException wrapping TOPIC_ALREADY_EXISTS
-            if "TOPIC_ALREADY_EXISTS" not in str(error):
+        except KafkaException as error:
+            if error.args[0].code() != ClientError.TOPIC_ALREADY_EXISTS:
                 raise KafkaError(f"could not create {kafka.describe()}: {error}") from error
 
 

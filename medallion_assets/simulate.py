@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Literal, Sequence
+from typing import Any, BinaryIO, Callable, Literal, Sequence, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -1321,7 +1321,7 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true", help="land every remaining batch")
     parser.add_argument("--work-dir", default=None, help="cache folder for generated TPC-H data")
     parser.add_argument(
-        "--order-events-to", choices=("files", "kafka", "both"), default="files",
+        "--order-events-to", choices=get_args(OrderEventsTo), default="files",
         help="land order events as files, publish them to Kafka (MEDALLION_KAFKA_BOOTSTRAP_SERVERS, "
              "MEDALLION_KAFKA_TOPIC), or both",
     )

@@ -586,12 +586,7 @@ def stream_health(lake: LakeResource, stream: str, policy: StreamHealthPolicy, *
     seen = {_same_uri(p) for p in checkpoint.seen_files()}
     backlog = {p: t for p, t in landed_files(lake, stream).items() if p not in seen}
     oldest = now - min(backlog.values()) if backlog else 0.0
-    problems = []
-    if pending_batch is not None and pending_age > policy.stall_after_seconds:
-        problems.append(
-            f"batch {pending_batch} was planned {pending_age:.0f}s ago and has not committed "
-            f"(limit {policy.stall_after_seconds:.0f}s): the stream is stalled or down"
-        )
+    problems = _stalled_batch(checkpoint, now, policy.stall_after_seconds)
     if backlog and oldest > policy.max_backlog_age_seconds:
         problems.append(
             f"{len(backlog)} landed file(s) not taken by any batch, the oldest {oldest:.0f}s old "
@@ -601,11 +596,26 @@ def stream_health(lake: LakeResource, stream: str, policy: StreamHealthPolicy, *
                         max(oldest, 0.0), problems)
 
 
+def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> list[str]:
+    """The problem of a planned batch not committed within ``limit_seconds`` (none if there is none)."""
+    pending = checkpoint.pending()
+    if not pending or now - checkpoint.offsets[pending[0]] <= limit_seconds:
+        return []
+    age = now - checkpoint.offsets[pending[0]]
+    return [f"batch {pending[0]} was planned {age:.0f}s ago and has not committed "
+            f"(limit {limit_seconds:.0f}s): the stream is stalled or down"]
+
+
 def _same_uri(path: str) -> str:
     # Spark writes file:///a/b; Path.as_uri writes the same for local paths.
     if path.startswith("file:/") and not path.startswith("file:///"):
         return "file:///" + path[len("file:/"):]
     return path
+
+
+def _partition_lag(latest: Mapping[int, int], committed: Mapping[int, int]) -> dict[int, int]:
+    """Partition -> messages the broker holds past the checkpoint's next offset."""
+    return {p: max(high - committed.get(p, 0), 0) for p, high in latest.items()}
 
 
 @dataclass(frozen=True)
@@ -623,7 +633,8 @@ class KafkaLag(_Verdict):
 
     @property
     def lag(self) -> dict[int, int]:
-        return {p: max(high - self.committed.get(p, 0), 0) for p, high in self.latest.items()}
+        return _partition_lag(self.latest, self.committed)
+
 
     def metadata(self) -> dict[str, Any]:
         from dagster import MetadataValue
@@ -653,16 +664,15 @@ def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLa
     committed = checkpoint.kafka_committed_offsets(kafka.topic)
     last_commit = checkpoint.commits.get(checkpoint.last_committed)
     since = now - last_commit if last_commit is not None else None
-    problems: list[str] = []
     try:
         watermarks = watermark_offsets(kafka)
     except KafkaError as error:
         return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {}, committed, since, [str(error)])
+    latest = {p: high for p, (_, high) in watermarks.items()}
     # A partition the checkpoint has not read yet starts at the oldest offset the broker keeps.
     committed = {p: committed.get(p, low) for p, (low, _) in watermarks.items()}
-    result = KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {p: high for p, (_, high) in watermarks.items()},
-                      committed, since, problems)
-    behind = sum(result.lag.values())
+    behind = sum(_partition_lag(latest, committed).values())
+    problems: list[str] = []
     if behind > kafka.max_lag_messages:
         problems.append(
             f"consumer lag {behind} messages on {kafka.topic!r} (limit {kafka.max_lag_messages}): "
@@ -674,11 +684,8 @@ def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLa
             f"{behind} message(s) wait and no batch has committed for {since:.0f}s "
             f"(limit {kafka.stall_after_seconds:.0f}s): the stream has stopped committing"
         )
-    pending = checkpoint.pending()
-    if pending and now - checkpoint.offsets[pending[0]] > kafka.stall_after_seconds:
-        problems.append(f"batch {pending[0]} was planned {now - checkpoint.offsets[pending[0]]:.0f}s ago "
-                        "and has not committed: the stream is stalled or down")
-    return result
+    problems += _stalled_batch(checkpoint, now, kafka.stall_after_seconds)
+    return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, latest, committed, since, problems)
 
 
 # ---------------------------------------------------------------- schema drift

@@ -28,6 +28,14 @@ class BronzeStreamConfig(Config):
     )
 
 
+def _run_to_end(query, client: DeltaTableClient, path: str) -> tuple[dict, list[dict]]:
+    """Wait for an ``availableNow`` query; the table's metadata with what this run took in, and its progress."""
+    query.awaitTermination()
+    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    metadata = client.output_metadata(path) if client.exists(path) else {"dagster/row_count": 0}
+    return {**metadata, "new_rows": sum(int(p["numInputRows"]) for p in progress), "micro_batches": len(progress)}, progress
+
+
 def _stream_asset(stream_name: str, description: str, *, allow_full_refresh: bool = False):
     @asset(
         key=["bronze", stream_name],
@@ -47,13 +55,8 @@ def _stream_asset(stream_name: str, description: str, *, allow_full_refresh: boo
         query = start_bronze_stream(
             session, lake, stream_name, commit_metadata={"dagster_run_id": context.run_id}
         )
-        query.awaitTermination()
-        progress = [p for p in query.recentProgress if p.get("numInputRows")]
-        new_rows = sum(int(p["numInputRows"]) for p in progress)
-        client = DeltaTableClient(session)
-        path = lake.table_path(["bronze", stream_name])
-        metadata = client.output_metadata(path) if client.exists(path) else {"dagster/row_count": 0}
-        return MaterializeResult(metadata={**metadata, "new_rows": new_rows, "micro_batches": len(progress)})
+        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(["bronze", stream_name]))
+        return MaterializeResult(metadata=metadata)
 
     _bronze_stream.__name__ = stream_name
     return _bronze_stream
@@ -84,16 +87,10 @@ def orders_kafka(context: AssetExecutionContext, spark: SparkResource, lake: Lak
         })
     context.log.info(f"reading {kafka.describe()}")
     query = start_kafka_stream(session, lake, kafka, commit_metadata={"dagster_run_id": context.run_id})
-    query.awaitTermination()
-    progress = [p for p in query.recentProgress if p.get("numInputRows")]
+    metadata, progress = _run_to_end(query, client, lake.table_path(["bronze", KAFKA_STREAM]))
     ends = progress[-1]["sources"][0].get("endOffset") if progress else None
-    metadata = client.output_metadata(lake.table_path(["bronze", KAFKA_STREAM]))
     return MaterializeResult(metadata={
-        **metadata,
-        "new_rows": sum(int(p["numInputRows"]) for p in progress),
-        "micro_batches": len(progress),
-        "kafka_topic": kafka.topic,
-        "kafka_end_offsets": MetadataValue.json(ends or {}),
+        **metadata, "kafka_topic": kafka.topic, "kafka_end_offsets": MetadataValue.json(ends or {}),
     })
 
 
