@@ -59,7 +59,7 @@ def new_orders_file(landing: Path, name: str, count: int, key_base: int) -> Path
 
 
 def committed_batch_with(checkpoint: str, uri: str) -> int | None:
-    from medallion_assets.streaming import read_checkpoint
+    from medallion_assets.checkpoints import read_checkpoint
 
     state = read_checkpoint(checkpoint)
     for batch in sorted(state.commits, reverse=True):

@@ -10,14 +10,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's parser; each subcommand sets ``func``.
 
     ``simulate`` comes from the simulator; ``stream`` (continuous bronze
-    ingestion) is added next to it by the streaming service.
+    ingestion) is added next to it by the continuous runner.
     """
     from medallion_assets.simulate import add_simulate_parser
 
     parser = argparse.ArgumentParser(prog="medallion-assets", description="Bronze/silver/gold Delta lakehouse tools.")
     subcommands = parser.add_subparsers(dest="command", required=True)
     add_simulate_parser(subcommands)
-    from medallion_assets.streaming import add_stream_parser
+    from medallion_assets.continuous import add_stream_parser
 
     add_stream_parser(subcommands)
     return parser

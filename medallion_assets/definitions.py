@@ -42,7 +42,7 @@ def build_definitions(deployment: str = "local") -> Definitions:
 
     from medallion_assets.jobs import ingest_job
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
-    from medallion_assets.streaming import bronze_streams_continuous
+    from medallion_assets.continuous import bronze_streams_continuous
 
     assets = [*load_assets_from_modules([landing, bronze, silver]), *gold.gold_assets]
     return Definitions(

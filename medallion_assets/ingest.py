@@ -5,10 +5,13 @@ it to completion (``availableNow``) and a long-running service can run it
 continuously with the same code. Exactly-once comes from the checkpoint under
 ``<lake root>/_checkpoints/<stream>`` together with the Delta sink's app
 transaction: a file is processed by one batch, and a batch commits once.
+:func:`full_refresh_stream` is here because it drops exactly that checkpoint
+and table, so the next start of the stream re-ingests all of landing/.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.contract import BRONZE_STREAMS, LANDING_STREAMS
 from medallion_assets.resources import LakeResource
@@ -167,6 +171,26 @@ def _start_bronze_sink(
     for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
         writer = writer.option(key, value)
     return writer.start(table_path)
+
+
+class FullRefreshRefusedError(RuntimeError):
+    """A full refresh of a streaming bronze table was asked for, but the asset does not allow it."""
+
+
+def full_refresh_stream(lake: LakeResource, stream: str, *, allowed: bool) -> None:
+    """Drop a bronze stream's checkpoint and table, so the next run re-ingests all of landing/.
+
+    Raises:
+        FullRefreshRefusedError: unless ``allowed`` (the asset's ``allow_full_refresh``).
+    """
+    if not allowed:
+        raise FullRefreshRefusedError(
+            f"refusing a full refresh of bronze.{stream}: it drops the stream's checkpoint and every row "
+            "ingested so far, and landing/ may no longer hold all the files bronze was built from. "
+            f"Configure the asset with allow_full_refresh=True if the landed files are complete"
+        )
+    for path in (lake.checkpoint_dir(stream), lake.table_path(["bronze", stream])):
+        shutil.rmtree(local_path(path), ignore_errors=True)
 
 
 def ensure_kafka_table(spark: SparkSession, lake: LakeResource) -> str:

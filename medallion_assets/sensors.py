@@ -44,18 +44,17 @@ from dagster import (
     sensor,
 )
 
+from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
 from medallion_assets.contract import BRONZE_STREAMS
 from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
 from medallion_assets.resources import LakeResource
-from medallion_assets.streaming import (
+from medallion_assets.stream_monitoring import (
     KafkaLag,
     StreamHealth,
     StreamHealthPolicy,
     batch_schema_drift,
-    delta_commits_of_query,
     kafka_lag,
     landed_files,
-    read_checkpoint,
     stream_health,
 )
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import deltalake
 import pytest
 
+from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.resources import LakeResource
-from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
 

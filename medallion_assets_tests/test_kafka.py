@@ -33,6 +33,7 @@ import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 
+from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.kafka import (
     KAFKA_STREAM,
     KafkaError,
@@ -43,7 +44,7 @@ from medallion_assets.kafka import (
     watermark_offsets,
 )
 from medallion_assets.resources import LakeResource, SparkResource
-from medallion_assets.streaming import kafka_lag, read_checkpoint
+from medallion_assets.stream_monitoring import kafka_lag
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.kafka_broker import free_port
 from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
@@ -153,7 +154,7 @@ def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
 def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_path):
     import threading
 
-    from medallion_assets.streaming import ContinuousStreamsConfig, run_continuous
+    from medallion_assets.continuous import ContinuousStreamsConfig, run_continuous
 
     kafka = kafka_broker.topic(partitions=3)
     lake = LakeResource(root=str(tmp_path / "lake"))

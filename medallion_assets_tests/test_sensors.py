@@ -25,19 +25,15 @@ from dagster import (
     build_sensor_context,
 )
 
+from medallion_assets.checkpoints import read_checkpoint
+from medallion_assets.ingest import FullRefreshRefusedError, full_refresh_stream
 from medallion_assets.resources import LakeResource
 from medallion_assets.sensors import (
     build_checkpoint_sensor,
     build_landing_sensor,
     build_stream_health_check,
 )
-from medallion_assets.streaming import (
-    FullRefreshRefusedError,
-    StreamHealthPolicy,
-    full_refresh_stream,
-    read_checkpoint,
-    stream_health,
-)
+from medallion_assets.stream_monitoring import StreamHealthPolicy, stream_health
 
 pytestmark = pytest.mark.both_engines
 
@@ -372,7 +368,7 @@ def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(l
     from deltalake import DeltaTable, write_deltalake
     from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-    import medallion_assets.streaming as streaming
+    import medallion_assets.checkpoints as checkpoints
 
     stream = FakeStream(lake)
     for rows in range(1, 6):
@@ -390,14 +386,14 @@ def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(l
         commit_properties=CommitProperties(custom_metadata={"streamingQueryId": "q-1", "streamingBatchId": stream.batch},
                                            app_transactions=[Transaction("q-1", stream.batch)]),
     )
-    monkeypatch.setattr(streaming, "_HISTORY_PAGE", 2)
+    monkeypatch.setattr(checkpoints, "_HISTORY_PAGE", 2)
     pages = []
     history = DeltaTable.history
     monkeypatch.setattr(DeltaTable, "history", lambda self, limit=None: pages.append(limit) or history(self, limit))
 
-    commits = streaming.delta_commits_of_query(stream.table, "q-1", after_batch=3)
+    commits = checkpoints.delta_commits_of_query(stream.table, "q-1", after_batch=3)
     assert [(b, c.rows, c.data_files, c.delta_version) for b, c in sorted(commits.items())] == [
         (4, 5, 1, 4), (5, 1, 1, 6)]
     assert pages == [2, 4]  # batch 3 (version 3) came in the second page: nothing older was read
-    assert sorted(streaming.delta_commits_of_query(stream.table, "q-1")) == [0, 1, 2, 3, 4, 5]
-    assert streaming.delta_commits_of_query(stream.table, "q-2") == {}
+    assert sorted(checkpoints.delta_commits_of_query(stream.table, "q-1")) == [0, 1, 2, 3, 4, 5]
+    assert checkpoints.delta_commits_of_query(stream.table, "q-2") == {}

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckEvaluation, AssetMaterialization, DagsterInstance, SensorResult, build_sensor_context
 
+from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
-from medallion_assets.streaming import read_checkpoint
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.kill_points import sink_engines
 
@@ -148,7 +148,7 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
     """The ``bronze_streams_continuous`` job (bounded by run_seconds here) ingests what lands."""
     from medallion_assets.engine import engine_for
     from medallion_assets.resources import SparkResource
-    from medallion_assets.streaming import bronze_streams_continuous
+    from medallion_assets.continuous import bronze_streams_continuous
 
     # A session's first Delta write is slow (delta-spark loads and compiles its
     # classes: half a minute or more on a busy machine). Pay that before the

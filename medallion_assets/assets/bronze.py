@@ -11,7 +11,13 @@ snapshots are batch loads.
 from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, MetadataValue, Output, asset
 from pydantic import Field
 
-from medallion_assets.ingest import ensure_kafka_table, load_reference_snapshot, start_bronze_stream, start_kafka_stream
+from medallion_assets.ingest import (
+    ensure_kafka_table,
+    full_refresh_stream,
+    load_reference_snapshot,
+    start_bronze_stream,
+    start_kafka_stream,
+)
 from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
 from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
@@ -48,8 +54,6 @@ def _stream_asset(stream_name: str, description: str, *, allow_full_refresh: boo
         context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
     ) -> MaterializeResult:
         if config.full_refresh:
-            from medallion_assets.streaming import full_refresh_stream
-
             full_refresh_stream(lake, stream_name, allowed=allow_full_refresh)
         session = spark.spark_session
         query = start_bronze_stream(

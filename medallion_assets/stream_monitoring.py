@@ -1,0 +1,243 @@
+"""Verdicts on the bronze streams: backlog and stalled batches, Kafka consumer lag, schema drift.
+
+:func:`stream_health` measures a file stream's backlog and a pending batch's
+age against a :class:`StreamHealthPolicy`; :func:`kafka_lag` compares the
+broker's latest offsets with the checkpoint's committed ones;
+:func:`batch_schema_drift` counts a batch's landed rows with fields the
+landing contract does not define. The sensors and the asset check are built
+on these (:mod:`medallion_assets.sensors`).
+
+Nothing here runs at import.
+"""
+
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dagster import Config
+from pydantic import Field
+
+from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, unknown_order_fields
+from medallion_assets.resources import LakeResource
+
+
+class StreamHealthPolicy(Config):
+    """When a stream counts as stalled or behind."""
+
+    stall_after_seconds: float = Field(
+        default=600.0, description="A planned micro-batch (offset written) not committed for this long fails the check."
+    )
+    max_backlog_age_seconds: float = Field(
+        default=1800.0, description="A landed file no offset covers yet, older than this, fails the check."
+    )
+
+
+class _Verdict:
+    """A health verdict: it passes when no problem was found."""
+
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class StreamHealth(_Verdict):
+    """Backlog and stall figures of one stream, and the verdict of the policy."""
+
+    stream: str
+    last_committed_batch: int
+    pending_batch: int | None
+    pending_batch_age_seconds: float
+    backlog_files: int
+    oldest_backlog_age_seconds: float
+    problems: list[str]
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "last_committed_batch": self.last_committed_batch,
+            "pending_batch": -1 if self.pending_batch is None else self.pending_batch,
+            "pending_batch_age_seconds": round(self.pending_batch_age_seconds, 1),
+            "backlog_files": self.backlog_files,
+            "oldest_backlog_age_seconds": round(self.oldest_backlog_age_seconds, 1),
+        }
+
+
+def landed_files(lake: LakeResource, stream: str) -> dict[str, float]:
+    """The visible files of a stream's landing folder: ``file://`` URI -> mtime."""
+    from pathlib import Path
+
+    from medallion_assets.transforms.bronze import is_visible_data_file
+
+    folder = Path(local_path(lake.landing_folder(stream)))
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for entry in os.scandir(folder):
+        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(LANDING_STREAMS[stream].suffix):
+            found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
+    return found
+
+
+def stream_health(lake: LakeResource, stream: str, policy: StreamHealthPolicy, *, now: float | None = None) -> StreamHealth:
+    """Measure one stream's backlog and pending batch against ``policy``."""
+    now = time.time() if now is None else now
+    checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
+    pending = checkpoint.pending()
+    pending_batch = pending[0] if pending else None
+    pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
+    seen = {_same_uri(p) for p in checkpoint.seen_files()}
+    backlog = {p: t for p, t in landed_files(lake, stream).items() if p not in seen}
+    oldest = now - min(backlog.values()) if backlog else 0.0
+    problems = _stalled_batch(checkpoint, now, policy.stall_after_seconds)
+    if backlog and oldest > policy.max_backlog_age_seconds:
+        problems.append(
+            f"{len(backlog)} landed file(s) not taken by any batch, the oldest {oldest:.0f}s old "
+            f"(limit {policy.max_backlog_age_seconds:.0f}s): the stream is not running or falls behind"
+        )
+    return StreamHealth(stream, checkpoint.last_committed, pending_batch, max(pending_age, 0.0), len(backlog),
+                        max(oldest, 0.0), problems)
+
+
+def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> list[str]:
+    """The problem of a planned batch not committed within ``limit_seconds`` (none if there is none)."""
+    pending = checkpoint.pending()
+    if not pending or now - checkpoint.offsets[pending[0]] <= limit_seconds:
+        return []
+    age = now - checkpoint.offsets[pending[0]]
+    return [f"batch {pending[0]} was planned {age:.0f}s ago and has not committed "
+            f"(limit {limit_seconds:.0f}s): the stream is stalled or down"]
+
+
+def _same_uri(path: str) -> str:
+    # Spark writes file:///a/b; Path.as_uri writes the same for local paths.
+    if path.startswith("file:/") and not path.startswith("file:///"):
+        return "file:///" + path[len("file:/"):]
+    return path
+
+
+def _partition_lag(latest: Mapping[int, int], committed: Mapping[int, int]) -> dict[int, int]:
+    """Partition -> messages the broker holds past the checkpoint's next offset."""
+    return {p: max(high - committed.get(p, 0), 0) for p, high in latest.items()}
+
+
+@dataclass(frozen=True)
+class KafkaLag(_Verdict):
+    """Consumer lag of the Kafka stream per partition, and the verdict of its limits."""
+
+    stream: str
+    last_committed_batch: int
+    latest: dict[int, int]
+    """Partition -> the broker's next offset."""
+    committed: dict[int, int]
+    """Partition -> the checkpoint's next offset to read."""
+    seconds_since_commit: float | None
+    problems: list[str]
+
+    @property
+    def lag(self) -> dict[int, int]:
+        return _partition_lag(self.latest, self.committed)
+
+
+    def metadata(self) -> dict[str, Any]:
+        from dagster import MetadataValue
+
+        return {
+            "last_committed_batch": self.last_committed_batch,
+            "consumer_lag": sum(self.lag.values()),
+            "consumer_lag_per_partition": MetadataValue.json({str(p): v for p, v in self.lag.items()}),
+            "latest_offsets": MetadataValue.json({str(p): v for p, v in self.latest.items()}),
+            "committed_offsets": MetadataValue.json({str(p): v for p, v in self.committed.items()}),
+            "seconds_since_commit": -1.0 if self.seconds_since_commit is None else round(self.seconds_since_commit, 1),
+        }
+
+
+def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLag:
+    """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
+
+    Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
+    messages wait and no batch has committed for ``kafka.stall_after_seconds``
+    (or a planned batch has not committed for that long), and when the broker
+    does not answer.
+    """
+    from medallion_assets.kafka import KAFKA_STREAM, KafkaError, watermark_offsets
+
+    now = time.time() if now is None else now
+    checkpoint = read_checkpoint(lake.checkpoint_dir(KAFKA_STREAM))
+    committed = checkpoint.kafka_committed_offsets(kafka.topic)
+    last_commit = checkpoint.commits.get(checkpoint.last_committed)
+    since = now - last_commit if last_commit is not None else None
+    try:
+        watermarks = watermark_offsets(kafka)
+    except KafkaError as error:
+        return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {}, committed, since, [str(error)])
+    latest = {p: high for p, (_, high) in watermarks.items()}
+    # A partition the checkpoint has not read yet starts at the oldest offset the broker keeps.
+    committed = {p: committed.get(p, low) for p, (low, _) in watermarks.items()}
+    behind = sum(_partition_lag(latest, committed).values())
+    problems: list[str] = []
+    if behind > kafka.max_lag_messages:
+        problems.append(
+            f"consumer lag {behind} messages on {kafka.topic!r} (limit {kafka.max_lag_messages}): "
+            "the stream is not running or falls behind"
+        )
+    # Before the first commit only the lag limit applies: there is no commit to be late against.
+    if behind and since is not None and since > kafka.stall_after_seconds:
+        problems.append(
+            f"{behind} message(s) wait and no batch has committed for {since:.0f}s "
+            f"(limit {kafka.stall_after_seconds:.0f}s): the stream has stopped committing"
+        )
+    problems += _stalled_batch(checkpoint, now, kafka.stall_after_seconds)
+    return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, latest, committed, since, problems)
+
+
+# ---------------------------------------------------------------- schema drift
+
+
+@dataclass(frozen=True)
+class SchemaDrift:
+    """Landed rows of a batch carrying fields the landing contract does not define (kept raw in bronze)."""
+
+    rows: int
+    fields: list[str]
+
+
+def batch_schema_drift(input_files: list[str], stream: str) -> SchemaDrift:
+    """Count a batch's landed rows with fields unknown to the contract.
+
+    ``orders_raw``: each line of the batch's input files, by the contract's
+    :func:`~medallion_assets.contract.unknown_order_fields`; ``customers_cdc``:
+    the header of each input file (a CSV with an extra column keeps the row
+    raw in ``_corrupt_record``). Files already removed from landing are not
+    counted.
+    """
+    rows, fields = 0, set()
+    if stream == "orders_raw":
+        for uri in input_files:
+            try:
+                # Undecodable bytes are replaced, as bronze stores them; the JSON rule sees the same text.
+                with open(local_path(uri), encoding="utf-8", errors="replace") as handle:
+                    for line in handle:
+                        extra = unknown_order_fields(line) if line.strip() else set()
+                        if extra:
+                            rows += 1
+                            fields |= extra
+            except FileNotFoundError:
+                continue
+        return SchemaDrift(rows, sorted(fields))
+    for uri in input_files:
+        try:
+            with open(local_path(uri)) as handle:
+                header = handle.readline().strip().split(",")
+                extra = [c for c in header if c and c not in CUSTOMER_CSV_COLUMNS]
+                if extra:
+                    fields |= set(extra)
+                    rows += sum(1 for line in handle if line.strip())
+        except FileNotFoundError:
+            continue
+    return SchemaDrift(rows, sorted(fields))
