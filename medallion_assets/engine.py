@@ -273,6 +273,28 @@ class TableState:
     frame: DataFrame
 
 
+#: Commits searched before the whole log is read for a custom metadata key.
+_RECENT_COMMITS = 20
+
+
+def user_metadata(text: str | None) -> dict[str, str]:
+    """Custom commit metadata from a commit's ``userMetadata``.
+
+    Both engines store their custom keys there as one JSON object, so either
+    engine reads what the other wrote; text that is not a JSON object is kept
+    under ``userMetadata``.
+    """
+    if not text:
+        return {}
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        return {"userMetadata": text}
+    return {str(k): str(v) for k, v in parsed.items()}
+
+
 @dataclass(frozen=True)
 class MergeClause:
     """One ``WHEN`` clause of a MERGE into a target aliased ``t`` from a source aliased ``s``.
@@ -335,6 +357,27 @@ class DeltaEngine:
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         """Version, operation, metrics and custom metadata of the newest commit."""
         raise NotImplementedError
+
+    def newest_commit_value(self, spark: SparkSession, path: str, key: str) -> str | None:
+        """The value of custom commit metadata ``key`` in the newest commit that carries it.
+
+        Searches the recent commits first and the whole retained log only when
+        they lack it (maintenance commits carry no custom metadata). ``None``
+        when no retained commit has the key.
+        """
+        for limit in (_RECENT_COMMITS, None):
+            commits = self._custom_metadata_of_commits(spark, path, limit)
+            for custom in commits:
+                if key in custom:
+                    return custom[key]
+            if limit is not None and len(commits) < limit:
+                return None
+        return None
+
+    def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
+        """Each commit's custom metadata, newest first (``limit``: the newest ``limit`` commits)."""
+        history = self.for_path(spark, path).history(limit) if limit else self.for_path(spark, path).history()
+        return [user_metadata(row["userMetadata"]) for row in history.select("userMetadata").collect()]
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         """Writer options that record ``metadata`` in the commit of a batch or streaming write."""
@@ -448,13 +491,8 @@ class DeltaSparkEngine(DeltaEngine):
         [row] = self._history(spark, path).select(
             "version", "operation", "operationMetrics", "userMetadata"
         ).collect()
-        custom: dict[str, str] = {}
-        if row["userMetadata"]:
-            try:
-                custom = {str(k): str(v) for k, v in json.loads(row["userMetadata"]).items()}
-            except (ValueError, AttributeError):
-                custom = {"userMetadata": row["userMetadata"]}
-        return CommitFacts(int(row["version"]), str(row["operation"]), dict(row["operationMetrics"] or {}), custom)
+        return CommitFacts(int(row["version"]), str(row["operation"]), dict(row["operationMetrics"] or {}),
+                           user_metadata(row["userMetadata"]))
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         return {"userMetadata": json.dumps(dict(metadata), sort_keys=True)} if metadata else {}
@@ -566,14 +604,20 @@ class DeltaRsEngine(DeltaEngine):
         table = deltalake.DeltaTable(path)
         history = table.history(1)
         info = history[0] if history else {}
-        known = {"version", "operation", "operationMetrics", "operationParameters", "timestamp",
-                 "clientVersion", "engineInfo", "readVersion", "isBlindAppend", "userMetadata"}
-        custom = {str(k): str(v) for k, v in info.items() if k not in known}
         return CommitFacts(int(info.get("version", table.version())), str(info.get("operation", "")),
-                           dict(info.get("operationMetrics") or {}), custom)
+                           dict(info.get("operationMetrics") or {}), _delta_rs_custom_metadata(info))
+
+    def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
+        import deltalake
+
+        return [_delta_rs_custom_metadata(info) for info in deltalake.DeltaTable(path).history(limit)]
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
-        return {f"commitInfo.{key}": str(value) for key, value in metadata.items()}
+        # Each key on its own (what delta-rs readers show) and the JSON delta-spark reads.
+        if not metadata:
+            return {}
+        return {**{f"commitInfo.{key}": str(value) for key, value in metadata.items()},
+                "userMetadata": json.dumps(dict(metadata), sort_keys=True)}
 
     def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
         from medallion_assets.delta._read import snapshot_dataframe
@@ -594,8 +638,20 @@ class DeltaRsEngine(DeltaEngine):
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         if metadata:
-            merge = merge.withCommitInfo(dict(metadata))
+            merge = merge.withCommitInfo({**metadata, "userMetadata": json.dumps(dict(metadata), sort_keys=True)})
         merge.execute()
+
+
+_DELTA_RS_COMMIT_FIELDS = frozenset({
+    "version", "operation", "operationMetrics", "operationParameters", "timestamp", "clientVersion",
+    "engineInfo", "readVersion", "isBlindAppend", "userMetadata", "isolationLevel", "txnId",
+})
+
+
+def _delta_rs_custom_metadata(info: Mapping[str, Any]) -> dict[str, str]:
+    """Custom metadata of a commit as delta-rs's ``history()`` gives it: its own keys, then ``userMetadata``."""
+    custom = {str(k): str(v) for k, v in info.items() if k not in _DELTA_RS_COMMIT_FIELDS}
+    return {**custom, **user_metadata(info.get("userMetadata"))}
 
 
 class DeltaSparkSqlEngine(DeltaSparkEngine):
@@ -692,6 +748,10 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
 
     def _history(self, spark: SparkSession, path: str) -> DataFrame:
         return spark.sql(f"DESCRIBE HISTORY {self._table(path)} LIMIT 1")
+
+    def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
+        history = spark.sql(f"DESCRIBE HISTORY {self._table(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
+        return [user_metadata(row["userMetadata"]) for row in history.select("userMetadata").collect()]
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,14 @@ from typing import Any, Literal
 from dagster import (
     AssetKey,
     ConfigurableIOManager,
+    DagsterEventType,
     InputContext,
     MetadataValue,
     OutputContext,
     TableColumn,
     TableSchema,
 )
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -57,6 +58,8 @@ COLUMNS = "delta/columns"
 SOURCE = "medallion/source"
 
 _CONSUMED_PREFIX = "medallion/consumed/"
+#: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
+_CONSUMED_COMMIT_PREFIX = "consumed."
 _INPUTS = "medallion/inputs"
 _PREVIEW_ROWS = 5
 
@@ -211,10 +214,23 @@ class WriteResult:
 
 @dataclass
 class _StepReads:
-    """Versions an executing step read, so its outputs can record them."""
+    """What an executing step read: recorded on its ``LOADED_INPUT`` events, collected for its outputs.
+
+    Attributes:
+        consumed: upstream -> the version a ``changes`` input read up to.
+        advanced: whether a ``changes`` input read at least one new commit.
+        inputs: upstream -> the version a whole-table input read.
+    """
 
     consumed: dict[str, int] = field(default_factory=dict)
+    advanced: bool = False
     inputs: dict[str, int] = field(default_factory=dict)
+
+
+#: Input metadata of each loaded input, read back when the step's outputs are handled.
+_READ_TABLE = "delta/table"
+_READ_VERSION = "delta/version"
+_READ_CHANGES_FROM = "delta/changes_from_version"
 
 
 class DeltaTableClient:
@@ -285,6 +301,7 @@ class DeltaTableClient:
         replace_where: str | None = None,
         commit_metadata: Mapping[str, str] | None = None,
         transaction: tuple[str, int] | None = None,
+        empty_commit: tuple[str, int] | None = None,
     ) -> WriteResult:
         """Write ``frame`` to the table at ``path`` as ``spec`` says.
 
@@ -298,22 +315,53 @@ class DeltaTableClient:
                 (Delta's ``txnAppId``/``txnVersion``): the engine skips the write
                 when that application already committed this version or a later
                 one, so a retried write lands once. Merges ignore it (they are
-                idempotent by their keys and sequence).
+                idempotent by their keys and sequence) except for an empty commit.
+            empty_commit: ``(application id, version)``: when an append or merge
+                writes no row, commit anyway (no data, ``commit_metadata`` only)
+                as this transaction, creating the table if needed, so the
+                table's log records what the write was computed from.
 
         Returns:
-            The version committed, or why nothing was committed.
+            The version committed, or why no row was written.
         """
         _check_column_names(frame, path)
         frame = self.engine.prepare_write(frame)
+        metadata = dict(commit_metadata or {})
         if spec.mode not in ("append", "merge"):
-            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}), transaction)
+            return self._write(frame, path, spec, replace_where, metadata, transaction)
         # An append or merge source is checked for rows before it is written, and a
         # merge's is read again for its deletes: computed once, not once per action.
         frame = frame.persist()
         try:
-            return self._write(frame, path, spec, replace_where, dict(commit_metadata or {}), transaction)
+            result = self._write(frame, path, spec, replace_where, metadata, transaction)
+            if result.skipped_reason is None or empty_commit is None:
+                return result
+            stored = frame.drop(spec.delete_column) if spec.delete_column else frame
+            return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
         finally:
             frame.unpersist()
+
+    def _commit_empty(
+        self,
+        schema: StructType,
+        path: str,
+        spec: WriteSpec,
+        commit_metadata: dict[str, str],
+        transaction: tuple[str, int],
+        reason: str,
+    ) -> WriteResult:
+        """A commit without rows, carrying ``commit_metadata``.
+
+        delta-spark skips an empty append unless it records an application
+        transaction, which is why an empty commit is always one.
+        """
+        self._create_if_missing(self.spark.createDataFrame([], schema), path, spec)
+        app_id, version = transaction
+        writer = self.spark.createDataFrame([], self.engine.schema(self.spark, path)).write.format("delta").mode("append")
+        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
+            writer = writer.option(key, value)
+        writer.option("txnAppId", app_id).option("txnVersion", str(int(version))).save(path)
+        return self._result(path, f"{reason} (an empty commit records what the write was computed from)")
 
     def _write(
         self,
@@ -587,12 +635,14 @@ class SparkDataFrameTypeHandler:
         replace_where: str | None,
         commit_metadata: Mapping[str, str],
         transaction: tuple[str, int] | None = None,
+        empty_commit: tuple[str, int] | None = None,
     ) -> tuple[WriteResult, dict[str, Any]]:
         """Write ``frame`` and describe the table afterwards."""
         if not isinstance(frame, DataFrame):
             raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
         result = client.write(
-            frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction
+            frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction,
+            empty_commit=empty_commit,
         )
         metadata = client.output_metadata(path, commit=result.commit) if result.commit else {"dagster/row_count": 0}
         return result, metadata
@@ -628,8 +678,6 @@ class DeltaIOManager(ConfigurableIOManager):
         description="Do not rewrite an overwrite-mode table whose inputs have not changed since it was written.",
     )
 
-    _reads: dict[tuple[str, str], _StepReads] = PrivateAttr(default_factory=dict)
-
     def _client(self) -> DeltaTableClient:
         return DeltaTableClient(self.spark.spark_session, self.spark.delta_engine_in_use)
 
@@ -644,19 +692,24 @@ class DeltaIOManager(ConfigurableIOManager):
         metadata = dict(context.definition_metadata or {})
         version = metadata.get(VERSION)
         columns = metadata.get(COLUMNS)
-        reads = self._step_reads(context)
         if not client.exists(path):
             raise FileNotFoundError(
                 f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
             )
         latest = client.latest_version(path)
         if metadata.get(READ) == "changes":
-            after = self._consumed_version(context, key)
-            reads.consumed[_key_name(key)] = latest
+            after = self._consumed_version(client, context, key)
+            # Recorded on the step's LOADED_INPUT event: its outputs read it from there.
+            context.add_input_metadata(
+                {_READ_TABLE: _key_name(key), _READ_CHANGES_FROM: after + 1, _READ_VERSION: latest},
+                description=f"versions {after + 1}..{latest} read as changes",
+            )
             frame = client.read_changes(path, after_version=after, to_version=latest)
             context.log.info(f"{key.to_user_string()}: reading versions {after + 1}..{latest}")
             return frame.select(*columns) if columns else frame
-        reads.inputs[_key_name(key)] = int(version) if version is not None else latest
+        context.add_input_metadata(
+            {_READ_TABLE: _key_name(key), _READ_VERSION: int(version) if version is not None else latest}
+        )
         frame = SparkDataFrameTypeHandler().load_input(client, path, version=version, columns=columns)
         if context.has_asset_partitions and context.upstream_output is not None:
             partition_expr = (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
@@ -664,26 +717,51 @@ class DeltaIOManager(ConfigurableIOManager):
                 frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
         return frame
 
-    def _step_reads(self, context: InputContext | OutputContext) -> _StepReads:
-        step_key = context.step_context.step.key
-        run_id = context.step_context.run_id
-        return self._reads.setdefault((run_id, step_key), _StepReads())
+    @staticmethod
+    def _step_reads(context: OutputContext) -> _StepReads:
+        """What this step's inputs read, from the ``LOADED_INPUT`` events of this run.
 
-    def _consumed_version(self, context: InputContext, upstream: AssetKey) -> int:
-        """The newest upstream version every one of this step's assets has taken in (-1: none).
-
-        The oldest over the step's outputs: when a blocking check stops a step
-        after its quarantine was written but before its tables were, the tables
-        have not consumed the increment, and the next run must read it again.
+        The IO manager keeps no state between loading and storing, so it works
+        with any executor; a retried step loads its inputs again, and its later
+        events win.
         """
-        marker = _CONSUMED_PREFIX + _key_name(upstream)
+        step_key = context.step_context.step.key
+        records = context.step_context.instance.get_records_for_run(
+            run_id=context.run_id, of_type=DagsterEventType.LOADED_INPUT
+        ).records
+        reads = _StepReads()
+        for record in records:
+            entry = record.event_log_entry
+            if entry.step_key != step_key or entry.dagster_event is None:
+                continue
+            loaded = entry.dagster_event.event_specific_data.metadata or {}
+            if _READ_TABLE not in loaded or _READ_VERSION not in loaded:
+                continue
+            table, version = str(loaded[_READ_TABLE].value), int(loaded[_READ_VERSION].value)
+            if _READ_CHANGES_FROM in loaded:
+                reads.consumed[table] = version
+                reads.advanced = reads.advanced or int(loaded[_READ_CHANGES_FROM].value) <= version
+            else:
+                reads.inputs[table] = version
+        return reads
+
+    def _consumed_version(self, client: DeltaTableClient, context: InputContext, upstream: AssetKey) -> int:
+        """The newest upstream version every one of this step's tables has taken in (-1: none).
+
+        Read from the tables' own Delta logs: each write of such a step records
+        ``consumed.<upstream>`` in its commit (an empty commit when it had no
+        rows), so the answer survives a wiped Dagster instance and a change of
+        engine. The oldest over the step's outputs: when a blocking check stops
+        a step after its quarantine was written but before its tables were, the
+        tables have not consumed the increment, and the next run must read it
+        again.
+        """
+        key = _CONSUMED_COMMIT_PREFIX + _key_name(upstream)
         versions = []
-        for key in context.step_context.get_output_asset_keys():
-            event = context.instance.get_latest_materialization_event(key)
-            value = None if event is None or event.asset_materialization is None else (
-                event.asset_materialization.metadata.get(marker)
-            )
-            versions.append(-1 if value is None else int(value.value))
+        for output in context.step_context.get_output_asset_keys():
+            path = self._path(output)
+            value = client.engine.newest_commit_value(client.spark, path, key) if client.exists(path) else None
+            versions.append(-1 if value is None else int(value))
         return min(versions, default=-1)
 
     # ---- outputs -------------------------------------------------------
@@ -714,7 +792,7 @@ class DeltaIOManager(ConfigurableIOManager):
             step_metadata["delta/tombstones"] = MetadataValue.path(client.tombstone_path(path))
         # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
         commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
-        commit_metadata.update({f"consumed.{k}": str(v) for k, v in reads.consumed.items()})
+        commit_metadata.update({_CONSUMED_COMMIT_PREFIX + k: str(v) for k, v in reads.consumed.items()})
 
         if (
             self.skip_unchanged
@@ -730,15 +808,19 @@ class DeltaIOManager(ConfigurableIOManager):
 
         # A step retried after its append committed (a retry policy, a lost executor)
         # must not append again: one Delta transaction per run, output and partition.
-        transaction = None
-        if spec.mode == "append":
-            window = fingerprint.get("partition")
-            transaction = (f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window[0]}" if window else ""), 0)
+        window = fingerprint.get("partition")
+        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window[0]}" if window else "")
+        transaction = (run_output, 0) if spec.mode == "append" else None
+        # A write that took in new upstream commits records them even without rows (an
+        # empty commit), so the next run starts after them. Its own transaction, versioned
+        # by the sum of the consumed versions (it grows with any of them): a retry that
+        # read further commits records again, one that read the same does not.
+        empty_commit = (run_output + ":consumed", sum(reads.consumed.values())) if reads.advanced else None
 
         context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
         result, metadata = SparkDataFrameTypeHandler().handle_output(
             client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
-            transaction=transaction,
+            transaction=transaction, empty_commit=empty_commit,
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
