@@ -6,7 +6,8 @@ environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 ``SPARK_MASTER_URL``) or ``connect`` (Spark Connect at ``SPARK_REMOTE``); the
 asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
 ``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
-(:mod:`medallion_assets.engine`).
+(:mod:`medallion_assets.engine`). ``MEDALLION_SIMULATOR=off`` leaves the demo
+feed (``landing/simulated_batch``) out.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ def resources_for(deployment: str) -> dict[str, Any]:
     return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": DeltaIOManager(spark=spark, lake=lake)}
 
 
-def build_definitions(deployment: str = "local") -> Definitions:
-    """The project's Definitions for ``deployment``."""
+def build_definitions(deployment: str = "local", *, simulator: bool = True) -> Definitions:
+    """The project's Definitions for ``deployment``.
+
+    Args:
+        deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`).
+        simulator: include ``landing/simulated_batch``, the demo feed. No job or
+            schedule selects it; a deployment with a real landing zone leaves it out.
+    """
     from medallion_assets.assets import gold
     from medallion_assets.assets.checks import silver_checks, silver_freshness_checks
 
@@ -44,7 +51,8 @@ def build_definitions(deployment: str = "local") -> Definitions:
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
     from medallion_assets.continuous import bronze_streams_continuous
 
-    assets = [*load_assets_from_modules([landing, bronze, silver]), *gold.gold_assets]
+    layers = [landing, bronze, silver] if simulator else [bronze, silver]
+    assets = [*load_assets_from_modules(layers), *gold.gold_assets]
     return Definitions(
         assets=assets,
         asset_checks=[*silver_checks, *gold.gold_checks, *stream_health_checks()],
@@ -68,4 +76,5 @@ def build_definitions(deployment: str = "local") -> Definitions:
 @definitions
 def defs() -> Definitions:
     """Loaded by ``dagster dev`` / ``dagster definitions validate``."""
-    return build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local"))
+    simulator = os.environ.get("MEDALLION_SIMULATOR", "on").strip().lower() not in ("0", "off", "false", "no")
+    return build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local"), simulator=simulator)

@@ -43,6 +43,19 @@ def test_definitions_hold_layers_jobs_and_checks():
     assert {"silver/orders", "gold/daily_revenue"} <= {k.to_user_string() for k in refresh.asset_layer.executable_asset_keys}
 
 
+def test_the_simulator_is_in_no_job_and_can_be_left_out():
+    simulated = "landing/simulated_batch"
+    defs = build_definitions("local")
+    assert simulated in {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    for job in defs.jobs:
+        selected = {key.to_user_string() for key in defs.resolve_job_def(job.name).asset_layer.executable_asset_keys} if hasattr(job, "selection") else set()
+        assert simulated not in selected, f"job {job.name} runs the simulator"
+    production = build_definitions("local", simulator=False)
+    # Bronze still names the landing zone as its upstream: a key nothing can materialize.
+    assert simulated not in {key.to_user_string() for key in production.resolve_asset_graph().materializable_asset_keys}
+    assert {job.name for job in production.jobs} == {job.name for job in defs.jobs}
+
+
 def test_unknown_deployment_is_refused():
     with pytest.raises(ValueError):
         resources_for("mainframe")
