@@ -283,7 +283,9 @@ def delete_uncommitted_files(location: str, files: Iterable[WrittenFile]) -> Non
     delete_files(location, [f for f in files if f.path not in live])
 
 
-def _commit_properties(plan: WritePlan, extra: Mapping[str, object] | None = None) -> CommitProperties:
+def _commit_properties(
+    plan: WritePlan, extra: Mapping[str, object] | None = None, *, retries: int | None = None
+) -> CommitProperties:
     metadata: dict[str, object] = dict(plan.options.commit_info)
     if plan.options.user_metadata is not None:
         metadata["userMetadata"] = plan.options.user_metadata
@@ -292,7 +294,7 @@ def _commit_properties(plan: WritePlan, extra: Mapping[str, object] | None = Non
     txns = None
     if plan.options.txn_app_id is not None:
         txns = [Transaction(plan.options.txn_app_id, plan.options.txn_version)]
-    return CommitProperties(custom_metadata=metadata or None, app_transactions=txns)
+    return CommitProperties(custom_metadata=metadata or None, app_transactions=txns, max_commit_retries=retries)
 
 
 def _relative_action_path(location: str, data_file: DataFile) -> str:
@@ -436,7 +438,12 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
         schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
         if plan.schema_changed and not plan.options.overwrite_schema:
             _add_new_columns(table, plan)
-        props = _commit_properties(plan, extra_metadata)
+        # A write that replaces data (overwrite, replaceWhere, dynamic partitions) must
+        # land right after the version it checked: delta-rs would otherwise retry it
+        # on top of a blind append that slipped in after the check, and its removes
+        # would miss the appended files. Without retries the commit fails instead.
+        exact = plan.mode != "append" and plan.read_version is not None
+        props = _commit_properties(plan, extra_metadata, retries=0 if exact else None)
         if plan.mode == "append":
             table.create_write_transaction(adds, "append", schema, plan.partition_columns, commit_properties=props)
         elif plan.replace_where is not None:

@@ -384,6 +384,30 @@ def test_conflicting_overwrite_fails_cleanly(spark, tmp_path):
         assert not os.path.exists(os.path.join(path, f.path)), "the losing write's files are removed"
 
 
+def test_overwrite_loses_to_an_append_that_commits_between_its_check_and_its_commit(spark, tmp_path, monkeypatch):
+    from medallion_assets.delta import _commit
+    from medallion_assets.delta._schema import spark_to_arrow_schema
+
+    path = str(tmp_path / "t")
+    arrow_schema = spark_to_arrow_schema(SCHEMA, table=path)
+    deltalake.write_deltalake(path, pa.Table.from_pylist(expected_dicts(sample_rows(0, 5)), schema=arrow_schema))
+    plan = plan_write(path, SCHEMA, mode="overwrite", options={})
+    data = pa.Table.from_pylist(expected_dicts(sample_rows(50, 5)), schema=plan.arrow_schema)
+    files = plan.file_writer(0).write_batches(data.to_batches())
+    # The overwrite's conflict check sees version 0, as planned ...
+    checked = deltalake.DeltaTable(path)
+    monkeypatch.setattr(_commit, "open_existing", lambda *_a, **_k: checked)
+    # ... and another writer appends before the overwrite commits.
+    deltalake.write_deltalake(path, pa.Table.from_pylist(expected_dicts(sample_rows(5, 5)), schema=arrow_schema), mode="append")
+    with pytest.raises(ConcurrentWriteError, match="concurrent"):
+        commit_write(plan, files)
+    monkeypatch.undo()
+    assert deltalake.DeltaTable(path).version() == 1
+    assert_independent_readers_see(path, sample_rows(0, 10))
+    for f in files:
+        assert not os.path.exists(os.path.join(path, f.path)), "the losing write's files are removed"
+
+
 def test_check_constraints_and_not_null_are_enforced_on_write(spark, tmp_path):
     path = str(tmp_path / "t")
     strict = T.StructType([T.StructField("id", T.LongType(), nullable=False), *SCHEMA.fields[1:]])
