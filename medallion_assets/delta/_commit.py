@@ -472,13 +472,7 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
         ) from exc
     except DeltaRsError as exc:
         delete_files(plan.location, created)
-        text = str(exc)
-        if "conflict" in text.lower() or "concurrent" in text.lower():
-            raise ConcurrentWriteError(
-                f"the {plan.mode} lost to a concurrent writer ({text}); nothing was committed: rerun the write",
-                table=plan.location,
-            ) from exc
-        raise DeltaError(f"the {plan.mode} could not be committed: {text}", table=plan.location) from exc
+        raise DeltaError(f"the {plan.mode} could not be committed: {exc}", table=plan.location) from exc
     except BaseException:
         if not committed:
             delete_files(plan.location, created)
