@@ -18,6 +18,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets import simulate
+from medallion_assets.assets.gold import MONTHLY, gold_assets
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import delta_extension_path, read_with_deltalake, rows
 
@@ -151,6 +152,34 @@ def _metadata(result, key: list[str]) -> dict:
     return {k: v.value for k, v in materialization.materialization.metadata.items()}
 
 
+def assert_gold_lineage_matches_schemas(result) -> None:
+    """Every gold materialization (each partition's too) carries a column lineage naming
+    exactly its stored columns, and each dep names a column of that upstream's
+    materialization in the same run."""
+    events = [e.materialization for e in result.get_asset_materialization_events()]
+    schemas = {}
+    for m in events:
+        if "dagster/column_schema" in m.metadata:
+            schemas.setdefault(m.asset_key, {c.name for c in m.metadata["dagster/column_schema"].value.columns})
+    gold = [m for m in events if m.asset_key.path[0] == "gold"]
+    assert {m.asset_key for m in gold} == {k for a in gold_assets for k in a.keys}
+    daily = {m.partition for m in gold if m.asset_key == AssetKey(["gold", "daily_revenue"])}
+    assert daily == set(MONTHLY.get_partition_keys()), "one materialization per month of daily_revenue"
+    for m in gold:
+        what = m.asset_key.to_user_string() + (f" [{m.partition}]" if m.partition else "")
+        assert "dagster/column_lineage" in m.metadata, f"{what}: no column lineage"
+        assert "delta/version" in m.metadata, f"{what}: the IO manager's metadata is missing"
+        lineage = m.metadata["dagster/column_lineage"].value.deps_by_column
+        columns = {c.name for c in m.metadata["dagster/column_schema"].value.columns}
+        assert set(lineage) == columns, f"{what}: lineage columns {sorted(lineage)} != table columns {sorted(columns)}"
+        for column, deps in lineage.items():
+            for dep in deps:
+                upstream = dep.asset_key
+                assert upstream in schemas, f"{what}.{column}: {upstream.to_user_string()} not materialized in the run"
+                where = f"{what}.{column}: no {dep.column_name} in {upstream.to_user_string()}"
+                assert dep.column_name in schemas[upstream], where
+
+
 def assert_silver_matches_contract(lake: Path, *, landing: Path | None = None) -> None:
     expected = contract_reference.expected_silver_state(landing or lake / "landing")
     expected["customers"] = contract_reference.masked_customers(expected["customers"])
@@ -197,6 +226,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     run1 = materialize_everything(defs, instance)
     timings["run 1"] = time.monotonic() - started
     checks1 = assert_checks_pass(run1)
+    assert_gold_lineage_matches_schemas(run1)
     assert_silver_matches_contract(lake)
     assert_gold_matches_duckdb(lake)
     bronze_path = lake / "bronze" / "orders_raw"
@@ -212,6 +242,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     run2 = materialize_everything(defs, instance)
     timings["run 2"] = time.monotonic() - started
     assert_checks_pass(run2)
+    assert_gold_lineage_matches_schemas(run2)
     assert_silver_matches_contract(lake)
     assert_history_is_closed(lake)
     assert_gold_matches_duckdb(lake)
@@ -239,5 +270,6 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     run3 = materialize_everything(defs, instance)
     timings["run 3 (nothing new)"] = time.monotonic() - started
     assert_checks_pass(run3)
+    assert_gold_lineage_matches_schemas(run3)
     assert table_versions(lake) == before
     print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "checks_per_run": checks1}))

@@ -8,6 +8,11 @@ replaces only the months of its run (replaceWhere on ``o_orderdate``).
 The revenue tables carry a reconciliation check against silver, computed in
 the same step from the same silver versions; every gold table has Dagster's
 last-update freshness check.
+
+Each asset declares its column lineage next to it (output column -> the silver
+columns its values are computed from; filters and join keys are not listed,
+and a row count depends on no column) and attaches it to every materialization
+as ``dagster/column_lineage``, beside the IO manager's own table metadata.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
@@ -26,6 +31,8 @@ from dagster import (
     MetadataValue,
     MonthlyPartitionsDefinition,
     Output,
+    TableColumnDep,
+    TableColumnLineage,
     asset,
     build_last_update_freshness_checks,
 )
@@ -47,6 +54,20 @@ GOLD_MAX_LAG_HOURS = 26.0
 
 def _silver(*tables: str) -> dict[str, AssetIn]:
     return {name if name != "customers" else "customer": AssetIn(key=AssetKey(["silver", name])) for name in tables}
+
+
+def _from(table: str, *columns: str) -> list[TableColumnDep]:
+    """Lineage deps on ``columns`` of silver ``table``."""
+    return [TableColumnDep(AssetKey(["silver", table]), column) for column in columns]
+
+
+def _with_lineage(frame: DataFrame, lineage: dict[str, list[TableColumnDep]], **metadata) -> Output[DataFrame]:
+    """The asset's output, carrying its column lineage (the IO manager adds the table's own metadata)."""
+    return Output(frame, metadata={"dagster/column_lineage": TableColumnLineage(deps_by_column=lineage), **metadata})
+
+
+#: ``l_extendedprice * (1 - l_discount)``, the net price summed by the revenue columns.
+NET_PRICE = _from("lineitem", "l_extendedprice", "l_discount")
 
 
 def _net_price_sum(alias: str = "revenue") -> F.Column:
@@ -96,6 +117,19 @@ def _reconciliation_spec(key: AssetKey, what: str) -> AssetCheckSpec:
 
 # ---------------------------------------------------------------- TPC-H answers
 
+PRICING_SUMMARY_LINEAGE = {
+    "l_returnflag": _from("lineitem", "l_returnflag"),
+    "l_linestatus": _from("lineitem", "l_linestatus"),
+    "sum_qty": _from("lineitem", "l_quantity"),
+    "sum_base_price": _from("lineitem", "l_extendedprice"),
+    "sum_disc_price": NET_PRICE,
+    "sum_charge": _from("lineitem", "l_extendedprice", "l_discount", "l_tax"),
+    "avg_qty": _from("lineitem", "l_quantity"),
+    "avg_price": _from("lineitem", "l_extendedprice"),
+    "avg_disc": _from("lineitem", "l_discount"),
+    "count_order": [],
+}
+
 
 @asset(
     key=["gold", "pricing_summary"],
@@ -104,8 +138,16 @@ def _reconciliation_spec(key: AssetKey, what: str) -> AssetCheckSpec:
     description="TPC-H Q1 (pricing summary report), validation parameters (DELTA = 90 days).",
     metadata=delta_table(schema_mode="overwrite"),
 )
-def pricing_summary(lineitem: DataFrame) -> DataFrame:
-    return G.pricing_summary(lineitem)
+def pricing_summary(lineitem: DataFrame) -> Output[DataFrame]:
+    return _with_lineage(G.pricing_summary(lineitem), PRICING_SUMMARY_LINEAGE)
+
+
+SHIPPING_PRIORITY_LINEAGE = {
+    "l_orderkey": _from("lineitem", "l_orderkey"),
+    "revenue": NET_PRICE,
+    "o_orderdate": _from("orders", "o_orderdate"),
+    "o_shippriority": _from("orders", "o_shippriority"),
+}
 
 
 @asset(
@@ -115,8 +157,11 @@ def pricing_summary(lineitem: DataFrame) -> DataFrame:
     description="TPC-H Q3 (shipping priority), validation parameters (BUILDING, 1995-03-15).",
     metadata=delta_table(schema_mode="overwrite"),
 )
-def shipping_priority(customer: DataFrame, orders: DataFrame, lineitem: DataFrame) -> DataFrame:
-    return G.shipping_priority(customer, orders, lineitem)
+def shipping_priority(customer: DataFrame, orders: DataFrame, lineitem: DataFrame) -> Output[DataFrame]:
+    return _with_lineage(G.shipping_priority(customer, orders, lineitem), SHIPPING_PRIORITY_LINEAGE)
+
+
+LOCAL_SUPPLIER_VOLUME_LINEAGE = {"n_name": _from("nation", "n_name"), "revenue": NET_PRICE}
 
 
 @asset(
@@ -128,8 +173,14 @@ def shipping_priority(customer: DataFrame, orders: DataFrame, lineitem: DataFram
 )
 def local_supplier_volume(
     customer: DataFrame, orders: DataFrame, lineitem: DataFrame, supplier: DataFrame, nation: DataFrame, region: DataFrame
-) -> DataFrame:
-    return G.local_supplier_volume(customer, orders, lineitem, supplier, nation, region)
+) -> Output[DataFrame]:
+    return _with_lineage(
+        G.local_supplier_volume(customer, orders, lineitem, supplier, nation, region), LOCAL_SUPPLIER_VOLUME_LINEAGE
+    )
+
+
+#: ``sum(l_extendedprice * l_discount)``, not the net price.
+FORECASTING_REVENUE_CHANGE_LINEAGE = {"revenue": _from("lineitem", "l_extendedprice", "l_discount")}
 
 
 @asset(
@@ -139,8 +190,8 @@ def local_supplier_volume(
     description="TPC-H Q6 (forecasting revenue change), validation parameters (1994, 0.06, 24).",
     metadata=delta_table(schema_mode="overwrite"),
 )
-def forecasting_revenue_change(lineitem: DataFrame) -> DataFrame:
-    return G.forecasting_revenue_change(lineitem)
+def forecasting_revenue_change(lineitem: DataFrame) -> Output[DataFrame]:
+    return _with_lineage(G.forecasting_revenue_change(lineitem), FORECASTING_REVENUE_CHANGE_LINEAGE)
 
 
 # ---------------------------------------------------------------- business tables
@@ -148,6 +199,13 @@ def forecasting_revenue_change(lineitem: DataFrame) -> DataFrame:
 DAILY_REVENUE = AssetKey(["gold", "daily_revenue"])
 MONTHLY_REVENUE = AssetKey(["gold", "monthly_revenue"])
 CUSTOMER_LIFETIME_VALUE = AssetKey(["gold", "customer_lifetime_value"])
+
+DAILY_REVENUE_LINEAGE = {
+    "o_orderdate": _from("orders", "o_orderdate"),
+    "c_mktsegment": _from("customers", "c_mktsegment"),
+    "revenue": NET_PRICE,
+    "order_count": _from("orders", "o_orderkey"),
+}
 
 
 @asset(
@@ -166,7 +224,7 @@ def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: D
     start, end = window.start.date(), window.end.date()
     in_window = orders.where((F.col("o_orderdate") >= F.lit(start)) & (F.col("o_orderdate") < F.lit(end)))
     frame = G.daily_revenue(in_window, lineitem, customer).cache()
-    yield Output(frame, metadata={"months": MetadataValue.text(f"{start}..{end}")})
+    yield _with_lineage(frame, DAILY_REVENUE_LINEAGE, months=MetadataValue.text(f"{start}..{end}"))
     silver_days = (
         in_window.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
         .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
@@ -179,6 +237,13 @@ def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: D
     )
 
 
+MONTHLY_REVENUE_LINEAGE = {
+    "order_month": _from("orders", "o_orderdate"),
+    "revenue": NET_PRICE,
+    "order_count": _from("orders", "o_orderkey"),
+}
+
+
 @asset(
     key=MONTHLY_REVENUE,
     ins=_silver("orders", "lineitem"),
@@ -189,7 +254,7 @@ def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: D
 )
 def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
     frame = G.monthly_revenue(orders, lineitem).cache()
-    yield Output(frame)
+    yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
     silver_months = (
         orders.where("o_orderstatus = 'F'")
         .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
@@ -207,6 +272,18 @@ def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
     )
 
 
+CUSTOMER_LIFETIME_VALUE_LINEAGE = {
+    "c_custkey": _from("customers", "c_custkey"),
+    "c_name": _from("customers", "c_name"),
+    "c_mktsegment": _from("customers", "c_mktsegment"),
+    "order_count": [],
+    "total_spend": _from("orders", "o_totalprice"),
+    "first_order_date": _from("orders", "o_orderdate"),
+    "last_order_date": _from("orders", "o_orderdate"),
+    "avg_order_value": _from("orders", "o_totalprice"),
+}
+
+
 @asset(
     key=CUSTOMER_LIFETIME_VALUE,
     ins=_silver("customers", "orders"),
@@ -219,7 +296,7 @@ def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
 )
 def customer_lifetime_value(customer: DataFrame, orders: DataFrame):
     frame = G.customer_lifetime_value(customer, orders).cache()
-    yield Output(frame)
+    yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
     per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
         F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
     )
