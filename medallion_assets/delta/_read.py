@@ -9,7 +9,7 @@ Python data source cannot offer.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import unquote
@@ -231,21 +231,36 @@ def read_added_rows(
     if len(commits) != to_version - after_version or not all(_only_adds_or_compacts(c) for c in commits):
         return None
     target = resolve_snapshot(path, version=to_version, storage_options=storage_options)
-    before = (
-        {f.path for f in resolve_snapshot(path, version=after_version, storage_options=storage_options).files}
-        if after_version >= 0 else set()
-    )
-    live = {f.path for f in target.files}
-    if not before <= live:
+    before = resolve_snapshot(path, version=after_version, storage_options=storage_options).files if after_version >= 0 else []
+    added, removed = files_added_and_removed(before, target.files)
+    if removed:
         return None
-    return snapshot_dataframe(spark, replace(target, files=[f for f in target.files if f.path not in before]))
+    return snapshot_dataframe(spark, replace(target, files=added))
+
+
+def files_added_and_removed(
+    before: Iterable[DataFile], after: Iterable[DataFile]
+) -> tuple[list[DataFile], list[DataFile]]:
+    """What changed between two snapshots' files: the files live only ``after``, those live only ``before``.
+
+    Files are told apart by path (a Delta table never reuses a data file's
+    path for other rows). Both lists keep their snapshot's order.
+    """
+    before, after = list(before), list(after)
+    before_paths, after_paths = {f.path for f in before}, {f.path for f in after}
+    return [f for f in after if f.path not in before_paths], [f for f in before if f.path not in after_paths]
+
+
+def is_compaction(commit: dict) -> bool:
+    """Whether a commit (a ``history()`` entry) only rewrote files without changing rows (OPTIMIZE)."""
+    return commit.get("operation") == "OPTIMIZE"
 
 
 def _only_adds_or_compacts(commit: dict) -> bool:
     """Whether a commit (a ``history()`` entry) adds rows without removing any, or only compacts files."""
     operation = commit.get("operation")
     parameters = commit.get("operationParameters") or {}
-    if operation in ("CREATE TABLE", "OPTIMIZE"):
+    if operation == "CREATE TABLE" or is_compaction(commit):
         return True
     if operation == "WRITE":
         return str(parameters.get("mode", "")).lower() == "append"

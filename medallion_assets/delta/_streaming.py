@@ -24,15 +24,29 @@ that only remove files), ``ignoreChanges`` (rewritten files are read again:
 their unchanged rows come twice, as in delta-spark) or ``skipChangeCommits``
 (such commits are skipped whole) allows it.
 
-The per-commit actions and the newest version come from the commit files
-``_delta_log/<version>.json``; nothing here writes the log. deltalake 1.6's
-Python API has no reader of one commit's actions: ``history`` gives only
-commitInfo, ``get_add_actions`` a snapshot's adds (no ``dataChange``, no
-removes), ``load_cdf`` rows, not files. Nor a public probe of the newest
-version that skips loading the snapshot's files: ``DeltaTable(...)`` loads
-them (``without_files`` and ``skip_stats`` are deprecated and ignored), a
-loaded table's ``history`` stops at its own version, and
-``get_latest_version`` is only on the private ``RawDeltaTable``.
+What a commit did comes from delta-rs, not from parsing the log: the files
+commit ``v`` added and removed are the difference between the snapshots of
+versions ``v - 1`` and ``v`` (told apart by path, as
+:func:`~medallion_assets.delta._read.read_added_rows` does), and whether a
+commit that removed files changed rows comes from its commitInfo
+(``history()``: OPTIMIZE only compacts). A unit's files are sorted by path, so
+an offset's index names the same file on every read. deltalake 1.6's Python
+API has no reader of one commit's actions (``get_add_actions`` gives a
+snapshot's live files, ``load_cdf`` rows, not files), hence the diff. It costs
+two snapshots per commit: the reader keeps the last snapshot it loaded and
+one delta-rs table that it moves forward commit by commit (``load_as_version``
+applies only the commits in between), so reading commits in order loads each
+version once. A commit whose snapshot before it can no longer be loaded (log
+cleaned up) fails the stream. ``history()`` is asked only for commits that
+removed files; on a table loaded at an older version, deltalake 1.6 returns
+the commits from that version up to the newest one in storage, labelled as if
+the newest were the loaded one, so the oldest entry is the one wanted.
+
+The newest version is the newest commit file name listed in ``_delta_log``
+(a listing, no file is opened; nothing here writes the log): there is no
+public probe of it that skips loading the snapshot's files (``DeltaTable(...)``
+loads them, ``without_files`` and ``skip_stats`` are deprecated and ignored,
+and ``get_latest_version`` is only on the private ``RawDeltaTable``).
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
+import deltalake
 import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
@@ -65,8 +80,8 @@ from medallion_assets.delta._commit import (
 )
 from medallion_assets.delta._files import WrittenFile
 from medallion_assets.delta._options import ReadOptions
-from medallion_assets.delta._read import plan_input_partitions, read_slices
-from medallion_assets.delta._snapshot import DataFile, file_location, resolve_snapshot, table_path
+from medallion_assets.delta._read import files_added_and_removed, is_compaction, plan_input_partitions, read_slices
+from medallion_assets.delta._snapshot import DataFile, check_read_support, resolve_snapshot, table_path
 from medallion_assets.delta.errors import DeltaError, DeltaOptionError
 
 #: Options of the stream sink that are not batch write options.
@@ -222,10 +237,6 @@ class StreamFile:
     file: DataFile
 
 
-def delta_log_path(location: str, version: int) -> str:
-    return f"{location.rstrip('/')}/_delta_log/{version:020d}.json"
-
-
 def _filesystem(location: str):
     from pyarrow import fs
 
@@ -233,20 +244,6 @@ def _filesystem(location: str):
     if local is not None:
         return fs.LocalFileSystem(), local
     return fs.FileSystem.from_uri(location)
-
-
-def read_commit_actions(location: str, version: int) -> list[dict] | None:
-    """The actions of commit ``version`` (one dict per line), None when the file is absent."""
-    filesystem, base = _filesystem(location)
-    path = delta_log_path(base, version)
-    try:
-        with filesystem.open_input_stream(path) as handle:
-            text = handle.read().decode("utf-8")
-    except (FileNotFoundError, OSError) as exc:
-        if isinstance(exc, FileNotFoundError) or "not found" in str(exc).lower() or "No such file" in str(exc):
-            return None
-        raise
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def latest_log_version(location: str) -> int:
@@ -272,6 +269,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.partition_columns = partition_columns
         self._units: dict[tuple[int, bool], list[StreamFile]] = {}
         self._end_version: int | None = None
+        # The delta-rs table at the last version loaded, and that version's live files.
+        self._table: deltalake.DeltaTable | None = None
+        self._snapshot: tuple[int, dict[str, DataFile]] | None = None
 
     @classmethod
     def create(cls, options: Mapping[str, str], schema: T.StructType) -> DeltaStreamReader:
@@ -320,45 +320,70 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._units[key]
 
     def _load_unit(self, version: int, is_starting: bool) -> list[StreamFile]:
+        """The files unit ``version`` reads, sorted by path."""
         if is_starting:
-            if version < 0:
-                return []
-            snapshot = resolve_snapshot(self.location, version=version)
-            files = sorted(snapshot.files, key=lambda f: f.path)
+            files = sorted(self._files_at(version, unit=version).values(), key=lambda f: f.path)
             return [StreamFile(version, i, True, f) for i, f in enumerate(files)]
-        actions = read_commit_actions(self.location, version)
-        if actions is None:
-            raise DeltaStreamingError(
-                f"the commit file of version {version} is gone (log cleaned up); the stream cannot go on "
-                "from its checkpoint. Restart it with a new checkpoint (and startingVersion)",
-                table=self.location,
-            )
-        adds = [a["add"] for a in actions if "add" in a]
-        removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
-        data_adds = [a for a in adds if a.get("dataChange", True)]
-        if removes:
-            operation = next((a["commitInfo"].get("operation") for a in actions if "commitInfo" in a), None) or "?"
+        before = self._files_at(version - 1, unit=version)
+        added, removed = files_added_and_removed(before.values(), self._files_at(version, unit=version).values())
+        if removed:
+            commit = self._commit_info(version)
+            if is_compaction(commit):
+                return []  # OPTIMIZE: the same rows in new files, never read again
             if self.options.skip_change_commits:
                 return []
-            if not data_adds and (self.options.ignore_deletes or self.options.ignore_changes):
+            if not added and (self.options.ignore_deletes or self.options.ignore_changes):
                 return []
-            if data_adds and self.options.ignore_changes:
+            if added and self.options.ignore_changes:
                 pass  # rewritten files are read again, as delta-spark's ignoreChanges does
             else:
-                allowed = "ignoreChanges or skipChangeCommits" if data_adds else "ignoreDeletes, ignoreChanges or skipChangeCommits"
+                allowed = "ignoreChanges or skipChangeCommits" if added else "ignoreDeletes, ignoreChanges or skipChangeCommits"
                 raise DeltaStreamingError(
-                    f"version {version} ({operation}) removed data from the source table, which a stream "
-                    f"that only appends cannot express; set {allowed} on the readStream to go on",
+                    f"version {version} ({commit.get('operation') or '?'}) removed data from the source table, "
+                    f"which a stream that only appends cannot express; set {allowed} on the readStream to go on",
                     table=self.location,
                 )
-        files = []
-        for i, add in enumerate(data_adds):
-            files.append(StreamFile(version, i, False, DataFile(
-                path=file_location(self.location, add["path"]),
-                size=int(add.get("size", 0)),
-                partition_values=dict(add.get("partitionValues") or {}),
-            )))
+        added.sort(key=lambda f: f.path)
+        return [StreamFile(version, i, False, f) for i, f in enumerate(added)]
+
+    def _files_at(self, version: int, *, unit: int) -> dict[str, DataFile]:
+        """The live files of ``version`` by path (none before version 0), loaded at most once in a row.
+
+        The delta-rs table moves forward from the last version loaded, which
+        applies only the commits in between; going back opens the table again.
+        """
+        if version < 0:
+            return {}
+        if self._snapshot is not None and self._snapshot[0] == version:
+            return self._snapshot[1]
+        table, self._table, self._snapshot = self._table, None, None
+        try:
+            if table is not None and table.version() < version:
+                table.load_as_version(version)
+            else:
+                table = deltalake.DeltaTable(self.location, version=version)
+        except (deltalake.exceptions.DeltaError, deltalake.exceptions.TableNotFoundError) as exc:
+            raise DeltaStreamingError(
+                f"version {unit} cannot be read: the table's snapshot of version {version} can no longer be "
+                f"loaded (log cleaned up? {exc}); the stream cannot go on from its checkpoint. Restart it "
+                "with a new checkpoint (and startingVersion)",
+                table=self.location,
+            ) from exc
+        check_read_support(table, self.location)
+        files = {f.path: f for f in resolve_snapshot(self.location, table=table).files}
+        self._table, self._snapshot = table, (version, files)
         return files
+
+    def _commit_info(self, version: int) -> dict:
+        """Commit ``version``'s commitInfo (a ``history()`` entry; empty when it has none).
+
+        Called right after :meth:`_files_at` loaded ``version``. deltalake 1.6
+        returns the commits from the loaded version up to the newest in
+        storage, newest first: the last entry is the loaded version's.
+        """
+        assert self._table is not None and self._table.version() == version
+        entries = self._table.history(1)
+        return entries[-1] if entries else {}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         last = latest_log_version(self.location)
@@ -427,3 +452,4 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self._units.clear()
+        self._table, self._snapshot = None, None

@@ -241,7 +241,11 @@ def _stream_copy(spark, src: Path, dst: Path, ckpt: Path, **options):
 
 
 def _append(spark, table: Path, ids: range) -> None:
-    spark.createDataFrame([(i, f"n{i}") for i in ids], SCHEMA).write.format("delta").mode("append").save(str(table))
+    """Append one file with rows ``ids`` to ``table``, written by delta-rs."""
+    import pyarrow as pa
+
+    data = pa.table({"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids], pa.string())})
+    deltalake.write_deltalake(str(table), data, mode="append")
 
 
 def test_source_reads_snapshot_then_new_commits(spark, tmp_path):
@@ -320,6 +324,35 @@ def test_source_fails_on_delete_unless_ignore_changes(spark, tmp_path):
     # skipChangeCommits: the delete commit is skipped whole, later appends flow.
     _stream_copy(spark, src, dst, ckpt, skipChangeCommits="true")
     assert ids_of(dst) == list(range(12))
+
+
+def test_source_ignore_deletes_skips_commits_that_only_remove_files(spark, tmp_path):
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    _append(spark, src, range(0, 5))
+    _append(spark, src, range(5, 10))
+    _stream_copy(spark, src, dst, ckpt)
+    assert deltalake.DeltaTable(str(src)).delete("id >= 5")["num_added_files"] == 0  # removes the second file whole
+    _append(spark, src, range(10, 12))
+    with pytest.raises(Exception, match="DELETE.*set ignoreDeletes, ignoreChanges or skipChangeCommits"):
+        _stream_copy(spark, src, dst, ckpt)
+    _stream_copy(spark, src, dst, ckpt, ignoreDeletes="true")
+    assert ids_of(dst) == list(range(12))
+    # ignoreDeletes does not cover a delete that rewrites a file.
+    deltalake.DeltaTable(str(src)).delete("id = 0")
+    with pytest.raises(Exception, match="set ignoreChanges or skipChangeCommits"):
+        _stream_copy(spark, src, dst, ckpt, ignoreDeletes="true")
+    assert ids_of(dst) == list(range(12))
+
+
+def test_source_fails_clearly_when_a_commit_it_needs_is_gone(spark, tmp_path):
+    src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
+    for n in range(3):
+        _append(spark, src, range(n * 10, n * 10 + 10))
+    deltalake.DeltaTable(str(src)).create_checkpoint()  # at version 2
+    for version in (0, 1):  # what a log cleanup leaves
+        (src / "_delta_log" / f"{version:020d}.json").unlink()
+    with pytest.raises(Exception, match="version 1 cannot be read: .* version 0 can no longer be loaded"):
+        _stream_copy(spark, src, dst, ckpt, startingVersion="1")
 
 
 def test_source_ignore_changes_rereads_rewritten_files(spark, tmp_path):
