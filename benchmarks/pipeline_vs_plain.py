@@ -28,7 +28,7 @@ HANDLED_OUTPUT events), and from probes this script installs in the Dagster
 process: every Spark action (``count``, ``collect``, ``first``, ``isEmpty``,
 writes, MERGE, streaming queries, Delta ``detail``/``history``/``forPath``...)
 is timed with its call site in the project (e.g.
-``io_manager.py:output_metadata``), and so are the IO manager's own methods.
+``io_manager/client.py:describe``), and so are the IO manager's own methods.
 The probes change no behaviour; ``--ablate`` runs what-ifs that do (for
 measuring a fix before making it): ``cache`` makes ``.cache()`` a no-op,
 ``drift-scan`` skips silver's schema-drift scan. (``lite-metadata``, output
@@ -226,7 +226,10 @@ def install_probes(ablate: set[str]) -> Probes:
     probes.action(delta_rs.DeltaMergeBuilder, "execute", "delta-rs MERGE")
     probes.action(delta_rs.DeltaTableBuilder, "execute", "delta-rs create table")
 
-    from medallion_assets import engine, io_manager
+    from medallion_assets import engine
+    from medallion_assets.io_manager import client as io_client
+    from medallion_assets.io_manager import manager as io_manager
+    from medallion_assets.io_manager import metadata as io_metadata
 
     for cls in (engine.DeltaSparkEngine, engine.DeltaRsEngine):
         probes.action(cls, "latest_commit", "engine.latest_commit")
@@ -239,9 +242,9 @@ def install_probes(ablate: set[str]) -> Probes:
     probes.action(DagsterInstance, "get_latest_materialization_event", "dagster instance: latest materialization")
 
     # Regions: inclusive time of the IO manager's parts (actions inside them are recorded too).
-    probes.region(io_manager.DeltaTableClient, "write", "io: write")
-    probes.region(io_manager.DeltaTableClient, "output_metadata", "io: output_metadata")
-    probes.region(io_manager, "markdown_preview", "io: preview")
+    probes.region(io_client.DeltaTableClient, "write", "io: write")
+    probes.region(io_client.DeltaTableClient, "describe", "io: output metadata: describe")
+    probes.region(io_metadata, "markdown_preview", "io: output metadata: preview")
     probes.region(io_manager.DeltaIOManager, "load_input", "io: load_input")
     probes.region(io_manager.DeltaIOManager, "handle_output", "io: handle_output")
     return probes
@@ -439,15 +442,15 @@ def summarize_dagster(report: dict) -> dict:
 
 #: (label, what the probes recorded): the calls the framework adds on top of the data work.
 OVERHEAD_RULES: list[tuple[str, str, str]] = [
-    ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager.py:output_metadata"),
-    ("output metadata: 5-row preview (`limit(5).collect()`)", "DataFrame.collect", "io_manager.py:markdown_preview"),
-    ("output metadata: table state (files, bytes, rows of the written version)", "engine.table_state", "io_manager.py:output_metadata"),
-    ("output metadata: `detail()` (Connect, fallback)", "detail", "io_manager.py:output_metadata"),
-    ("output metadata: `detail().first()`", "DataFrame.first", "io_manager.py:output_metadata"),
-    ("output metadata: last commit (`history(1)` / delta-rs log)", "engine.latest_commit", "io_manager.py:output_metadata"),
-    ("output metadata: `forPath` / snapshot", "forPath", "io_manager.py:output_metadata"),
-    ("output metadata: schema (read of the table)", "engine.read", "io_manager.py:output_metadata"),
-    ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager.py:latest_version"),
+    ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager/client.py:describe"),
+    ("output metadata: 5-row preview (`limit(5).collect()`)", "DataFrame.collect", "io_manager/metadata.py:markdown_preview"),
+    ("output metadata: table state (files, bytes, rows of the written version)", "engine.table_state", "io_manager/client.py:describe"),
+    ("output metadata: `detail()` (Connect, fallback)", "detail", "io_manager/client.py:describe"),
+    ("output metadata: `detail().first()`", "DataFrame.first", "io_manager/client.py:describe"),
+    ("output metadata: last commit (`history(1)` / delta-rs log)", "engine.latest_commit", "io_manager/client.py:describe"),
+    ("output metadata: `forPath` / snapshot", "forPath", "io_manager/client.py:describe"),
+    ("output metadata: schema (read of the table)", "engine.read", "io_manager/client.py:describe"),
+    ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager/client.py:latest_version"),
     ("`exists()` (`isDeltaTable`)", "isDeltaTable", ""),
     ("`isEmpty()` before append / merge / tombstones", "DataFrame.isEmpty", ""),
     ("silver schema-drift scan (`drifted_order_fields(...).collect()`)", "DataFrame.collect", "assets/silver.py:orders_and_lineitem"),

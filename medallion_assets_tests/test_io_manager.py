@@ -174,7 +174,7 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
     import pyarrow as pa
 
     from medallion_assets.engine import DeltaSparkSqlEngine
-    from medallion_assets.io_manager import WriteSpec
+    from medallion_assets.io_manager import WriteSpec, table_metadata
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     client = DeltaTableClient(spark)
@@ -190,7 +190,7 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
         return client.write(frame, path, spec)
 
     def check(result, expected_rows):
-        metadata = client.output_metadata(path, commit=result.commit)
+        metadata = table_metadata(client, path, commit=result.commit)
         table = deltalake.DeltaTable(path)
         actions = pa.table(table.get_add_actions(flatten=True))
         assert metadata["delta/version"] == result.version == table.version()

@@ -19,7 +19,7 @@ from medallion_assets.ingest import (
     start_kafka_stream,
 )
 from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
-from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table
+from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table, table_metadata
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms.bronze import REFERENCE_TABLES
 
@@ -38,7 +38,7 @@ def _run_to_end(query, client: DeltaTableClient, path: str) -> tuple[dict, list[
     """Wait for an ``availableNow`` query; the table's metadata with what this run took in, and its progress."""
     query.awaitTermination()
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
-    metadata = client.output_metadata(path) if client.exists(path) else {"dagster/row_count": 0}
+    metadata = table_metadata(client, path) if client.exists(path) else {"dagster/row_count": 0}
     return {**metadata, "new_rows": sum(int(p["numInputRows"]) for p in progress), "micro_batches": len(progress)}, progress
 
 
@@ -86,7 +86,7 @@ def orders_kafka(context: AssetExecutionContext, spark: SparkResource, lake: Lak
     if not kafka.configured:
         path = ensure_kafka_table(session, lake)
         return MaterializeResult(metadata={
-            **client.output_metadata(path), "new_rows": 0,
+            **table_metadata(client, path), "new_rows": 0,
             "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
         })
     context.log.info(f"reading {kafka.describe()}")

@@ -1,0 +1,59 @@
+"""The Delta IO manager: asset key ``[layer, table]`` <-> ``<lake root>/<layer>/<table>``.
+
+Split the way dagster-deltalake splits its IO manager:
+
+* ``spec``: how an asset declares its storage (:func:`delta_table`, :class:`WriteSpec`).
+* ``client``: :class:`DeltaTableClient` reads and writes the tables and
+  describes a version; it knows nothing of Dagster.
+* ``merges``: the merge strategies and the tombstone tables.
+* ``metadata``: a table's description as Dagster output metadata.
+* ``manager``: :class:`DeltaIOManager` (the configuration and the Dagster
+  side) and :class:`SparkDataFrameTypeHandler`.
+"""
+
+from medallion_assets.io_manager.client import DeltaTableClient, TableDescription, WriteResult
+from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler
+from medallion_assets.io_manager.metadata import markdown_preview, spark_table_schema, table_metadata
+from medallion_assets.io_manager.spec import (
+    COLUMNS,
+    DELETE_COLUMN,
+    MERGE_KEYS,
+    PARTITION_COLUMNS,
+    PARTITION_EXPR,
+    READ,
+    REPLACE_GROUP,
+    SCHEMA_MODE,
+    SEQUENCE_COLUMN,
+    SOURCE,
+    TABLE_PROPERTIES,
+    VERSION,
+    WRITE_MODE,
+    WriteSpec,
+    delta_table,
+)
+
+__all__ = [
+    "COLUMNS",
+    "DELETE_COLUMN",
+    "MERGE_KEYS",
+    "PARTITION_COLUMNS",
+    "PARTITION_EXPR",
+    "READ",
+    "REPLACE_GROUP",
+    "SCHEMA_MODE",
+    "SEQUENCE_COLUMN",
+    "SOURCE",
+    "TABLE_PROPERTIES",
+    "VERSION",
+    "WRITE_MODE",
+    "DeltaIOManager",
+    "DeltaTableClient",
+    "SparkDataFrameTypeHandler",
+    "TableDescription",
+    "WriteResult",
+    "WriteSpec",
+    "delta_table",
+    "markdown_preview",
+    "spark_table_schema",
+    "table_metadata",
+]

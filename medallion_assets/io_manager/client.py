@@ -1,0 +1,280 @@
+"""Reading and writing Delta tables on the session's Delta engine: :class:`DeltaTableClient`.
+
+Knows storage and nothing about Dagster; the merge strategies it writes with
+are in :mod:`.merges`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
+from medallion_assets.io_manager import merges
+from medallion_assets.io_manager.spec import WriteSpec
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write did: the table's version afterwards and, when nothing was committed, why.
+
+    ``commit`` is the newest commit after the write (read once, so describing
+    the output does not read the log again); ``None`` when there is no table.
+    """
+
+    version: int | None
+    skipped_reason: str | None = None
+    commit: CommitFacts | None = None
+
+
+@dataclass(frozen=True)
+class TableDescription:
+    """One version of a table: its commit, files, bytes and rows, and a DataFrame reading it.
+
+    Rows, files and bytes are those of the version in the Delta log (the add
+    actions' statistics), not a scan of the table.
+
+    Attributes:
+        path: the table's location.
+        engine: name of the Delta engine that read it.
+        version: the version described.
+        operation: the operation of its commit.
+        operation_metrics: that operation's metrics.
+        rows: rows of the version.
+        num_files: live data files.
+        size_bytes: their total size.
+        partition_columns: the table's partition columns.
+        frame: the table at ``version``, for its schema and a preview.
+    """
+
+    path: str
+    engine: str
+    version: int
+    operation: str
+    operation_metrics: dict[str, Any]
+    rows: int
+    num_files: int
+    size_bytes: int
+    partition_columns: list[str]
+    frame: DataFrame
+
+
+class DeltaTableClient:
+    """Reads and writes Delta tables with one SparkSession, on the session's Delta engine.
+
+    Knows storage and nothing about Dagster, so it can be used from scripts and
+    maintenance jobs too. What the two engines spell differently is asked of
+    :class:`~medallion_assets.engine.DeltaEngine`; the rest is delta-spark's
+    surface, which both ``DeltaTable`` classes share.
+
+    Args:
+        spark: the session.
+        engine: its Delta engine (default: the one the session runs).
+    """
+
+    def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None) -> None:
+        self.spark = spark
+        self.engine = engine or engine_for(spark)
+
+    # ---- reading -------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` holds a Delta table."""
+        return self.engine.is_delta_table(self.spark, path)
+
+    def latest_version(self, path: str) -> int | None:
+        """The table's current version, or ``None`` if there is no table."""
+        return self._result(path).version
+
+    def _result(self, path: str, skipped_reason: str | None = None) -> WriteResult:
+        """The table's state after a write: one read of its newest commit."""
+        if not self.exists(path):
+            return WriteResult(None, skipped_reason)
+        commit = self.engine.latest_commit(self.spark, path)
+        return WriteResult(commit.version, skipped_reason, commit)
+
+    def read(self, path: str, *, version: int | None = None, columns: Sequence[str] | None = None) -> DataFrame:
+        """The table at its latest (or a pinned) version."""
+        return self.engine.read(self.spark, path, version=version, columns=columns)
+
+    def read_changes(self, path: str, *, after_version: int, to_version: int) -> DataFrame:
+        """Rows inserted by commits ``after_version + 1 .. to_version``.
+
+        Through the table's change data feed, which skips ``dataChange=false``
+        rewrites (OPTIMIZE), so compaction never replays rows, and reads only
+        the files of the new commits, so the cost follows the new data, not the
+        table. The table must have ``delta.enableChangeDataFeed`` on (the
+        bronze streams set it).
+        """
+        return self.engine.read_inserts(self.spark, path, after_version=after_version, to_version=to_version)
+
+    def last_commit_info(self, path: str) -> dict[str, Any]:
+        """The newest commit: ``version``, ``operation``, ``operationMetrics`` and its custom metadata."""
+        commit = self.engine.latest_commit(self.spark, path)
+        return {
+            **commit.custom,
+            "version": commit.version,
+            "operation": commit.operation,
+            "operationMetrics": commit.operation_metrics,
+        }
+
+    # ---- writing -------------------------------------------------------
+    def write(
+        self,
+        frame: DataFrame,
+        path: str,
+        spec: WriteSpec,
+        *,
+        replace_where: str | None = None,
+        commit_metadata: Mapping[str, str] | None = None,
+        transaction: tuple[str, int] | None = None,
+        empty_commit: tuple[str, int] | None = None,
+    ) -> WriteResult:
+        """Write ``frame`` to the table at ``path`` as ``spec`` says.
+
+        Args:
+            frame: the rows to write.
+            path: the table's location.
+            spec: mode, keys, schema mode, partitioning, properties.
+            replace_where: predicate of the partition an overwrite replaces.
+            commit_metadata: custom keys recorded in the commit (``commitInfo``).
+            transaction: ``(application id, version)`` of an append or overwrite
+                (Delta's ``txnAppId``/``txnVersion``): the engine skips the write
+                when that application already committed this version or a later
+                one, so a retried write lands once. Merges ignore it (they are
+                idempotent by their keys and sequence) except for an empty commit.
+            empty_commit: ``(application id, version)``: when an append or merge
+                writes no row, commit anyway (no data, ``commit_metadata`` only)
+                as this transaction, creating the table if needed, so the
+                table's log records what the write was computed from.
+
+        Returns:
+            The version committed, or why no row was written.
+        """
+        _check_column_names(frame, path)
+        frame = self.engine.prepare_write(frame)
+        metadata = dict(commit_metadata or {})
+        if spec.mode not in ("append", "merge"):
+            return self._write(frame, path, spec, replace_where, metadata, transaction)
+        # An append or merge source is checked for rows before it is written, and a
+        # merge's is read again for its deletes: computed once, not once per action.
+        frame = frame.persist()
+        try:
+            result = self._write(frame, path, spec, replace_where, metadata, transaction)
+            if result.skipped_reason is None or empty_commit is None:
+                return result
+            stored = frame.drop(spec.delete_column) if spec.delete_column else frame
+            return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
+        finally:
+            frame.unpersist()
+
+    def _commit_empty(
+        self,
+        schema: StructType,
+        path: str,
+        spec: WriteSpec,
+        commit_metadata: dict[str, str],
+        transaction: tuple[str, int],
+        reason: str,
+    ) -> WriteResult:
+        """A commit without rows, carrying ``commit_metadata``.
+
+        delta-spark skips an empty append unless it records an application
+        transaction, which is why an empty commit is always one.
+        """
+        self._create_if_missing(self.spark.createDataFrame([], schema), path, spec)
+        app_id, version = transaction
+        writer = self.spark.createDataFrame([], self.engine.schema(self.spark, path)).write.format("delta").mode("append")
+        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
+            writer = writer.option(key, value)
+        writer.option("txnAppId", app_id).option("txnVersion", str(int(version))).save(path)
+        return self._result(path, f"{reason} (an empty commit records what the write was computed from)")
+
+    def _write(
+        self,
+        frame: DataFrame,
+        path: str,
+        spec: WriteSpec,
+        replace_where: str | None,
+        commit_metadata: dict[str, str],
+        transaction: tuple[str, int] | None,
+    ) -> WriteResult:
+        if spec.mode in ("append", "merge") and frame.isEmpty():
+            return self._result(path, "no new rows")
+        # Tables are created by the builder, which both engines accept with partitions
+        # and properties (the delta-rs engine's writer cannot take partitionBy).
+        if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
+            stored = frame.drop(spec.delete_column) if spec.delete_column else frame
+            self._create_if_missing(stored, path, spec)
+        if spec.mode == "merge":
+            return merges.merge(self, frame, path, spec, commit_metadata)
+        writer = frame.write.format("delta").mode(spec.mode)
+        if replace_where:
+            writer = writer.option("replaceWhere", replace_where)
+        if spec.schema_mode == "merge":
+            writer = writer.option("mergeSchema", "true")
+        elif spec.schema_mode == "overwrite":
+            writer = writer.option("overwriteSchema", "true")
+        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
+            writer = writer.option(key, value)
+        if transaction is not None:
+            app_id, version = transaction
+            writer = writer.option("txnAppId", app_id).option("txnVersion", str(int(version)))
+        writer.save(path)
+        return self._result(path)
+
+    def _create_if_missing(self, frame: DataFrame, path: str, spec: WriteSpec) -> None:
+        # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
+        if self.exists(path):
+            return
+        properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+        self.engine.create_table(
+            self.spark, path, frame.schema, partition_columns=spec.partition_columns, properties=properties
+        )
+
+    #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.merges`).
+    tombstone_path = staticmethod(merges.tombstone_path)
+
+    # ---- describing ----------------------------------------------------
+    def describe(self, path: str, *, commit: CommitFacts | None = None) -> TableDescription:
+        """The table's current version: commit, rows, files, bytes, partitioning and its DataFrame.
+
+        ``commit``: the newest commit when the caller has just read it (a
+        write's result). The rows are counted only when some file's
+        statistics lack them.
+        """
+        commit = commit or self.engine.latest_commit(self.spark, path)
+        state = self.engine.table_state(self.spark, path, commit.version)
+        frame = state.frame
+        rows = state.num_records if state.num_records is not None else frame.count()
+        return TableDescription(
+            path=path,
+            engine=self.engine.name,
+            version=commit.version,
+            operation=commit.operation,
+            operation_metrics=commit.operation_metrics,
+            rows=rows,
+            num_files=state.num_files,
+            size_bytes=state.size_bytes,
+            partition_columns=state.partition_columns,
+            frame=frame,
+        )
+
+
+#: Characters Delta refuses in column names of tables without column mapping
+#: (delta-spark enforces it; delta-rs would store them): one rule for both engines.
+_INVALID_COLUMN_CHARACTERS = " ,;{}()\n\t="
+
+
+def _check_column_names(frame: DataFrame, path: str) -> None:
+    """Refuse column names Delta cannot store without column mapping, before anything is written."""
+    bad = [name for name in frame.columns if any(ch in name for ch in _INVALID_COLUMN_CHARACTERS)]
+    if bad:
+        raise ValueError(
+            f"cannot write {path}: column name(s) {bad} contain a character Delta does not allow "
+            f"in column names (one of {_INVALID_COLUMN_CHARACTERS!r}); give them plain names with "
+            "alias(), e.g. F.sum('n').alias('total')"
+        )

@@ -1,0 +1,285 @@
+"""The Dagster side of the Delta IO manager: :class:`DeltaIOManager` and :class:`SparkDataFrameTypeHandler`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import (
+    AssetKey,
+    ConfigurableIOManager,
+    DagsterEventType,
+    InputContext,
+    MetadataValue,
+    OutputContext,
+)
+from pydantic import Field
+from pyspark.sql import DataFrame
+
+from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
+from medallion_assets.io_manager.metadata import table_metadata
+from medallion_assets.io_manager.spec import COLUMNS, PARTITION_EXPR, READ, SOURCE, VERSION, WriteSpec
+from medallion_assets.resources import LakeResource, SparkResource
+
+_CONSUMED_PREFIX = "medallion/consumed/"
+#: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
+_CONSUMED_COMMIT_PREFIX = "consumed."
+_INPUTS = "medallion/inputs"
+
+
+@dataclass
+class _StepReads:
+    """What an executing step read: recorded on its ``LOADED_INPUT`` events, collected for its outputs.
+
+    Attributes:
+        consumed: upstream -> the version a ``changes`` input read up to.
+        advanced: whether a ``changes`` input read at least one new commit.
+        inputs: upstream -> the version a whole-table input read.
+    """
+
+    consumed: dict[str, int] = field(default_factory=dict)
+    advanced: bool = False
+    inputs: dict[str, int] = field(default_factory=dict)
+
+
+#: Input metadata of each loaded input, read back when the step's outputs are handled.
+_READ_TABLE = "delta/table"
+_READ_VERSION = "delta/version"
+_READ_CHANGES_FROM = "delta/changes_from_version"
+
+
+class SparkDataFrameTypeHandler:
+    """Spark DataFrames in and out of the Delta IO manager.
+
+    The only type the lake stores; a second engine (pyarrow, pandas) would be a
+    second handler next to this one.
+    """
+
+    supported_types = (DataFrame,)
+
+    def handle_output(
+        self,
+        client: DeltaTableClient,
+        frame: DataFrame,
+        path: str,
+        spec: WriteSpec,
+        *,
+        replace_where: str | None,
+        commit_metadata: Mapping[str, str],
+        transaction: tuple[str, int] | None = None,
+        empty_commit: tuple[str, int] | None = None,
+    ) -> tuple[WriteResult, dict[str, Any]]:
+        """Write ``frame`` and describe the table afterwards."""
+        if not isinstance(frame, DataFrame):
+            raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
+        result = client.write(
+            frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction,
+            empty_commit=empty_commit,
+        )
+        metadata = table_metadata(client, path, commit=result.commit) if result.commit else {"dagster/row_count": 0}
+        return result, metadata
+
+    def load_input(
+        self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
+    ) -> DataFrame:
+        """The table as a DataFrame."""
+        return client.read(path, version=version, columns=columns)
+
+
+def _key_name(key: AssetKey) -> str:
+    return "/".join(key.path)
+
+
+class DeltaIOManager(ConfigurableIOManager):
+    """Stores each asset as the Delta table ``<lake root>/<layer>/<table>``.
+
+    Write behaviour comes from the asset's metadata (:func:`delta_table`);
+    inputs read the latest version, a pinned ``delta/version``, selected
+    ``delta/columns``, or with ``delta/read: changes`` only the rows the upstream
+    gained since this step last consumed it.
+
+    An overwrite whose inputs (upstream versions, partition, declared source)
+    are the same as at its last materialization is not rewritten: rerunning with
+    nothing new changes no table.
+    """
+
+    spark: SparkResource
+    lake: LakeResource
+    skip_unchanged: bool = Field(
+        default=True,
+        description="Do not rewrite an overwrite-mode table whose inputs have not changed since it was written.",
+    )
+
+    def _client(self) -> DeltaTableClient:
+        return DeltaTableClient(self.spark.spark_session, self.spark.delta_engine_in_use)
+
+    def _path(self, key: AssetKey) -> str:
+        return self.lake.table_path(key.path)
+
+    # ---- inputs --------------------------------------------------------
+    def load_input(self, context: InputContext) -> DataFrame:
+        client = self._client()
+        key = context.asset_key
+        path = self._path(key)
+        metadata = dict(context.definition_metadata or {})
+        version = metadata.get(VERSION)
+        columns = metadata.get(COLUMNS)
+        if not client.exists(path):
+            raise FileNotFoundError(
+                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
+            )
+        latest = client.latest_version(path)
+        if metadata.get(READ) == "changes":
+            after = self._consumed_version(client, context, key)
+            # Recorded on the step's LOADED_INPUT event: its outputs read it from there.
+            context.add_input_metadata(
+                {_READ_TABLE: _key_name(key), _READ_CHANGES_FROM: after + 1, _READ_VERSION: latest},
+                description=f"versions {after + 1}..{latest} read as changes",
+            )
+            frame = client.read_changes(path, after_version=after, to_version=latest)
+            context.log.info(f"{key.to_user_string()}: reading versions {after + 1}..{latest}")
+            return frame.select(*columns) if columns else frame
+        context.add_input_metadata(
+            {_READ_TABLE: _key_name(key), _READ_VERSION: int(version) if version is not None else latest}
+        )
+        frame = SparkDataFrameTypeHandler().load_input(client, path, version=version, columns=columns)
+        if context.has_asset_partitions and context.upstream_output is not None:
+            partition_expr = (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
+            if partition_expr:
+                frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
+        return frame
+
+    @staticmethod
+    def _step_reads(context: OutputContext) -> _StepReads:
+        """What this step's inputs read, from the ``LOADED_INPUT`` events of this run.
+
+        The IO manager keeps no state between loading and storing, so it works
+        with any executor; a retried step loads its inputs again, and its later
+        events win.
+        """
+        step_key = context.step_context.step.key
+        records = context.step_context.instance.get_records_for_run(
+            run_id=context.run_id, of_type=DagsterEventType.LOADED_INPUT
+        ).records
+        reads = _StepReads()
+        for record in records:
+            entry = record.event_log_entry
+            if entry.step_key != step_key or entry.dagster_event is None:
+                continue
+            loaded = entry.dagster_event.event_specific_data.metadata or {}
+            if _READ_TABLE not in loaded or _READ_VERSION not in loaded:
+                continue
+            table, version = str(loaded[_READ_TABLE].value), int(loaded[_READ_VERSION].value)
+            if _READ_CHANGES_FROM in loaded:
+                reads.consumed[table] = version
+                reads.advanced = reads.advanced or int(loaded[_READ_CHANGES_FROM].value) <= version
+            else:
+                reads.inputs[table] = version
+        return reads
+
+    def _consumed_version(self, client: DeltaTableClient, context: InputContext, upstream: AssetKey) -> int:
+        """The newest upstream version every one of this step's tables has taken in (-1: none).
+
+        Read from the tables' own Delta logs: each write of such a step records
+        ``consumed.<upstream>`` in its commit (an empty commit when it had no
+        rows), so the answer survives a wiped Dagster instance and a change of
+        engine. The oldest over the step's outputs: when a blocking check stops
+        a step after its quarantine was written but before its tables were, the
+        tables have not consumed the increment, and the next run must read it
+        again.
+        """
+        key = _CONSUMED_COMMIT_PREFIX + _key_name(upstream)
+        versions = []
+        for output in context.step_context.get_output_asset_keys():
+            path = self._path(output)
+            value = client.engine.newest_commit_value(client.spark, path, key) if client.exists(path) else None
+            versions.append(-1 if value is None else int(value))
+        return min(versions, default=-1)
+
+    # ---- outputs -------------------------------------------------------
+    def handle_output(self, context: OutputContext, obj: DataFrame) -> None:
+        client = self._client()
+        key = context.asset_key
+        path = self._path(key)
+        spec = WriteSpec.from_metadata(context.definition_metadata or {})
+        reads = self._step_reads(context)
+
+        replace_where = None
+        fingerprint: dict[str, Any] = {"inputs": dict(sorted(reads.inputs.items()))}
+        source = (context.output_metadata or {}).get(SOURCE)
+        if source is not None:
+            fingerprint["source"] = str(getattr(source, "value", source))
+        if context.has_asset_partitions:
+            if not spec.partition_expr:
+                raise ValueError(f"{key.to_user_string()} is partitioned but declares no partition_expr")
+            window = context.asset_partitions_time_window
+            replace_where = _time_window_predicate(spec.partition_expr, window)
+            fingerprint["partition"] = [window.start.isoformat(), window.end.isoformat()]
+        fingerprint_json = json.dumps(fingerprint, sort_keys=True)
+
+        step_metadata: dict[str, Any] = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
+        step_metadata["dagster/table_name"] = ".".join(key.path)
+        if spec.delete_column:
+            # The deleted keys live in a Delta table of their own next to this one (maintained with it).
+            step_metadata["delta/tombstones"] = MetadataValue.path(client.tombstone_path(path))
+        # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
+        commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
+        commit_metadata.update({_CONSUMED_COMMIT_PREFIX + k: str(v) for k, v in reads.consumed.items()})
+
+        if (
+            self.skip_unchanged
+            and spec.mode == "overwrite"
+            and (reads.inputs or source is not None)
+            and client.exists(path)
+            and self._previous_fingerprint(context) == fingerprint_json
+        ):
+            metadata = table_metadata(client, path)
+            metadata["delta/skipped"] = "inputs unchanged since the last materialization"
+            context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
+            return
+
+        # A step retried after its append committed (a retry policy, a lost executor)
+        # must not append again: one Delta transaction per run, output and partition.
+        window = fingerprint.get("partition")
+        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window[0]}" if window else "")
+        transaction = (run_output, 0) if spec.mode == "append" else None
+        # A write that took in new upstream commits records them even without rows (an
+        # empty commit), so the next run starts after them. Its own transaction, versioned
+        # by the sum of the consumed versions (it grows with any of them): a retry that
+        # read further commits records again, one that read the same does not.
+        empty_commit = (run_output + ":consumed", sum(reads.consumed.values())) if reads.advanced else None
+
+        context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
+        result, metadata = SparkDataFrameTypeHandler().handle_output(
+            client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
+            transaction=transaction, empty_commit=empty_commit,
+        )
+        if result.skipped_reason:
+            metadata["delta/skipped"] = result.skipped_reason
+        context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
+
+    def _previous_fingerprint(self, context: OutputContext) -> str | None:
+        event = context.step_context.instance.get_latest_materialization_event(context.asset_key)
+        if event is None or event.asset_materialization is None:
+            return None
+        # A partition's fingerprint includes its window, so only the same partition matches.
+        value = event.asset_materialization.metadata.get(_INPUTS)
+        return None if value is None else str(value.value)
+
+
+def _time_window_predicate(column: str, window: Any) -> str:
+    """``start <= column < end`` with typed literals, for Spark and for replaceWhere.
+
+    Windows on day boundaries (daily, weekly, monthly partitions) use ``DATE``
+    literals, which compare right with both date and timestamp columns in
+    Spark SQL and in DataFusion (the delta-rs engine's replaceWhere). Other
+    windows use ``TIMESTAMP`` literals.
+    """
+    def literal(moment: Any) -> str:
+        if (moment.hour, moment.minute, moment.second, moment.microsecond) == (0, 0, 0, 0):
+            return f"DATE '{moment.strftime('%Y-%m-%d')}'"
+        return f"TIMESTAMP '{moment.strftime('%Y-%m-%d %H:%M:%S')}'"
+
+    return f"`{column}` >= {literal(window.start)} AND `{column}` < {literal(window.end)}"

@@ -1,0 +1,178 @@
+"""The merge strategies of :class:`~medallion_assets.io_manager.client.DeltaTableClient`, and tombstones.
+
+A plain merge upserts on the merge keys, applying a change only when its
+``sequence_column`` is newer than the stored row, and deletes the keys whose
+``delete_column`` is true. A merge with ``replace_group`` applies a group's
+newest change to every stored row of the group.
+
+Tombstones: the keys a merge with a ``delete_column`` deleted are kept in
+``<table>__tombstones`` (:func:`tombstone_path`), next to the table in the
+same layer folder. It holds, per deleted key (the merge keys, or the
+``replace_group`` column), the sequence value of its newest delete, so a
+change older than a delete that arrives in a later run cannot bring the row
+back. It is an ordinary Delta table, written by the same client as a merge,
+so the maintenance job, which compacts and vacuums every table of a layer,
+maintains it too. ``delta/tombstones`` in the table's output metadata names
+it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from medallion_assets.engine import MergeClause
+from medallion_assets.io_manager.spec import WriteSpec
+
+if TYPE_CHECKING:
+    from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
+
+
+def tombstone_path(path: str) -> str:
+    """Where the deleted keys of a merge-with-deletes table are kept."""
+    return path.rstrip("/") + "__tombstones"
+
+
+def merge(
+    client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+) -> WriteResult:
+    """Upsert ``frame`` on the merge keys (on the delta-rs engine, in delta-rs on the driver).
+
+    With a delete column, deleted keys are kept with their sequence value in
+    a tombstone table next to the target, so a change older than a delete
+    that arrives later cannot bring the row back.
+    """
+    if spec.replace_group:
+        return _merge_groups(client, frame, path, spec, commit_metadata)
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.merge_keys)
+    seq = spec.sequence_column
+    newer = f"s.`{seq}` > t.`{seq}`" if seq else None
+    source = frame
+    if spec.delete_column:
+        source = _drop_superseded_by_tombstones(client, source, path, spec)
+        if source.isEmpty():
+            return client._result(path, "every change is older than a delete")
+    stored_schema = client.engine.schema(client.spark, path)
+    source, new_columns = _evolve_source(source, stored_schema, spec)
+    # Explicit assignments so the delete flag is never stored in the table.
+    assignments = {c: f"s.`{c}`" for c in [*stored_schema.fieldNames(), *new_columns]}
+    if spec.delete_column:
+        deleted = f"s.`{spec.delete_column}`"
+        not_deleted = f"NOT {deleted}"
+        clauses = [
+            MergeClause("delete", f"{deleted} AND {newer}" if newer else deleted),
+            MergeClause("update", f"{not_deleted} AND {newer}" if newer else not_deleted, assignments),
+            MergeClause("insert", not_deleted, assignments),
+        ]
+    else:
+        clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
+    client.engine.merge(
+        client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
+    )
+    if spec.delete_column:
+        _remember_deletes(client, frame, path, spec)
+    return client._result(path)
+
+
+def _merge_groups(
+    client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+) -> WriteResult:
+    """Merge where a group's newest change replaces every stored row of the group.
+
+    ``frame`` holds, per changed group, its new rows (delete flag false) or
+    one row with the delete flag set. A change applies only when its
+    sequence is newer than the group's stored rows and its tombstone;
+    stored rows of an applied group that the change lacks are deleted.
+    """
+    group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
+    changes = frame.groupBy(group).agg(
+        F.max(seq).alias("_change_seq"), F.max(F.col(deleted).cast("int")).cast("boolean").alias("_change_deletes")
+    )
+    tombstones_path = tombstone_path(path)
+    if client.exists(tombstones_path):
+        tombstones = client.read(tombstones_path).select(group, F.col(seq).alias("_deleted_at"))
+        changes = changes.join(tombstones, group, "left").where(
+            F.col("_deleted_at").isNull() | (F.col("_change_seq") > F.col("_deleted_at"))
+        ).drop("_deleted_at")
+    stored = client.read(path)
+    frame, new_columns = _evolve_source(frame, stored.schema, spec)
+    stored_groups = stored.groupBy(group).agg(F.max(seq).alias("_stored_seq"))
+    applied = (
+        changes.join(stored_groups, group, "left")
+        .where(F.col("_stored_seq").isNull() | (F.col("_change_seq") > F.col("_stored_seq")))
+        .cache()
+    )
+    columns = [*stored.columns, *new_columns]
+    upserts = (
+        frame.where(~F.col(deleted))
+        .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
+        .select(*columns)
+    )
+    keys = list(spec.merge_keys)
+    removals = (
+        stored.join(applied.select(group), group, "left_semi")
+        .join(upserts.select(*keys), keys, "left_anti")
+        .select(*stored.columns, *(F.lit(None).cast(frame.schema[c].dataType).alias(c) for c in new_columns))
+    )
+    source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
+    if source.isEmpty():
+        return client._result(path, "every change is older than the stored state")
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+    assignments = {c: f"s.`{c}`" for c in columns}
+    clauses = [
+        MergeClause("delete", "s._remove"),
+        MergeClause("update", "NOT s._remove", assignments),
+        MergeClause("insert", "NOT s._remove", assignments),
+    ]
+    client.engine.merge(
+        client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
+    )
+    group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
+    if not group_deletes.isEmpty():
+        tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
+        client.write(group_deletes, tombstones_path, tombstone_spec)
+    applied.unpersist()
+    return client._result(path)
+
+
+def _drop_superseded_by_tombstones(
+    client: DeltaTableClient, source: DataFrame, path: str, spec: WriteSpec
+) -> DataFrame:
+    tombstones_path = tombstone_path(path)
+    if not client.exists(tombstones_path) or not spec.sequence_column:
+        return source
+    seq = spec.sequence_column
+    tombstones = client.read(tombstones_path).withColumnRenamed(seq, "_deleted_at")
+    joined = source.join(tombstones, list(spec.merge_keys), "left")
+    kept = joined.where(F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at")))
+    return kept.select(*source.columns)
+
+
+def _remember_deletes(client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec) -> None:
+    columns = [*spec.merge_keys, *([spec.sequence_column] if spec.sequence_column else [])]
+    deletes = frame.where(F.col(spec.delete_column)).select(*columns)
+    if deletes.isEmpty():
+        return
+    tombstone_spec = WriteSpec(mode="merge", merge_keys=spec.merge_keys, sequence_column=spec.sequence_column)
+    client.write(deletes, tombstone_path(path), tombstone_spec)
+
+
+def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str]]:
+    """Line a merge source up with the table when ``schema_mode`` is ``merge``.
+
+    A merged row replaces the stored one, so a table column the source lacks
+    is stored as null (a typed null column is added to the source). Source
+    columns the table lacks are returned, for the merge to add. With any other
+    schema mode the source is returned as it is, and no column is added.
+    """
+    if spec.schema_mode != "merge":
+        return frame, []
+    present = {c.lower() for c in frame.columns}
+    stored_names = {f.name.lower() for f in stored.fields}
+    missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in stored.fields if f.name.lower() not in present]
+    new_columns = [c for c in frame.columns if c.lower() not in stored_names and c != spec.delete_column]
+    return (frame.select("*", *missing) if missing else frame), new_columns

@@ -1,0 +1,161 @@
+"""How an asset declares its storage: :class:`WriteSpec`, :func:`delta_table` and the ``delta/*`` metadata keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+#: Metadata keys an asset declares its storage with (see :func:`delta_table`).
+WRITE_MODE = "delta/write_mode"
+MERGE_KEYS = "delta/merge_keys"
+SEQUENCE_COLUMN = "delta/sequence_column"
+DELETE_COLUMN = "delta/delete_column"
+SCHEMA_MODE = "delta/schema_mode"
+PARTITION_COLUMNS = "delta/partition_columns"
+TABLE_PROPERTIES = "delta/table_properties"
+PARTITION_EXPR = "delta/partition_expr"
+REPLACE_GROUP = "delta/replace_group"
+#: Input metadata: ``"changes"`` reads only what the upstream gained since this step last consumed it.
+READ = "delta/read"
+VERSION = "delta/version"
+COLUMNS = "delta/columns"
+#: Output metadata an asset may attach to name what it was computed from
+#: (e.g. the reference snapshot file); part of the unchanged-input test.
+SOURCE = "medallion/source"
+
+
+class WriteSpec(BaseModel):
+    """How one output is written, read from the asset's metadata.
+
+    Validated when built, so a typo in an asset's metadata fails the run before
+    any data is written.
+    """
+
+    mode: Literal["overwrite", "append", "merge"] = Field(
+        default="overwrite", description="overwrite (default), append, or merge on merge_keys."
+    )
+    merge_keys: tuple[str, ...] = Field(default=(), description="Key columns a merge matches on.")
+    sequence_column: str | None = Field(
+        default=None,
+        description="Merge only: a change applies only if its value here is newer than the stored one.",
+    )
+    delete_column: str | None = Field(
+        default=None,
+        description="Merge only: boolean column; a true row deletes its key (and is remembered as a tombstone).",
+    )
+    schema_mode: Literal["strict", "merge", "overwrite"] = Field(
+        default="strict",
+        description=(
+            "strict, merge (add new columns; in a merge, table columns the rows lack are stored as null) "
+            "or overwrite (replace the schema)."
+        ),
+    )
+    partition_columns: tuple[str, ...] = Field(
+        default=(), description="Columns the table is partitioned by when it is created."
+    )
+    table_properties: dict[str, str] = Field(
+        default_factory=dict, description="Delta table properties set when the table is created."
+    )
+    partition_expr: str | None = Field(
+        default=None,
+        description="Column that holds the time of a time-window partitioned asset; its partition is replaced with replaceWhere.",
+    )
+    replace_group: str | None = Field(
+        default=None,
+        description=(
+            "Merge only: a newer change of a group (e.g. an order) replaces all its stored rows "
+            "(e.g. its line items); needs sequence_column and delete_column."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WriteSpec:
+        if self.mode == "merge" and not self.merge_keys:
+            raise ValueError("write mode 'merge' needs merge_keys")
+        if self.mode != "merge" and (self.sequence_column or self.delete_column or self.replace_group):
+            raise ValueError("sequence_column, delete_column and replace_group apply to write mode 'merge' only")
+        if self.replace_group and not (self.sequence_column and self.delete_column):
+            raise ValueError("replace_group needs sequence_column and delete_column")
+        return self
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> WriteSpec:
+        """Build the spec from asset definition metadata (``delta/*`` keys)."""
+
+        def raw(key: str, default: Any = None) -> Any:
+            value = metadata.get(key, default)
+            return getattr(value, "value", value)  # MetadataValue wrappers
+
+        return cls(
+            mode=raw(WRITE_MODE, "overwrite"),
+            merge_keys=tuple(raw(MERGE_KEYS, ()) or ()),
+            sequence_column=raw(SEQUENCE_COLUMN),
+            delete_column=raw(DELETE_COLUMN),
+            schema_mode=raw(SCHEMA_MODE, "strict"),
+            partition_columns=tuple(raw(PARTITION_COLUMNS, ()) or ()),
+            table_properties=dict(raw(TABLE_PROPERTIES, {}) or {}),
+            partition_expr=raw(PARTITION_EXPR),
+            replace_group=raw(REPLACE_GROUP),
+        )
+
+
+def delta_table(
+    *,
+    write_mode: Literal["overwrite", "append", "merge"] = "overwrite",
+    merge_keys: Sequence[str] = (),
+    sequence_column: str | None = None,
+    delete_column: str | None = None,
+    schema_mode: Literal["strict", "merge", "overwrite"] = "strict",
+    partition_columns: Sequence[str] = (),
+    table_properties: Mapping[str, str] | None = None,
+    partition_expr: str | None = None,
+    replace_group: str | None = None,
+) -> dict[str, Any]:
+    """Asset metadata declaring how the Delta IO manager stores an asset.
+
+    Validates the combination now (at definition time), so mistakes surface in
+    ``dagster definitions validate``.
+
+    Args:
+        write_mode: overwrite, append or merge.
+        merge_keys: columns a merge matches on.
+        sequence_column: a change is applied only if newer than the stored row.
+        delete_column: boolean column marking deletes (merge only).
+        schema_mode: strict, merge or overwrite.
+        partition_columns: physical partition columns of a new table.
+        table_properties: Delta properties of a new table.
+        partition_expr: time column of a time-window partitioned asset.
+        replace_group: merge by groups: a group's newer change replaces all its rows.
+
+    Returns:
+        Metadata to pass to ``@asset(metadata=...)``.
+    """
+    spec = WriteSpec(
+        mode=write_mode,
+        merge_keys=tuple(merge_keys),
+        sequence_column=sequence_column,
+        delete_column=delete_column,
+        schema_mode=schema_mode,
+        partition_columns=tuple(partition_columns),
+        table_properties=dict(table_properties or {}),
+        partition_expr=partition_expr,
+        replace_group=replace_group,
+    )
+    metadata: dict[str, Any] = {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode}
+    if spec.merge_keys:
+        metadata[MERGE_KEYS] = list(spec.merge_keys)
+    if spec.sequence_column:
+        metadata[SEQUENCE_COLUMN] = spec.sequence_column
+    if spec.delete_column:
+        metadata[DELETE_COLUMN] = spec.delete_column
+    if spec.partition_columns:
+        metadata[PARTITION_COLUMNS] = list(spec.partition_columns)
+    if spec.table_properties:
+        metadata[TABLE_PROPERTIES] = dict(spec.table_properties)
+    if spec.partition_expr:
+        metadata[PARTITION_EXPR] = spec.partition_expr
+    if spec.replace_group:
+        metadata[REPLACE_GROUP] = spec.replace_group
+    return metadata
