@@ -513,20 +513,39 @@ def _rng(plan: SimulationPlan, stream: int, chunk: int) -> np.random.Generator:
 def _with_noise(
     rng: np.random.Generator,
     lines: _Lines,
-    duplicates: int,
+    noise: NoiseRates,
     redelivery_slot: np.ndarray,
-    bad: _Lines,
+    *,
+    bad_kinds: np.ndarray,
+    slots: int,
+    keys: np.ndarray,
+    uid_bytes: int = 16,
 ) -> _Lines:
     """Add at-least-once duplicates and bad lines, and draw the in-file order.
 
     Args:
         rng: The chunk's random stream.
         lines: The good lines.
-        duplicates: How many of ``lines`` are delivered twice.
+        noise: The rates of duplicates and bad lines.
         redelivery_slot: Per line of ``lines``, where its duplicate goes when
             it does not go to the same slot.
-        bad: The bad lines (never duplicated).
+        bad_kinds: The kinds of bad line, used in turn (bad lines are never duplicated).
+        slots: Files or batches a bad line can land in.
+        keys: The chunk's keys; a bad line carries the key of the row it spoils.
+        uid_bytes: Bytes of a bad line's random event id.
     """
+    duplicates = _count(noise.duplicate, len(lines), 2)
+    bad_count = _count(noise.bad_line, len(lines) + duplicates, len(bad_kinds))
+    bad_source = rng.integers(0, len(keys), bad_count)
+    bad = _new_lines(
+        rng,
+        kind=bad_kinds[np.arange(bad_count) % len(bad_kinds)],
+        slot=rng.integers(0, slots, bad_count),
+        source=bad_source,
+        key=keys[bad_source],
+        time=_BAD_LINE_TIME + np.arange(bad_count),
+        uid_bytes=uid_bytes,
+    )
     copies = rng.choice(len(lines), duplicates, replace=False)
     same_slot = rng.random(len(copies)) < 0.5
     again = lines.take(copies)
@@ -600,18 +619,7 @@ def _plan_order_chunk(
 
     good = _Lines.concat([final, older, stale_lines, inserts, deletes])
     redelivery = rng.integers(0, slots, len(good))
-    duplicates = _count(noise.duplicate, len(good), 2)
-    bad_count = _count(noise.bad_line, len(good) + duplicates, len(_BAD_ORDER_KINDS))
-    bad_source = rng.integers(0, count, bad_count)
-    bad = _new_lines(
-        rng,
-        kind=_BAD_ORDER_KINDS[np.arange(bad_count) % len(_BAD_ORDER_KINDS)],
-        slot=rng.integers(0, slots, bad_count),
-        source=bad_source,
-        key=order_keys[bad_source],
-        time=_BAD_LINE_TIME + np.arange(bad_count),
-    )
-    return _with_noise(rng, good, duplicates, redelivery, bad)
+    return _with_noise(rng, good, noise, redelivery, bad_kinds=_BAD_ORDER_KINDS, slots=slots, keys=order_keys)
 
 
 def _plan_customer_chunk(
@@ -698,19 +706,9 @@ def _plan_customer_chunk(
     # Redelivered, never earlier: an early copy of a stale delete would remove
     # a customer that batch 1's orders need.
     redelivery = rng.integers(good.slot, batches)
-    duplicates = _count(noise.duplicate, len(good), 2)
-    bad_count = _count(noise.bad_line, len(good) + duplicates, len(_BAD_CUSTOMER_KINDS))
-    bad_source = rng.integers(0, count, bad_count)
-    bad = _new_lines(
-        rng,
-        kind=_BAD_CUSTOMER_KINDS[np.arange(bad_count) % len(_BAD_CUSTOMER_KINDS)],
-        slot=rng.integers(0, batches, bad_count),
-        source=bad_source,
-        key=customer_keys[bad_source],
-        time=_BAD_LINE_TIME + np.arange(bad_count),
-        uid_bytes=no_uid,
+    return _with_noise(
+        rng, good, noise, redelivery, bad_kinds=_BAD_CUSTOMER_KINDS, slots=batches, keys=customer_keys, uid_bytes=no_uid
     )
-    return _with_noise(rng, good, duplicates, redelivery, bad)
 
 
 def _in_file_order(lines: _Lines, slots: range) -> _Lines:
@@ -1272,31 +1270,22 @@ def land_next_batch(
     return LandedBatch(batch=landed + 1, batches=plan.batches, files=tuple(files))
 
 
-def land_all(
-    landing_dir: Path | str,
-    *,
-    scale_factor: float = 0.01,
-    batches: int = 2,
-    seed: int = 7,
-    work_dir: Path | str | None = None,
-    noise: NoiseRates | None = None,
-    files_per_batch: int = 2,
-    order_events_to: OrderEventsTo = "files",
-    publish: Callable[[Sequence[Path]], Any] | None = None,
-) -> list[LandedBatch]:
-    """Land every batch not landed yet (none if all are); see :func:`land_next_batch`."""
-    landing = Path(landing_dir)
-    plan = _make_plan(scale_factor, batches, seed, noise, files_per_batch)
-    landed = _read_state(landing, plan)
-    if landed >= plan.batches:
-        return []
-    folder = tpch_folder(work_dir, plan.scale_factor)
-    results = []
-    for batch_index in range(landed, plan.batches):
-        files = _land_batch(landing, plan, folder, batch_index, order_events_to, publish)
-        _write_state(landing, plan, batch_index + 1)
-        results.append(LandedBatch(batch=batch_index + 1, batches=plan.batches, files=tuple(files)))
-    return results
+def land_all(landing_dir: Path | str, **options: Any) -> list[LandedBatch]:
+    """Land every batch not landed yet (none if all are).
+
+    Args:
+        landing_dir: The landing folder (``<lake root>/landing``).
+        **options: The keyword arguments of :func:`land_next_batch`.
+
+    Returns:
+        The batches landed, in order.
+    """
+    landed: list[LandedBatch] = []
+    while True:
+        try:
+            landed.append(land_next_batch(landing_dir, **options))
+        except AllBatchesLandedError:
+            return landed
 
 
 # --------------------------------------------------------------------------

@@ -143,19 +143,14 @@ def delta_table(
         partition_expr=partition_expr,
         replace_group=replace_group,
     )
-    metadata: dict[str, Any] = {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode}
-    if spec.merge_keys:
-        metadata[MERGE_KEYS] = list(spec.merge_keys)
-    if spec.sequence_column:
-        metadata[SEQUENCE_COLUMN] = spec.sequence_column
-    if spec.delete_column:
-        metadata[DELETE_COLUMN] = spec.delete_column
-    if spec.partition_columns:
-        metadata[PARTITION_COLUMNS] = list(spec.partition_columns)
-    if spec.table_properties:
-        metadata[TABLE_PROPERTIES] = dict(spec.table_properties)
-    if spec.partition_expr:
-        metadata[PARTITION_EXPR] = spec.partition_expr
-    if spec.replace_group:
-        metadata[REPLACE_GROUP] = spec.replace_group
-    return metadata
+    optional = {
+        MERGE_KEYS: list(spec.merge_keys),
+        SEQUENCE_COLUMN: spec.sequence_column,
+        DELETE_COLUMN: spec.delete_column,
+        PARTITION_COLUMNS: list(spec.partition_columns),
+        TABLE_PROPERTIES: dict(spec.table_properties),
+        PARTITION_EXPR: spec.partition_expr,
+        REPLACE_GROUP: spec.replace_group,
+    }
+    # Only what the asset sets: unset keys keep the spec's defaults when read back.
+    return {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode, **{k: v for k, v in optional.items() if v}}
