@@ -43,6 +43,15 @@ def test_definitions_hold_layers_jobs_and_checks():
     assert {"silver/orders", "gold/daily_revenue"} <= {k.to_user_string() for k in refresh.asset_layer.executable_asset_keys}
 
 
+def test_every_delta_table_asset_shows_its_storage_kind():
+    graph = build_definitions("local").resolve_asset_graph()
+    without = sorted(
+        key.to_user_string() for key in graph.materializable_asset_keys
+        if key.path[0] != "landing" and "dagster/kind/delta" not in (graph.get(key).tags or {})
+    )
+    assert without == []
+
+
 def test_the_simulator_is_in_no_job_and_can_be_left_out():
     simulated = "landing/simulated_batch"
     defs = build_definitions("local")

@@ -19,7 +19,7 @@ from medallion_assets.ingest import (
     start_kafka_stream,
 )
 from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
-from medallion_assets.io_manager import SOURCE, DeltaTableClient, delta_table, table_metadata
+from medallion_assets.io_manager import DELTA_KINDS, SOURCE, DeltaTableClient, delta_table, table_metadata
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms.bronze import REFERENCE_TABLES
 
@@ -46,6 +46,7 @@ def _stream_asset(stream_name: str, description: str, *, allow_full_refresh: boo
     @asset(
         key=["bronze", stream_name],
         group_name="bronze",
+        kinds=DELTA_KINDS,
         description=description,
         deps=[AssetKey(["landing", "simulated_batch"])],
         metadata={"delta/write_mode": "append (Structured Streaming sink)", "allow_full_refresh": allow_full_refresh},
@@ -73,6 +74,7 @@ customers_cdc = _stream_asset("customers_cdc", "Customer change rows from landin
 @asset(
     key=["bronze", KAFKA_STREAM],
     group_name="bronze",
+    kinds=DELTA_KINDS,
     # The simulator can publish its order events to the topic when it lands a batch.
     deps=[AssetKey(["landing", "simulated_batch"])],
     description="Order event messages from the Kafka topic, as delivered, with topic, partition, offset and "
@@ -102,6 +104,7 @@ def _reference_asset(table: str):
     @asset(
         key=["bronze", table],
         group_name="bronze",
+        kinds=DELTA_KINDS,
         description=f"The newest landed snapshot of {table}.",
         deps=[AssetKey(["landing", "simulated_batch"])],
         output_required=False,

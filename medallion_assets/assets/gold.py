@@ -39,7 +39,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from medallion_assets.io_manager import delta_table
+from medallion_assets.io_manager import DELTA_KINDS, delta_table
 from medallion_assets.transforms import gold as G
 
 GROUP = "gold"
@@ -135,6 +135,7 @@ PRICING_SUMMARY_LINEAGE = {
     key=["gold", "pricing_summary"],
     ins=_silver("lineitem"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="TPC-H Q1 (pricing summary report), validation parameters (DELTA = 90 days).",
     metadata=delta_table(schema_mode="overwrite"),
 )
@@ -154,6 +155,7 @@ SHIPPING_PRIORITY_LINEAGE = {
     key=["gold", "shipping_priority"],
     ins=_silver("customers", "orders", "lineitem"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="TPC-H Q3 (shipping priority), validation parameters (BUILDING, 1995-03-15).",
     metadata=delta_table(schema_mode="overwrite"),
 )
@@ -168,6 +170,7 @@ LOCAL_SUPPLIER_VOLUME_LINEAGE = {"n_name": _from("nation", "n_name"), "revenue":
     key=["gold", "local_supplier_volume"],
     ins=_silver("customers", "orders", "lineitem", "supplier", "nation", "region"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="TPC-H Q5 (local supplier volume), validation parameters (ASIA, 1994).",
     metadata=delta_table(schema_mode="overwrite"),
 )
@@ -187,6 +190,7 @@ FORECASTING_REVENUE_CHANGE_LINEAGE = {"revenue": _from("lineitem", "l_extendedpr
     key=["gold", "forecasting_revenue_change"],
     ins=_silver("lineitem"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="TPC-H Q6 (forecasting revenue change), validation parameters (1994, 0.06, 24).",
     metadata=delta_table(schema_mode="overwrite"),
 )
@@ -212,6 +216,7 @@ DAILY_REVENUE_LINEAGE = {
     key=DAILY_REVENUE,
     ins=_silver("orders", "lineitem", "customers"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     partitions_def=MONTHLY,
     # A range of months is one run (one Spark job per step), not a run per month.
     backfill_policy=BackfillPolicy.single_run(),
@@ -248,6 +253,7 @@ MONTHLY_REVENUE_LINEAGE = {
     key=MONTHLY_REVENUE,
     ins=_silver("orders", "lineitem"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="Revenue and order count per month of completed (status F) orders.",
     metadata=delta_table(schema_mode="overwrite"),
     check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
@@ -288,6 +294,7 @@ CUSTOMER_LIFETIME_VALUE_LINEAGE = {
     key=CUSTOMER_LIFETIME_VALUE,
     ins=_silver("customers", "orders"),
     group_name=GROUP,
+    kinds=DELTA_KINDS,
     description="Per customer: orders, total and average spend, first and last order date.",
     metadata=delta_table(schema_mode="overwrite"),
     check_specs=[

@@ -8,7 +8,7 @@ fail a drop/fail expectation go to ``quarantine.<table>`` with the reason.
 # No ``from __future__ import annotations``: Dagster reads the config class from the annotation.
 from typing import Literal
 
-from dagster import AssetIn, AssetKey, AssetOut, AssetSpec, Config, MetadataValue, Output, asset, multi_asset
+from dagster import AssetIn, AssetKey, AssetOut, Config, MetadataValue, Output, asset, multi_asset
 from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -21,7 +21,7 @@ from medallion_assets.expectations import (
     expect_or_fail,
     quarantine_rows,
 )
-from medallion_assets.io_manager import READ, delta_table
+from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.transforms import silver as T
 from medallion_assets.transforms.bronze import REFERENCE_TABLES
 
@@ -80,9 +80,9 @@ def _rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
 @multi_asset(
     outs={
         # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
-        "orders": AssetOut(key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge"), is_required=False),
-        "lineitem": AssetOut(key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge"), is_required=False),
-        "quarantine_orders": AssetOut(key=AssetKey(["quarantine", "orders"]), metadata=_QUARANTINE, is_required=False),
+        "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge"), is_required=False),
+        "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge"), is_required=False),
+        "quarantine_orders": AssetOut(kinds=DELTA_KINDS, key=AssetKey(["quarantine", "orders"]), metadata=_QUARANTINE, is_required=False),
     },
     ins={
         "orders_raw": AssetIn(key=AssetKey(["bronze", "orders_raw"]), metadata={READ: "changes"}),
@@ -143,8 +143,8 @@ def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, order
 
 @multi_asset(
     outs={
-        "customers": AssetOut(key=CUSTOMERS, metadata=delta_table(write_mode="merge", merge_keys=["c_custkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
-        "quarantine_customers": AssetOut(key=AssetKey(["quarantine", "customers"]), metadata=_QUARANTINE, is_required=False),
+        "customers": AssetOut(kinds=DELTA_KINDS, key=CUSTOMERS, metadata=delta_table(write_mode="merge", merge_keys=["c_custkey"], sequence_column="_sequence", delete_column="_deleted"), is_required=False),
+        "quarantine_customers": AssetOut(kinds=DELTA_KINDS, key=AssetKey(["quarantine", "customers"]), metadata=_QUARANTINE, is_required=False),
     },
     ins={"customers_cdc": AssetIn(key=AssetKey(["bronze", "customers_cdc"]), metadata={READ: "changes"})},
     check_specs=check_specs(CUSTOMERS, CUSTOMERS_EXPECTATIONS),
@@ -184,6 +184,7 @@ def customers_and_history(customers_cdc: DataFrame):
     key=CUSTOMERS_HISTORY,
     ins={"customers_cdc": AssetIn(key=AssetKey(["bronze", "customers_cdc"]))},
     group_name="silver",
+    kinds=DELTA_KINDS,
     description=(
         "Type-2 history of customers (valid_from, valid_to, is_current, is_deleted), PII masked. "
         "Rebuilt from every bronze change, so a change arriving in a later run closes the row before it "
@@ -201,6 +202,7 @@ def _reference_asset(table: str):
         key=["silver", table],
         ins={"snapshot": AssetIn(key=AssetKey(["bronze", table]))},
         group_name="silver",
+        kinds=DELTA_KINDS,
         description=f"{table} with the contract's columns and types.",
         metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"),
     )

@@ -16,6 +16,7 @@ from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTy
 from medallion_assets.io_manager.metadata import markdown_preview, spark_table_schema, table_metadata
 from medallion_assets.io_manager.spec import (
     COLUMNS,
+    DELTA_KINDS,
     DELETE_COLUMN,
     MERGE_KEYS,
     PARTITION_COLUMNS,
@@ -33,6 +34,7 @@ from medallion_assets.io_manager.spec import (
 )
 
 __all__ = [
+    "DELTA_KINDS",
     "COLUMNS",
     "DELETE_COLUMN",
     "MERGE_KEYS",

@@ -24,6 +24,8 @@ COLUMNS = "delta/columns"
 #: Output metadata an asset may attach to name what it was computed from
 #: (e.g. the reference snapshot file); part of the unchanged-input test.
 SOURCE = "medallion/source"
+#: Kinds of an asset kept as a Delta table and computed with Spark (the UI shows them as its storage).
+DELTA_KINDS = frozenset({"spark", "delta"})
 
 
 class WriteSpec(BaseModel):
