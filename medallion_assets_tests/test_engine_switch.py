@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
     SEED,
@@ -60,3 +62,18 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
         name = Path(source.replace("file:", "")).name
         per_file[name] = per_file.get(name, 0) + 1
     assert per_file == landed_lines(sorted((lake / "landing" / "orders").glob("*.json")))
+    # Silver took each increment in once: every rejected line is quarantined exactly once,
+    # although each run read what the one before, on the other engine, had consumed.
+    assert _quarantined_rejects(lake) == sorted(contract_reference.expected_reject_reasons(lake / "landing"))
+
+
+def _quarantined_rejects(lake: Path) -> list[tuple[str, str]]:
+    """``(file relative to landing, reason)`` of the quarantined lines the parsers rejected."""
+    parse_reasons = {reason for _, reason in contract_reference.expected_reject_reasons(lake / "landing")}
+    found = []
+    for table in ("orders", "customers"):
+        for row in read_with_deltalake(lake / "quarantine" / table).to_pylist():
+            if row["reason"] in parse_reasons:
+                match = re.search(r"((orders|customers)/[^/]+)$", row["_source_file"] or "")
+                found.append((match.group(1) if match else str(row["_source_file"]), row["reason"]))
+    return sorted(found)
