@@ -27,6 +27,8 @@ _CONSUMED_PREFIX = "medallion/consumed/"
 #: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
 _CONSUMED_COMMIT_PREFIX = "consumed."
 _INPUTS = "medallion/inputs"
+#: Commit metadata key of an overwrite's fingerprint (the same JSON as ``_INPUTS``).
+_COMPUTED_FROM = "computed_from"
 
 
 @dataclass
@@ -227,13 +229,15 @@ class DeltaIOManager(ConfigurableIOManager):
         # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
         commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
         commit_metadata.update({_CONSUMED_COMMIT_PREFIX + k: str(v) for k, v in reads.consumed.items()})
+        if spec.mode == "overwrite":
+            commit_metadata[_COMPUTED_FROM] = fingerprint_json
 
         if (
             self.skip_unchanged
             and spec.mode == "overwrite"
             and (reads.inputs or source is not None)
             and client.exists(path)
-            and self._previous_fingerprint(context) == fingerprint_json
+            and _computed_from(client, path) == fingerprint_json
         ):
             metadata = table_metadata(client, path)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
@@ -260,13 +264,17 @@ class DeltaIOManager(ConfigurableIOManager):
             metadata["delta/skipped"] = result.skipped_reason
         context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
 
-    def _previous_fingerprint(self, context: OutputContext) -> str | None:
-        event = context.step_context.instance.get_latest_materialization_event(context.asset_key)
-        if event is None or event.asset_materialization is None:
-            return None
-        # A partition's fingerprint includes its window, so only the same partition matches.
-        value = event.asset_materialization.metadata.get(_INPUTS)
-        return None if value is None else str(value.value)
+
+
+def _computed_from(client: DeltaTableClient, path: str) -> str | None:
+    """What the table's newest commit was computed from (its inputs' versions, partition, source).
+
+    Read from the table's own log, like the consumed versions: a wiped Dagster
+    instance still knows an unchanged input. Only the newest commit counts, so
+    any later write (another writer, OPTIMIZE) makes the next run write again.
+    A partition's fingerprint includes its window, so only the same partition matches.
+    """
+    return client.engine.latest_commit(client.spark, path).custom.get(_COMPUTED_FROM)
 
 
 def _time_window_predicate(column: str, window: Any) -> str:
