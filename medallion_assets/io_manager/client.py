@@ -210,7 +210,7 @@ class DeltaTableClient:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             self._create_if_missing(stored, path, spec)
         if spec.mode == "merge":
-            return merges.merge(self, frame, path, spec, commit_metadata)
+            return self._result(path, merges.merge(self, frame, path, spec, commit_metadata))
         writer = frame.write.format("delta").mode(spec.mode)
         if replace_where:
             writer = writer.option("replaceWhere", replace_where)

@@ -1,4 +1,4 @@
-"""The merge strategies of :class:`~medallion_assets.io_manager.client.DeltaTableClient`, and tombstones.
+"""The merge strategies of the Delta table client, and tombstones.
 
 A plain merge upserts on the merge keys, applying a change only when its
 ``sequence_column`` is newer than the stored row, and deletes the keys whose
@@ -19,17 +19,30 @@ it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from medallion_assets.engine import MergeClause
+from medallion_assets.engine import DeltaEngine, MergeClause
 from medallion_assets.io_manager.spec import WriteSpec
 
-if TYPE_CHECKING:
-    from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
+
+class Tables(Protocol):
+    """What a merge needs of the client (:class:`~medallion_assets.io_manager.client.DeltaTableClient`).
+
+    A protocol, so this module does not import the client that calls it.
+    """
+
+    spark: SparkSession
+    engine: DeltaEngine
+
+    def exists(self, path: str) -> bool: ...
+
+    def read(self, path: str) -> DataFrame: ...
+
+    def write(self, frame: DataFrame, path: str, spec: WriteSpec) -> Any: ...
 
 
 def tombstone_path(path: str) -> str:
@@ -38,13 +51,16 @@ def tombstone_path(path: str) -> str:
 
 
 def merge(
-    client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
-) -> WriteResult:
+    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+) -> str | None:
     """Upsert ``frame`` on the merge keys (on the delta-rs engine, in delta-rs on the driver).
 
     With a delete column, deleted keys are kept with their sequence value in
     a tombstone table next to the target, so a change older than a delete
     that arrives later cannot bring the row back.
+
+    Returns:
+        Why no row was merged, or ``None`` when the merge was committed.
     """
     if spec.replace_group:
         return _merge_groups(client, frame, path, spec, commit_metadata)
@@ -55,7 +71,7 @@ def merge(
     if spec.delete_column:
         source = _drop_superseded_by_tombstones(client, source, path, spec)
         if source.isEmpty():
-            return client._result(path, "every change is older than a delete")
+            return "every change is older than a delete"
     stored_schema = client.engine.schema(client.spark, path)
     source, new_columns = _evolve_source(source, stored_schema, spec)
     # Explicit assignments so the delete flag is never stored in the table.
@@ -75,12 +91,12 @@ def merge(
     )
     if spec.delete_column:
         _remember_deletes(client, frame, path, spec)
-    return client._result(path)
+    return None
 
 
 def _merge_groups(
-    client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
-) -> WriteResult:
+    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+) -> str | None:
     """Merge where a group's newest change replaces every stored row of the group.
 
     ``frame`` holds, per changed group, its new rows (delete flag false) or
@@ -120,7 +136,7 @@ def _merge_groups(
     )
     source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
     if source.isEmpty():
-        return client._result(path, "every change is older than the stored state")
+        return "every change is older than the stored state"
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     assignments = {c: f"s.`{c}`" for c in columns}
     clauses = [
@@ -136,11 +152,11 @@ def _merge_groups(
         tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
         client.write(group_deletes, tombstones_path, tombstone_spec)
     applied.unpersist()
-    return client._result(path)
+    return None
 
 
 def _drop_superseded_by_tombstones(
-    client: DeltaTableClient, source: DataFrame, path: str, spec: WriteSpec
+    client: Tables, source: DataFrame, path: str, spec: WriteSpec
 ) -> DataFrame:
     tombstones_path = tombstone_path(path)
     if not client.exists(tombstones_path) or not spec.sequence_column:
@@ -152,7 +168,7 @@ def _drop_superseded_by_tombstones(
     return kept.select(*source.columns)
 
 
-def _remember_deletes(client: DeltaTableClient, frame: DataFrame, path: str, spec: WriteSpec) -> None:
+def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
     columns = [*spec.merge_keys, *([spec.sequence_column] if spec.sequence_column else [])]
     deletes = frame.where(F.col(spec.delete_column)).select(*columns)
     if deletes.isEmpty():
