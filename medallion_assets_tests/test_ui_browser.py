@@ -78,6 +78,7 @@ query {
     assetKey { path }
     assetMaterializations(limit: 1) {
       runId
+      timestamp
       metadataEntries { label ... on TextMetadataEntry { text } }
     }
     assetChecksOrError {
@@ -184,8 +185,10 @@ def test_materialize_all_from_the_ui_turns_every_check_green(dagster_dev):
             for entry in n["assetMaterializations"][0]["metadataEntries"] if entry["label"] == "delta/engine"
         }
         assert engines and set(engines.values()) == {engine}, engines
-        # And what the user sees of it on the asset's events page.
-        page.goto(f"{base}/assets/silver/orders?view=events")
+        # And what the user sees of it on the asset's events page, on its latest materialization
+        # (the newest events of silver/orders are the observations of gold's reads of it).
+        [orders] = [n for n in nodes if n["assetKey"]["path"] == ["silver", "orders"]]
+        page.goto(f"{base}/assets/silver/orders?view=events&time={orders['assetMaterializations'][0]['timestamp']}")
         page.get_by_text("delta/engine").first.wait_for(timeout=60_000)
         page.screenshot(path=shots / "5-silver-orders-engine.png")
         assert page.get_by_text(engine, exact=True).first.is_visible(), f"the engine {engine} is not shown"
