@@ -376,8 +376,13 @@ class DeltaEngine:
 
     def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
         """Each commit's custom metadata, newest first (``limit``: the newest ``limit`` commits)."""
-        history = self.for_path(spark, path).history(limit) if limit else self.for_path(spark, path).history()
+        history = self._history(spark, path, limit)
         return [user_metadata(row["userMetadata"]) for row in history.select("userMetadata").collect()]
+
+    def _history(self, spark: SparkSession, path: str, limit: int | None = 1) -> DataFrame:
+        """``DESCRIBE HISTORY`` of the newest ``limit`` commits (``None``: every retained one), newest first."""
+        table = self.for_path(spark, path)
+        return table.history(limit) if limit else table.history()
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         """Writer options that record ``metadata`` in the commit of a batch or streaming write."""
@@ -483,9 +488,6 @@ class DeltaSparkEngine(DeltaEngine):
             .load(path)
         )
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
-
-    def _history(self, spark: SparkSession, path: str) -> DataFrame:
-        return self.for_path(spark, path).history(1)
 
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         [row] = self._history(spark, path).select(
@@ -746,12 +748,8 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
         # A Connect client has no handle on the DeltaLog: the SQL route.
         return self._state_from_detail(spark, path, version)
 
-    def _history(self, spark: SparkSession, path: str) -> DataFrame:
-        return spark.sql(f"DESCRIBE HISTORY {self._table(path)} LIMIT 1")
-
-    def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
-        history = spark.sql(f"DESCRIBE HISTORY {self._table(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
-        return [user_metadata(row["userMetadata"]) for row in history.select("userMetadata").collect()]
+    def _history(self, spark: SparkSession, path: str, limit: int | None = 1) -> DataFrame:
+        return spark.sql(f"DESCRIBE HISTORY {self._table(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql.types import StructType
 
 from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
@@ -145,7 +145,7 @@ class DeltaTableClient:
                 (Delta's ``txnAppId``/``txnVersion``): the engine skips the write
                 when that application already committed this version or a later
                 one, so a retried write lands once. Merges ignore it (they are
-                idempotent by their keys and sequence) except for an empty commit.
+                idempotent by their keys and sequence).
             empty_commit: ``(application id, version)``: when an append or merge
                 writes no row, commit anyway (no data, ``commit_metadata`` only)
                 as this transaction, creating the table if needed, so the
@@ -185,12 +185,9 @@ class DeltaTableClient:
         delta-spark skips an empty append unless it records an application
         transaction, which is why an empty commit is always one.
         """
-        self._create_if_missing(self.spark.createDataFrame([], schema), path, spec)
-        app_id, version = transaction
-        writer = self.spark.createDataFrame([], self.engine.schema(self.spark, path)).write.format("delta").mode("append")
-        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
-            writer = writer.option(key, value)
-        writer.option("txnAppId", app_id).option("txnVersion", str(int(version))).save(path)
+        self._create_if_missing(schema, path, spec)
+        empty = self.spark.createDataFrame([], self.engine.schema(self.spark, path))
+        self._commit_options(empty.write.format("delta").mode("append"), commit_metadata, transaction).save(path)
         return self._result(path, f"{reason} (an empty commit records what the write was computed from)")
 
     def _write(
@@ -208,7 +205,7 @@ class DeltaTableClient:
         # and properties (the delta-rs engine's writer cannot take partitionBy).
         if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
-            self._create_if_missing(stored, path, spec)
+            self._create_if_missing(stored.schema, path, spec)
         if spec.mode == "merge":
             return self._result(path, merges.merge(self, frame, path, spec, commit_metadata))
         writer = frame.write.format("delta").mode(spec.mode)
@@ -218,21 +215,27 @@ class DeltaTableClient:
             writer = writer.option("mergeSchema", "true")
         elif spec.schema_mode == "overwrite":
             writer = writer.option("overwriteSchema", "true")
+        self._commit_options(writer, commit_metadata, transaction).save(path)
+        return self._result(path)
+
+    def _commit_options(
+        self, writer: DataFrameWriter, commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None
+    ) -> DataFrameWriter:
+        """``writer`` with the commit's custom metadata and, if given, its application transaction."""
         for key, value in self.engine.commit_metadata_options(commit_metadata).items():
             writer = writer.option(key, value)
         if transaction is not None:
             app_id, version = transaction
             writer = writer.option("txnAppId", app_id).option("txnVersion", str(int(version)))
-        writer.save(path)
-        return self._result(path)
+        return writer
 
-    def _create_if_missing(self, frame: DataFrame, path: str, spec: WriteSpec) -> None:
+    def _create_if_missing(self, schema: StructType, path: str, spec: WriteSpec) -> None:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return
         properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
         self.engine.create_table(
-            self.spark, path, frame.schema, partition_columns=spec.partition_columns, properties=properties
+            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties
         )
 
     #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.merges`).
