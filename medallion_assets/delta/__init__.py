@@ -16,6 +16,7 @@ from medallion_assets.delta.errors import (
     UnsupportedTypeError,
 )
 from medallion_assets.delta._read import read_delta
+from medallion_assets.delta._write import write_delta
 from medallion_assets.delta.session import enable_delta, has_native_delta
 from medallion_assets.delta.tables import DeltaOptimizeBuilder, DeltaTable, DeltaTableBuilder
 from medallion_assets.delta._merge import DeltaMergeBuilder
@@ -36,4 +37,5 @@ __all__ = [
     "enable_delta",
     "has_native_delta",
     "read_delta",
+    "write_delta",
 ]

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -401,3 +402,83 @@ def write_table_files(data: pa.Table, writer: TableFileWriter) -> list[WrittenFi
     """Write a whole Arrow table with ``writer`` (driver-side rewrites, tests)."""
     return writer.write_batches(data.to_batches(max_chunksize=DEFAULT_ROW_GROUP_ROWS))
 
+
+
+# ---------------------------------------------------------------- files written by Spark
+
+
+def _stat_leaves(schema: pa.Schema) -> dict[str, tuple[tuple[str, ...], pa.DataType]]:
+    """Leaf columns that carry Delta statistics, by their Parquet path: top-level and struct fields."""
+    leaves: dict[str, tuple[tuple[str, ...], pa.DataType]] = {}
+
+    def walk(path: tuple[str, ...], type_: pa.DataType) -> None:
+        if pa.types.is_struct(type_):
+            for child in type_:
+                walk((*path, child.name), child.type)
+        elif not (pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_map(type_)):
+            leaves[".".join(path)] = (path, type_)
+
+    for f in schema:
+        walk((f.name,), f.type)
+    return leaves
+
+
+def footer_stats(metadata: pq.FileMetaData, schema: pa.Schema) -> str:
+    """The Delta statistics of a Parquet file, from the row-group statistics in its footer.
+
+    A column gets a min and max only when every row group that holds a value has
+    them (Parquet writers leave them out e.g. for INT96), and a null count only
+    when every row group has statistics.
+
+    Args:
+        metadata: the file's footer (``pyarrow.parquet.read_metadata``).
+        schema: the file's columns as the table types them (partition columns excluded).
+    """
+    leaves = _stat_leaves(schema)
+    merged: dict[str, _ColumnStats] = {}
+    for rg_index in range(metadata.num_row_groups):
+        row_group = metadata.row_group(rg_index)
+        for col_index in range(row_group.num_columns):
+            chunk = row_group.column(col_index)
+            if chunk.path_in_schema not in leaves:
+                continue
+            acc = merged.setdefault(chunk.path_in_schema, _ColumnStats())
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count:
+                acc.nulls = None
+                acc.usable = False
+                continue
+            if acc.nulls is not None:
+                acc.nulls += stats.null_count
+            if stats.has_min_max:
+                acc.lo = stats.min if acc.lo is None else min(acc.lo, stats.min)
+                acc.hi = stats.max if acc.hi is None else max(acc.hi, stats.max)
+            elif stats.null_count < row_group.num_rows:
+                acc.usable = False  # values without bounds: no bounds for the file
+    mins: dict[str, Any] = {}
+    maxes: dict[str, Any] = {}
+    nulls: dict[str, Any] = {}
+
+    def put(into: dict, path: tuple[str, ...], value: Any) -> None:
+        for name in path[:-1]:
+            into = into.setdefault(name, {})
+        into[path[-1]] = value
+
+    for key, acc in merged.items():
+        path, type_ = leaves[key]
+        if acc.nulls is not None:
+            put(nulls, path, acc.nulls)
+        # Writers differ on whether NaN counts in a float's bounds; leave them out.
+        if acc.usable and _has_min_max(type_) and not pa.types.is_floating(type_):
+            lo = _format_stat(acc.lo, type_, is_max=False)
+            hi = _format_stat(acc.hi, type_, is_max=True)
+            if lo is not None:
+                put(mins, path, lo)
+            if hi is not None:
+                put(maxes, path, hi)
+    return _encode({"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxes, "nullCount": nulls})
+
+
+def unescape_partition_value(text: str) -> str | None:
+    """The partition value a Hive-style folder name stands for (None for the null folder)."""
+    return None if text == NULL_PARTITION else unquote(text)
