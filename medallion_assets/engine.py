@@ -393,6 +393,11 @@ class DeltaEngine:
         """``frame`` as this engine stores it unchanged (the default: as it is)."""
         return frame
 
+    def save(self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"],
+             options: Mapping[str, str]) -> None:
+        """Append or overwrite with ``df.write.format("delta")`` and its options."""
+        frame.write.format("delta").mode(mode).options(**options).save(path)
+
     def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
                      partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
         """Create an empty table at ``path`` unless one is there (``CREATE TABLE IF NOT EXISTS``)."""
@@ -599,6 +604,14 @@ class DeltaRsEngine(DeltaEngine):
             return added.select(*columns.fieldNames())
         changes = self.for_path(spark, path).changes(startingVersion=after_version + 1, endingVersion=to_version)
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
+
+    def save(self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"],
+             options: Mapping[str, str]) -> None:
+        # Spark's Parquet writer writes the files, delta-rs commits them: the
+        # same options and checks as format("delta"), without handing every row to Python.
+        from medallion_assets.delta import write_delta
+
+        write_delta(frame, path, mode=mode, options=options)
 
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         import deltalake

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
@@ -187,7 +187,7 @@ class DeltaTableClient:
         """
         self._create_if_missing(schema, path, spec)
         empty = self.spark.createDataFrame([], self.engine.schema(self.spark, path))
-        self._commit_options(empty.write.format("delta").mode("append"), commit_metadata, transaction).save(path)
+        self.engine.save(empty, path, mode="append", options=self._commit_options(commit_metadata, transaction))
         return self._result(path, f"{reason} (an empty commit records what the write was computed from)")
 
     def _write(
@@ -208,26 +208,23 @@ class DeltaTableClient:
             self._create_if_missing(stored.schema, path, spec)
         if spec.mode == "merge":
             return self._result(path, merges.merge(self, frame, path, spec, commit_metadata))
-        writer = frame.write.format("delta").mode(spec.mode)
+        options = self._commit_options(commit_metadata, transaction)
         if replace_where:
-            writer = writer.option("replaceWhere", replace_where)
+            options["replaceWhere"] = replace_where
         if spec.schema_mode == "merge":
-            writer = writer.option("mergeSchema", "true")
+            options["mergeSchema"] = "true"
         elif spec.schema_mode == "overwrite":
-            writer = writer.option("overwriteSchema", "true")
-        self._commit_options(writer, commit_metadata, transaction).save(path)
+            options["overwriteSchema"] = "true"
+        self.engine.save(frame, path, mode=spec.mode, options=options)
         return self._result(path)
 
-    def _commit_options(
-        self, writer: DataFrameWriter, commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None
-    ) -> DataFrameWriter:
-        """``writer`` with the commit's custom metadata and, if given, its application transaction."""
-        for key, value in self.engine.commit_metadata_options(commit_metadata).items():
-            writer = writer.option(key, value)
+    def _commit_options(self, commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None) -> dict[str, str]:
+        """Writer options for the commit's custom metadata and, if given, its application transaction."""
+        options = dict(self.engine.commit_metadata_options(commit_metadata))
         if transaction is not None:
             app_id, version = transaction
-            writer = writer.option("txnAppId", app_id).option("txnVersion", str(int(version)))
-        return writer
+            options.update(txnAppId=app_id, txnVersion=str(int(version)))
+        return options
 
     def _create_if_missing(self, schema: StructType, path: str, spec: WriteSpec) -> None:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
