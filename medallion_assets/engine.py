@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -398,6 +399,23 @@ class DeltaEngine:
         """Append or overwrite with ``df.write.format("delta")`` and its options."""
         frame.write.format("delta").mode(mode).options(**options).save(path)
 
+    def start_append_stream(self, frame: DataFrame, path: str, *, checkpoint_location: str, query_name: str,
+                            trigger: Mapping[str, Any], options: Mapping[str, str]) -> StreamingQuery:
+        """Start appending the streaming ``frame`` to the table, each micro-batch committed once.
+
+        The default is the engine's Delta stream sink (``writeStream.format("delta")``),
+        whose commits carry the app transaction ``(query id, batch id)``.
+        """
+        writer = (
+            frame.writeStream.format("delta")
+            .outputMode("append")
+            .queryName(query_name)
+            .option("checkpointLocation", checkpoint_location)
+            .trigger(**dict(trigger))
+            .options(**options)
+        )
+        return writer.start(path)
+
     def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
                      partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
         """Create an empty table at ``path`` unless one is there (``CREATE TABLE IF NOT EXISTS``)."""
@@ -612,6 +630,22 @@ class DeltaRsEngine(DeltaEngine):
         from medallion_assets.delta import write_delta
 
         write_delta(frame, path, mode=mode, options=options)
+
+    def start_append_stream(self, frame: DataFrame, path: str, *, checkpoint_location: str, query_name: str,
+                            trigger: Mapping[str, Any], options: Mapping[str, str]) -> StreamingQuery:
+        # Each micro-batch goes through write_delta (Spark's Parquet writer), not the
+        # Python stream sink, with the same app transaction and commit info.
+        from medallion_assets.delta import append_micro_batches
+
+        batches = append_micro_batches(path, checkpoint_location=checkpoint_location, options=options)
+        writer = (
+            frame.writeStream.outputMode("append")
+            .queryName(query_name)
+            .option("checkpointLocation", checkpoint_location)
+            .trigger(**dict(trigger))
+            .foreachBatch(batches)
+        )
+        return writer.start()
 
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         import deltalake

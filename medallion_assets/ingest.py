@@ -161,16 +161,14 @@ def _start_bronze_sink(
     table_path = lake.table_path(["bronze", stream_name])
     engine = engine_for(spark)
     _create_bronze_table(spark, engine, table_path, schema)
-    writer = (
-        frame.writeStream.format("delta")
-        .outputMode("append")
-        .queryName(query_name or f"bronze_{stream_name}")
-        .option("checkpointLocation", lake.checkpoint_dir(stream_name))
-        .trigger(**dict(trigger or {"availableNow": True}))
+    return engine.start_append_stream(
+        frame,
+        table_path,
+        checkpoint_location=lake.checkpoint_dir(stream_name),
+        query_name=query_name or f"bronze_{stream_name}",
+        trigger=trigger or {"availableNow": True},
+        options=engine.commit_metadata_options(commit_metadata or {}),
     )
-    for key, value in engine.commit_metadata_options(commit_metadata or {}).items():
-        writer = writer.option(key, value)
-    return writer.start(table_path)
 
 
 class FullRefreshRefusedError(RuntimeError):

@@ -16,13 +16,14 @@ from medallion_assets.delta.errors import (
     UnsupportedTypeError,
 )
 from medallion_assets.delta._read import read_delta
-from medallion_assets.delta._write import write_delta
+from medallion_assets.delta._write import append_micro_batches, write_delta
 from medallion_assets.delta.session import enable_delta, has_native_delta
 from medallion_assets.delta.tables import DeltaOptimizeBuilder, DeltaTable, DeltaTableBuilder
 from medallion_assets.delta._merge import DeltaMergeBuilder
 
 __all__ = [
     "DeltaMergeBuilder",
+    "append_micro_batches",
     "DeltaOptimizeBuilder",
     "DeltaTable",
     "DeltaTableBuilder",

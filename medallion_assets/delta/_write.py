@@ -15,11 +15,11 @@ the same pass that writes the rows.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pyarrow as pa
@@ -32,7 +32,13 @@ from pyspark.sql import types as T
 from medallion_assets.delta._commit import WritePlan, commit_write, open_existing, plan_write
 from medallion_assets.delta._files import WrittenFile, footer_stats, unescape_partition_value
 from medallion_assets.delta._snapshot import normalize_path
-from medallion_assets.delta.errors import ConstraintViolationError, SchemaMismatchError, UnsupportedFeatureError
+from medallion_assets.delta._streaming import query_id_from_checkpoint, streaming_commit_info
+from medallion_assets.delta.errors import (
+    ConstraintViolationError,
+    DeltaOptionError,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
 
 # Spark writes the files of one write here, inside the table's folder (so moving
 # them into place is a rename), then they move to their partition folders. The
@@ -85,6 +91,19 @@ def write_delta(
         >>> write_delta(orders, "lakehouse/silver/orders", mode="overwrite",
         ...             partition_by=["o_orderdate"], options={"userMetadata": "nightly"})
     """
+    return _write(df, path, mode=mode, partition_by=partition_by, options=options)
+
+
+def _write(
+    df: DataFrame,
+    path: str,
+    *,
+    mode: Literal["append", "overwrite"],
+    partition_by: Sequence[str] | None = None,
+    options: Mapping[str, object] | None = None,
+    commit_info: Callable[[list[WrittenFile]], Mapping[str, object]] | None = None,
+) -> int | None:
+    """:func:`write_delta`, with ``commit_info`` adding keys to the commit from the files written."""
     location = normalize_path(path)
     plan = _with_partitioning(
         plan_write(location, df.schema, mode=mode, options={k: str(v) for k, v in (options or {}).items()}),
@@ -96,9 +115,62 @@ def write_delta(
     try:
         _write_parquet(_conformed(df, plan), plan, staging)
         files = _move_into_table(plan, staging)
-        return commit_write(plan, files)
+        return commit_write(plan, files, extra_metadata=commit_info(files) if commit_info else None)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class MicroBatchAppender:
+    """A ``foreachBatch`` function that appends each micro-batch with :func:`write_delta`, exactly once.
+
+    Each batch commits with the application transaction ``(query id, batch id)``,
+    the query id read from the checkpoint, so a batch Spark replays after a crash
+    commits nothing the second time; the commit records ``queryId``/``epochId``
+    and the batch's metrics as the ``delta`` stream sink and delta-spark's
+    DeltaSink do. Build it with :func:`append_micro_batches`.
+    """
+
+    path: str
+    checkpoint_location: str
+    options: Mapping[str, str]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        query_id = query_id_from_checkpoint(self.checkpoint_location)
+        if query_id is None:
+            raise DeltaOptionError(
+                f"cannot read the streaming query's id from {self.checkpoint_location}/metadata; the checkpoint "
+                "must be on a path this process can read",
+                table=self.path,
+            )
+        _write(
+            batch,
+            self.path,
+            mode="append",
+            options={**self.options, "txnAppId": query_id, "txnVersion": str(batch_id)},
+            commit_info=lambda files: streaming_commit_info(query_id, batch_id, complete=False, files=files),
+        )
+
+
+def append_micro_batches(
+    path: str, *, checkpoint_location: str, options: Mapping[str, object] | None = None
+) -> MicroBatchAppender:
+    """A ``foreachBatch`` function appending a stream to the Delta table at ``path`` through :func:`write_delta`.
+
+    Args:
+        path: the table's location.
+        checkpoint_location: the query's ``checkpointLocation`` (its id makes the batches idempotent).
+        options: writer options for every batch (``userMetadata``, ``commitInfo.*``, ``mergeSchema``).
+
+    Example:
+        >>> query = (events.writeStream.option("checkpointLocation", "lake/_checkpoints/orders")
+        ...          .foreachBatch(append_micro_batches("lake/bronze/orders", checkpoint_location="lake/_checkpoints/orders"))
+        ...          .trigger(availableNow=True).start())
+    """
+    if any(key.lower() in ("txnappid", "txnversion") for key in (options or {})):
+        raise DeltaOptionError("txnAppId/txnVersion are set per batch (query id, batch id); leave them out",
+                               table=path)
+    return MicroBatchAppender(path, checkpoint_location, {k: str(v) for k, v in (options or {}).items()})
 
 
 def _with_partitioning(plan: WritePlan, partition_by: Sequence[str] | None) -> WritePlan:
@@ -117,7 +189,7 @@ def _with_partitioning(plan: WritePlan, partition_by: Sequence[str] | None) -> W
     missing = [c for c in wanted if c not in names]
     if missing:
         raise SchemaMismatchError(f"partition_by names {missing}, which the data lacks", table=plan.location)
-    return dataclasses.replace(plan, partition_columns=wanted)
+    return replace(plan, partition_columns=wanted)
 
 
 def _already_committed(plan: WritePlan) -> bool:

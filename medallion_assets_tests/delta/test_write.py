@@ -227,9 +227,9 @@ def test_an_overwrite_losing_to_a_concurrent_append_commits_nothing(spark, tmp_p
     seed_with_delta_rs(path, sample(0, 4))
     from medallion_assets.delta import _write
 
-    def append_first(plan, files):
+    def append_first(plan, files, **kwargs):
         deltalake.write_deltalake(path, pa.Table.from_pylist(sample(4, 2), schema=ARROW_SCHEMA), mode="append")
-        return commit_write(plan, files)
+        return commit_write(plan, files, **kwargs)
 
     monkeypatch.setattr(_write, "commit_write", append_first)
     with pytest.raises(ConcurrentWriteError):
