@@ -601,7 +601,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--landing", type=Path, default=None, help="an already landed delivery (skips the simulator)")
     parser.add_argument("--folder", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     parser.add_argument("--work-dir", type=Path, default=None, help="the simulator's TPC-H cache")
-    parser.add_argument("--driver-memory", default=None, help="e.g. 6g, for both kinds of run (default: Spark's)")
+    parser.add_argument("--driver-memory", default=None,
+                        help="e.g. 6g, for both kinds of run (default: what SparkResource gives an embedded "
+                             "session on this machine, so the plain script gets the same)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per pipeline run")
     parser.add_argument("--land-timeout", type=float, default=3600)
     parser.add_argument("--reuse-plain", action="store_true",
@@ -642,6 +644,10 @@ def main(argv: list[str] | None = None) -> int:
             landing = lake0 / "landing"
             report["commands"].append(shlex.join(["medallion-assets", *report["landing"]["command"][3:]]))
         report["landing_mb"] = _folder_bytes(landing) / 1e6
+        if args.driver_memory is None:
+            from medallion_assets.resources import embedded_driver_memory
+
+            args.driver_memory = embedded_driver_memory()
         env_note = f"PYSPARK_SUBMIT_ARGS='--driver-memory {args.driver_memory} pyspark-shell' " if args.driver_memory else ""
 
         plain_run = folder / "plain-run.json"

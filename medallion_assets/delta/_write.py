@@ -261,7 +261,7 @@ def _write_parquet(conformed: DataFrame, plan: WritePlan, staging: str) -> None:
             "write with format(\"delta\")",
             table=plan.location,
         )
-    writer = conformed.write.mode("errorifexists").option("compression", "snappy")
+    writer = conformed.write.mode("error").option("compression", "snappy")
     if plan.partition_columns:
         writer = writer.partitionBy(*plan.partition_columns)
     if plan.options.max_records_per_file:
