@@ -222,12 +222,12 @@ def read_added_rows(
     Example:
         >>> new_rows = read_added_rows(spark, "lakehouse/bronze/orders_raw", after_version=4, to_version=7)
     """
-    import deltalake
-
     if to_version <= after_version:
         return None
-    latest = deltalake.DeltaTable(path, storage_options=storage_options)
-    commits = [c for c in latest.history(latest.version() - after_version) if after_version < c["version"] <= to_version]
+    commits = _commits_after(path, after_version, storage_options)
+    if commits is None:
+        return None
+    commits = [c for c in commits if c["version"] <= to_version]
     if len(commits) != to_version - after_version or not all(_only_adds_or_compacts(c) for c in commits):
         return None
     target = resolve_snapshot(path, version=to_version, storage_options=storage_options)
@@ -236,6 +236,28 @@ def read_added_rows(
     if removed:
         return None
     return snapshot_dataframe(spark, replace(target, files=added))
+
+
+def _commits_after(path: str, after_version: int, storage_options: dict[str, str] | None,
+                   attempts: int = 3) -> list[dict] | None:
+    """The ``history()`` entries of the commits after ``after_version``; None if commits kept landing.
+
+    delta-rs 1.6 labels ``history()`` entries counting down from the version
+    the table was loaded at, but lists the newest commit files in storage: a
+    commit landing between the load and the listing shifts every label by one.
+    The labels are right when the table's newest version is the same after the
+    listing as at the load (versions only grow), so the listing is retried
+    until it is.
+    """
+    import deltalake
+
+    for _ in range(attempts):
+        table = deltalake.DeltaTable(path, storage_options=storage_options)
+        loaded = table.version()
+        commits = [c for c in table.history(loaded - after_version) if c["version"] > after_version]
+        if deltalake.DeltaTable(path, storage_options=storage_options).version() == loaded:
+            return commits
+    return None
 
 
 def files_added_and_removed(

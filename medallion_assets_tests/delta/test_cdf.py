@@ -188,3 +188,27 @@ def test_added_rows_defer_to_the_change_feed_when_a_commit_removed_data(spark, t
     assertDataFrameEqual(inserts, spark.createDataFrame([(3, "n3"), (4, "n4")], "id long, name string"))
     RsTable(path).delete("id = 4")  # version 4
     assert read_added_rows(spark, path, after_version=3, to_version=4) is None
+
+
+def test_commit_labels_stay_right_when_a_commit_lands_while_history_is_listed(tmp_path, monkeypatch):
+    import deltalake
+
+    from medallion_assets.delta._read import _commits_after
+
+    path = str(tmp_path / "t")
+    _append(path, [1, 2])  # version 0
+    _append(path, [3])  # version 1
+    RsTable(path).delete("id = 1")  # version 2
+    _append(path, [4])  # version 3
+    listed = deltalake.DeltaTable.history
+    landed = []
+
+    def history_while_a_writer_commits(self, limit=None):
+        if not landed:  # a concurrent append lands after the load, before the listing
+            landed.append(True)
+            _append(path, [5])  # version 4
+        return listed(self, limit)
+
+    monkeypatch.setattr(deltalake.DeltaTable, "history", history_while_a_writer_commits)
+    by_version = {c["version"]: c["operation"] for c in _commits_after(path, 1, None)}
+    assert by_version[2] == "DELETE" and by_version[3] == "WRITE"
