@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -260,6 +261,12 @@ def _write_parquet(conformed: DataFrame, plan: WritePlan, staging: str) -> None:
             f"write_delta cannot write timestamp partition columns {timestamp_partitions}; "
             "write with format(\"delta\")",
             table=plan.location,
+        )
+    if plan.options.target_file_size:
+        warnings.warn(
+            f"write_delta leaves file sizes to Spark's writer and ignores targetFileSize for {plan.location}; "
+            "use maxRecordsPerFile, or repartition the DataFrame",
+            stacklevel=3,
         )
     writer = conformed.write.mode("error").option("compression", "snappy")
     if plan.partition_columns:
