@@ -115,10 +115,17 @@ def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> 
 
 
 def _same_uri(path: str) -> str:
-    # Spark writes file:///a/b; Path.as_uri writes the same for local paths.
-    if path.startswith("file:/") and not path.startswith("file:///"):
-        return "file:///" + path[len("file:/"):]
-    return path
+    """A file the checkpoint names, as :func:`landed_files` names it: the resolved ``file://`` URI.
+
+    Spark keeps the path it was given (``file:/a/b``, through symlinks such as
+    a linked landing folder or macOS's ``/tmp``); the landing listing resolves
+    them, so both sides must be resolved to be compared.
+    """
+    from pathlib import Path
+
+    if not path.startswith("file:") and "://" in path:
+        return path
+    return Path(local_path(path)).resolve().as_uri()
 
 
 def _partition_lag(latest: Mapping[int, int], committed: Mapping[int, int]) -> dict[int, int]:

@@ -397,3 +397,28 @@ def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(l
     assert pages == [2, 4]  # batch 3 (version 3) came in the second page: nothing older was read
     assert sorted(checkpoints.delta_commits_of_query(stream.table, "q-1")) == [0, 1, 2, 3, 4, 5]
     assert checkpoints.delta_commits_of_query(stream.table, "q-2") == {}
+
+
+def test_health_sees_files_a_stream_took_through_a_symlinked_landing_folder(spark, tmp_path):
+    # Spark's checkpoint keeps the path it read through (a linked landing folder, macOS's
+    # /tmp); the landing listing resolves links. Taken files must not count as backlog.
+    from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets_tests.order_events import order_event_line
+
+    delivered = tmp_path / "delivered"
+    (delivered / "orders").mkdir(parents=True)
+    (delivered / "orders" / "batch-1.json").write_text(order_event_line(1, "e1") + "\n")
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    Path(lake.root_path).mkdir(parents=True)
+    Path(lake.landing_folder("orders_raw")).parent.symlink_to(delivered, target_is_directory=True)
+    query = start_bronze_stream(spark, lake, "orders_raw")
+    query.awaitTermination()
+    assert query.exception() is None
+
+    _age(delivered / "orders" / "batch-1.json", 10_000)
+    health = stream_health(lake, "orders_raw", StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
+    assert health.backlog_files == 0 and health.passed, health.problems
+    (delivered / "orders" / "batch-2.json").write_text(order_event_line(2, "e2") + "\n")
+    _age(delivered / "orders" / "batch-2.json", 10_000)
+    late = stream_health(lake, "orders_raw", StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
+    assert late.backlog_files == 1 and not late.passed
