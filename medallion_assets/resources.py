@@ -153,7 +153,11 @@ class SparkResource(LazyPySparkResource):
         ):
             # An embedded session's driver JVM is also its only executor; Spark's 1g default
             # leaves too little for caches and broadcast joins once tables grow.
-            config["spark.driver.memory"] = embedded_driver_memory()
+            memory = embedded_driver_memory()
+            config["spark.driver.memory"] = memory
+            # The delta-rs engine's MERGE collects its source to the driver; Spark's 1g cap
+            # on collected results stopped silver's first lineitem MERGE at SF 1.
+            config.setdefault("spark.driver.maxResultSize", f"{max(int(memory[:-1]) // 2, 1)}g")
         if (
             not self.remote
             and self.python_workers_use_driver_interpreter
@@ -170,6 +174,8 @@ class SparkResource(LazyPySparkResource):
 
 def embedded_driver_memory() -> str:
     """The driver memory an embedded session gets unless configured: a quarter of the machine's, 1g to 8g.
+
+    Half of it may be collected results (``spark.driver.maxResultSize``).
 
     Example:
         >>> embedded_driver_memory()  # on a 24 GB machine  # doctest: +SKIP

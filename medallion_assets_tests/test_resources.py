@@ -47,7 +47,8 @@ from medallion_assets.resources import SparkResource
 
 spark = SparkResource(delta_engine="delta-rs").spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
-print(json.dumps({"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory()}))
+print(json.dumps({"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory(),
+                  "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize")}))
 spark.stop()
 """
 
@@ -71,3 +72,4 @@ def test_an_embedded_session_gets_a_driver_heap_sized_for_the_machine():
     assert report["conf"] == expected
     # The JVM really got it (its max heap is a little under -Xmx), not Spark's 1g default.
     assert report["max_heap"] > 0.85 * int(expected[:-1]) * 1024**3
+    assert report["max_result"] == f"{max(int(expected[:-1]) // 2, 1)}g"
