@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
@@ -311,6 +311,17 @@ class MergeClause:
     assignments: Mapping[str, str] | None = None
 
 
+def _append_stream_writer(frame: DataFrame, *, checkpoint_location: str, query_name: str,
+                          trigger: Mapping[str, Any]) -> DataStreamWriter:
+    """What every engine's append stream shares: mode, name, checkpoint and trigger."""
+    return (
+        frame.writeStream.outputMode("append")
+        .queryName(query_name)
+        .option("checkpointLocation", checkpoint_location)
+        .trigger(**dict(trigger))
+    )
+
+
 class DeltaEngine:
     """What the project asks of a Delta engine.
 
@@ -406,15 +417,9 @@ class DeltaEngine:
         The default is the engine's Delta stream sink (``writeStream.format("delta")``),
         whose commits carry the app transaction ``(query id, batch id)``.
         """
-        writer = (
-            frame.writeStream.format("delta")
-            .outputMode("append")
-            .queryName(query_name)
-            .option("checkpointLocation", checkpoint_location)
-            .trigger(**dict(trigger))
-            .options(**options)
-        )
-        return writer.start(path)
+        writer = _append_stream_writer(frame, checkpoint_location=checkpoint_location, query_name=query_name,
+                                       trigger=trigger)
+        return writer.format("delta").options(**options).start(path)
 
     def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
                      partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
@@ -638,14 +643,9 @@ class DeltaRsEngine(DeltaEngine):
         from medallion_assets.delta import append_micro_batches
 
         batches = append_micro_batches(path, checkpoint_location=checkpoint_location, options=options)
-        writer = (
-            frame.writeStream.outputMode("append")
-            .queryName(query_name)
-            .option("checkpointLocation", checkpoint_location)
-            .trigger(**dict(trigger))
-            .foreachBatch(batches)
-        )
-        return writer.start()
+        writer = _append_stream_writer(frame, checkpoint_location=checkpoint_location, query_name=query_name,
+                                       trigger=trigger)
+        return writer.foreachBatch(batches).start()
 
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         import deltalake

@@ -398,6 +398,14 @@ def _dynamic_partition_removes(plan: WritePlan, table: deltalake.DeltaTable, fil
     ]
 
 
+def already_committed(table: deltalake.DeltaTable, app_id: str | None, version: int | None) -> bool:
+    """Whether application ``app_id`` committed ``version`` (or a later one) to ``table``."""
+    if app_id is None:
+        return False
+    done = table.transaction_version(app_id)
+    return done is not None and done >= version
+
+
 def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: Mapping[str, object] | None = None) -> int | None:
     """Commit the tasks' files as one transaction; returns the new version, or None if skipped.
 
@@ -411,11 +419,9 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
     committed = False
     try:
         table = open_existing(plan.location)
-        if table is not None and plan.options.txn_app_id is not None:
-            done = table.transaction_version(plan.options.txn_app_id)
-            if done is not None and done >= plan.options.txn_version:
-                delete_files(plan.location, created)
-                return None
+        if table is not None and already_committed(table, plan.options.txn_app_id, plan.options.txn_version):
+            delete_files(plan.location, created)
+            return None
         if table is None:
             version = _create(plan, files, extra_metadata)
             if version is not None:

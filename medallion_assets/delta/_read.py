@@ -251,11 +251,12 @@ def _commits_after(path: str, after_version: int, storage_options: dict[str, str
     """
     import deltalake
 
+    table = deltalake.DeltaTable(path, storage_options=storage_options)
     for _ in range(attempts):
-        table = deltalake.DeltaTable(path, storage_options=storage_options)
         loaded = table.version()
         commits = [c for c in table.history(loaded - after_version) if c["version"] > after_version]
-        if deltalake.DeltaTable(path, storage_options=storage_options).version() == loaded:
+        table.update_incremental()
+        if table.version() == loaded:
             return commits
     return None
 

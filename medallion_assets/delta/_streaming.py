@@ -72,6 +72,7 @@ from pyspark.sql.streaming.datasource import (
 from medallion_assets.delta._commit import (
     DeltaCommitMessage,
     WritePlan,
+    already_committed,
     commit_write,
     delete_uncommitted_files,
     open_existing,
@@ -216,11 +217,9 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         if not files:
             return
         table = open_existing(self.plan.location)
-        if table is not None:
-            done = table.transaction_version(self.app_id())
-            if done is not None and done >= batchId:
-                # Spark aborts also when commit() raised after the Delta commit went through.
-                return
+        if table is not None and already_committed(table, self.app_id(), batchId):
+            # Spark aborts also when commit() raised after the Delta commit went through.
+            return
         delete_uncommitted_files(self.plan.location, files)
 
 

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from medallion_assets.delta._commit import WritePlan, commit_write, open_existing, plan_write
+from medallion_assets.delta._commit import WritePlan, already_committed, commit_write, open_existing, plan_write
 from medallion_assets.delta._files import WrittenFile, footer_stats, unescape_partition_value
 from medallion_assets.delta._snapshot import normalize_path
 from medallion_assets.delta._streaming import query_id_from_checkpoint, streaming_commit_info
@@ -199,8 +199,7 @@ def _already_committed(plan: WritePlan) -> bool:
     if plan.options.txn_app_id is None or not plan.table_exists:
         return False
     table = open_existing(plan.location)
-    done = table.transaction_version(plan.options.txn_app_id) if table is not None else None
-    return done is not None and done >= plan.options.txn_version
+    return table is not None and already_committed(table, plan.options.txn_app_id, plan.options.txn_version)
 
 
 def _conformed(df: DataFrame, plan: WritePlan) -> DataFrame:
