@@ -18,8 +18,21 @@ from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark.sql import types as T
 
-__all__ = ["delta_extension_path", "read_with_deltalake", "read_with_duckdb", "rows"]
+__all__ = ["SAMPLE_SCHEMA", "delta_extension_path", "read_with_deltalake", "read_with_duckdb", "rows"]
+
+#: The columns the package's write tests use: keys, strings, decimals, dates, timestamps.
+SAMPLE_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.LongType()),
+        T.StructField("region", T.StringType()),
+        T.StructField("amount", T.DecimalType(15, 2)),
+        T.StructField("day", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("note", T.StringType()),
+    ]
+)
 
 
 def _normalize(table: pa.Table) -> pa.Table:

@@ -28,18 +28,9 @@ from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
 from medallion_assets.delta._read import plan_input_partitions, split_budget
 from medallion_assets.delta.datasource import DeltaBatchReader
 from medallion_assets.delta._options import ReadOptions
+from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SCHEMA
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
-SCHEMA = T.StructType(
-    [
-        T.StructField("id", T.LongType()),
-        T.StructField("region", T.StringType()),
-        T.StructField("amount", T.DecimalType(15, 2)),
-        T.StructField("day", T.DateType()),
-        T.StructField("at", T.TimestampType()),
-        T.StructField("note", T.StringType()),
-    ]
-)
 
 
 def sample_rows(start: int, count: int) -> list[tuple]:

@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from medallion_assets.delta import (
@@ -28,6 +27,7 @@ from medallion_assets.delta import (
 )
 from medallion_assets.delta._commit import commit_write
 from medallion_assets.delta._write import STAGING_PREFIX
+from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SPARK_SCHEMA
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
 ARROW_SCHEMA = pa.schema(
@@ -38,16 +38,6 @@ ARROW_SCHEMA = pa.schema(
         ("day", pa.date32()),
         ("at", pa.timestamp("us", tz="UTC")),
         ("note", pa.string()),
-    ]
-)
-SPARK_SCHEMA = T.StructType(
-    [
-        T.StructField("id", T.LongType()),
-        T.StructField("region", T.StringType()),
-        T.StructField("amount", T.DecimalType(15, 2)),
-        T.StructField("day", T.DateType()),
-        T.StructField("at", T.TimestampType()),
-        T.StructField("note", T.StringType()),
     ]
 )
 
