@@ -93,7 +93,22 @@ def _release_cached_frames(request):
     """
     yield
     if "spark" in request.fixturenames:
-        request.getfixturevalue("spark").catalog.clearCache()
+        session = request.getfixturevalue("spark")
+        status = _jvm_exit_status(session)
+        if status is not None:
+            # Every later test would only say "Connection refused": name where it happened.
+            pytest.fail(
+                f"the test session's Spark JVM ended during {request.node.nodeid} (exit status {status}; "
+                "a negative status is the signal that ended it, 0 an exit after its Python side closed stdin)",
+                pytrace=False,
+            )
+        session.catalog.clearCache()
+
+
+def _jvm_exit_status(session) -> int | None:
+    """The exit status of the JVM behind ``session`` once it has ended, else ``None``."""
+    process = getattr(session.sparkContext._gateway, "proc", None)
+    return None if process is None else process.poll()
 
 
 @pytest.fixture(scope="session")

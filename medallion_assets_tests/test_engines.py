@@ -69,7 +69,8 @@ def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):
 
 @pytest.mark.slow
 @pytest.mark.timeout(4800)  # a whole test session: its own tests keep their own timeouts
-def test_both_engines_suite_on_the_other_engine(delta_engine):
+def test_both_engines_suite_on_the_other_engine(spark, delta_engine):
+    # ``spark``: so the check after each test also covers this one's long subprocess run.
     other = "delta-spark" if delta_engine == "delta-rs" else "delta-rs"
     env = dict(os.environ, MEDALLION_TEST_ENGINE=other, MEDALLION_DELTA_ENGINE=other)
     if other == "delta-spark":
