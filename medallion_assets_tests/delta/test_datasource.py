@@ -32,7 +32,6 @@ from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SCHEMA
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
 
-
 def sample_rows(start: int, count: int) -> list[tuple]:
     regions = ["EU", "US", "ASIA", None]
     out = []
