@@ -7,6 +7,12 @@ default, which every clone can run) or ``delta-spark`` (needs the jars named by
 Python process holds one SparkContext. Processes the tests start (Dagster
 subprocesses, stream runners, ``dagster dev``) inherit ``MEDALLION_DELTA_ENGINE``
 set to the same engine.
+
+Every JVM the tests start reads Spark's defaults from ``spark_conf/`` (settings
+for tiny tables, quiet logs), and gets a 2g driver heap unless a test says
+otherwise: two test workers, the other engine's session and the Dagster runs
+they start share 24 GB (``SPARK_DRIVER_MEMORY``, which the project's resource
+honours; an embedded session's own default is a quarter of the machine).
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["medallion_assets_tests.timing"]
+
 ENGINES = ("delta-rs", "delta-spark")
+SPARK_CONF_DIR = Path(__file__).parent / "spark_conf"
+#: The driver heap of every JVM the tests start, theirs and their subprocesses'.
+TEST_DRIVER_MEMORY = "2g"
 
 def session_engine() -> str:
     """The Delta engine this test session runs."""
@@ -30,6 +41,8 @@ def session_engine() -> str:
 def pytest_configure(config):
     # Subprocesses of the tests build their sessions through the project's resource.
     os.environ["MEDALLION_DELTA_ENGINE"] = session_engine()
+    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
+    os.environ.setdefault("SPARK_DRIVER_MEMORY", TEST_DRIVER_MEMORY)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -72,7 +85,7 @@ def spark():
         .config("spark.default.parallelism", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
+        .config("spark.driver.memory", TEST_DRIVER_MEMORY)
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
     for key, value in session_config.items():

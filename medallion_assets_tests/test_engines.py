@@ -7,6 +7,7 @@ a test session of their own: a ``pytest -m both_engines`` subprocess with
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from medallion_assets.engine import DELTA_SPARK_SESSION_CONFIG, delta_spark_jar_files, plan_engine
+from medallion_assets_tests.timing import DURATIONS_OUT_VARIABLE, NESTED_SESSION_PROPERTY
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +71,7 @@ def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):
 
 @pytest.mark.slow
 @pytest.mark.timeout(4800)  # a whole test session: its own tests keep their own timeouts
-def test_both_engines_suite_on_the_other_engine(spark, delta_engine):
+def test_both_engines_suite_on_the_other_engine(spark, delta_engine, tmp_path, record_property):
     # ``spark``: so the check after each test also covers this one's long subprocess run.
     other = "delta-spark" if delta_engine == "delta-rs" else "delta-rs"
     env = dict(os.environ, MEDALLION_TEST_ENGINE=other, MEDALLION_DELTA_ENGINE=other)
@@ -78,8 +80,13 @@ def test_both_engines_suite_on_the_other_engine(spark, delta_engine):
         if jars is None:
             pytest.skip("delta-spark engine not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
         env["DELTA_SPARK_JARS"] = jars
-    command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-p", "no:cacheprovider", "-q", "-rs"]
+    durations = tmp_path / "durations.json"
+    env[DURATIONS_OUT_VARIABLE] = str(durations)
+    # One session: this one runs beside another test worker already (-n 0: no workers of its own).
+    command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-n", "0", "-p", "no:cacheprovider", "-q", "-rs"]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=4700)
     summary = result.stdout[-8000:]
     print(summary)
+    if durations.exists():  # the suite's closing report counts its modules under the engine's name
+        record_property(NESTED_SESSION_PROPERTY, (other, json.loads(durations.read_text())))
     assert result.returncode == 0, f"the both_engines tests failed on {other}:\n{summary}\n{result.stderr[-4000:]}"
