@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from medallion_assets_tests.processes import stop_group
 
 
 def spark_home() -> str:
@@ -34,16 +35,6 @@ def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> sub
     command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})}, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
@@ -75,8 +66,8 @@ def standalone_cluster(folder: Path, *, cores: int = 1, memory: str = "2g") -> I
         yield url
     finally:
         if worker is not None:
-            _stop(worker)
-        _stop(master)
+            stop_group(worker)
+        stop_group(master)
 
 
 def _workers(ui_port: int) -> int | None:
@@ -110,4 +101,4 @@ def connect_server(folder: Path, *, spark_config: dict[str, str], python: str) -
         _wait_for(listening, "the Spark Connect server", server, log)
         yield f"sc://127.0.0.1:{port}"
     finally:
-        _stop(server)
+        stop_group(server)

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from medallion_assets_tests.processes import signal_group
+
 POLL_SECONDS = 0.02
 
 
@@ -153,10 +155,7 @@ def sink_engines(table: str) -> set[str]:
 
 def kill(proc: subprocess.Popen) -> None:
     """SIGKILL the process group (the Python driver and its JVM) and reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    signal_group(proc, signal.SIGKILL)
     proc.wait()
 
 

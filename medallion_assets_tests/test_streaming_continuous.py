@@ -24,6 +24,7 @@ from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.kill_points import sink_engines
+from medallion_assets_tests.processes import signal_group
 
 # Stream processes with JVMs of their own, waited for with generous timeouts.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]
@@ -53,7 +54,8 @@ def stop_stream(proc: subprocess.Popen) -> int | None:
         return proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
+            proc.wait()
 
 
 def wait_for(condition, proc, timeout=480, what=""):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from medallion_assets_tests.processes import stop_group
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.both_engines]
 
@@ -109,11 +110,7 @@ def dagster_dev(tmp_path):
         wait_until_serving(base, process, log)
         yield base, tmp_path, log
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_group(process, grace=60)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")

@@ -1,0 +1,40 @@
+"""Stopping the processes a test started, and only those.
+
+Every process a test starts runs in a session of its own (``start_new_session=True``),
+so its process group is its own id and holds its JVM and workers. A group may be
+signalled only while its leader has not been reaped: until then the kernel keeps the
+id reserved. Once ``poll()`` or ``wait()`` has reaped the leader the id is free, and
+on these machines ids come round again within minutes (``kernel.pid_max`` is 32768
+and a full run starts about 1,800 processes and threads a minute), so a late
+``killpg`` could hit a process another test worker just started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> bool:
+    """Send ``sig`` to the process group ``proc`` leads, if its id is still ``proc``'s.
+
+    Returns False when the leader had already been reaped (nothing is sent: what
+    the group held has lost its parent, and a JVM started by PySpark ends with it).
+    """
+    if proc.returncode is not None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    return True
+
+
+def stop_group(proc: subprocess.Popen, *, sig: int = signal.SIGTERM, grace: float = 30) -> int:
+    """``sig`` to ``proc``'s group, SIGKILL after ``grace`` seconds if the leader is still there; reaped."""
+    signal_group(proc, sig)
+    try:
+        return proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        signal_group(proc, signal.SIGKILL)
+        return proc.wait()
