@@ -110,9 +110,14 @@ def _release_cached_frames(request):
         status = _jvm_exit_status(session)
         if status is not None:
             # Every later test would only say "Connection refused": name where it happened.
+            pid = session.sparkContext._gateway.proc.pid
+            crash_log = Path(f"hs_err_pid{pid}.log")  # where HotSpot writes a crash report: the working directory
             pytest.fail(
-                f"the test session's Spark JVM ended during {request.node.nodeid} (exit status {status}; "
-                "a negative status is the signal that ended it, 0 an exit after its Python side closed stdin)",
+                f"the test session's Spark JVM (pid {pid}) ended during {request.node.nodeid} with exit status "
+                f"{status}: a negative status is the signal that ended it (-9 also the kernel's OOM killer: "
+                "see .ci/run's last lines), 52 Spark's exit on an OutOfMemoryError, 50 an uncaught exception, "
+                "0 an exit after its Python side closed stdin"
+                + (f"; HotSpot's crash report: {crash_log.resolve()}" if crash_log.exists() else ""),
                 pytrace=False,
             )
         session.catalog.clearCache()
