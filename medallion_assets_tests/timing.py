@@ -56,10 +56,12 @@ class _Clock:
                 self.nested[label] = seconds
 
     def pytest_sessionfinish(self, session):
-        target = os.environ.get(DURATIONS_OUT_VARIABLE)
-        if target and not hasattr(session.config, "workerinput"):
-            Path(target).write_text(json.dumps(self.seconds, indent=0, sort_keys=True))
-        if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput"):
+        if hasattr(session.config, "workerinput"):  # the controller has every worker's figures
+            return
+        nested_target = os.environ.get(DURATIONS_OUT_VARIABLE)
+        if nested_target:  # the other engine's session: its figures go to the test that started it, nowhere else
+            Path(nested_target).write_text(json.dumps(self.seconds, indent=0, sort_keys=True))
+        elif session.config.getoption("store_durations"):
             recorded = {nodeid: round(s, 1) for nodeid, s in sorted(self.seconds.items())}
             DURATIONS_FILE.write_text(json.dumps(recorded, indent=1) + "\n")
 
