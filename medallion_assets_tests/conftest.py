@@ -66,7 +66,8 @@ def spark():
     """A local SparkSession on the session's Delta engine, shared by every test.
 
     Starting a JVM costs seconds, so the whole suite shares one; Dagster runs
-    made in-process pick it up through ``getOrCreate``.
+    made in-process pick it up through ``getOrCreate``. The UI and Delta's snapshot
+    tasks are set in ``spark_conf/spark-defaults.conf``, as for every test JVM.
     """
     from pyspark.sql import SparkSession
 
@@ -83,10 +84,8 @@ def spark():
         .appName(f"medallion-assets-tests-{engine}")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "4")
-        .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", TEST_DRIVER_MEMORY)
-        .config("spark.databricks.delta.snapshotPartitions", "2")
     )
     for key, value in session_config.items():
         builder = builder.config(key, value)

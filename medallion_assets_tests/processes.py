@@ -17,17 +17,16 @@ import signal
 import subprocess
 
 
-def signal_group(proc: subprocess.Popen, sig: int) -> bool:
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
     """Send ``sig`` to the process group ``proc`` leads, if its id is still ``proc``'s.
 
-    Returns False when the leader had already been reaped (nothing is sent: what
-    the group held has lost its parent, and a JVM started by PySpark ends with it).
+    Nothing is sent once the leader has been reaped: what the group held has lost
+    its parent, and a JVM started by PySpark ends with it.
     """
     if proc.returncode is not None:
-        return False
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    return True
 
 
 def stop_group(proc: subprocess.Popen, *, sig: int = signal.SIGTERM, grace: float = 30) -> int:
