@@ -122,11 +122,12 @@ def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, order
     lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
 
     quarantined = _rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined)
-    yield Output(quarantined, output_name="quarantine_orders")
     yield from orders.check_results
     yield from lineitem.check_results
     if orders.blocked or lineitem.blocked:
-        return  # a failed expectation: the tables stay as they are; the blocking check stops downstream
+        # A failed expectation: the tables stay as they are; the blocking check stops downstream.
+        yield Output(quarantined, output_name="quarantine_orders")
+        return
     deleted_orders = deletes.select("o_orderkey", "_sequence")
     order_rows = orders.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
         deleted_orders.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
@@ -139,6 +140,10 @@ def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, order
                  metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order))})
     yield Output(line_rows, output_name="lineitem",
                  metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
+    # Last: the step's read position is the oldest of its tables', so a run killed
+    # before this append reads the increment again, merges it again (a no-op) and
+    # quarantines it once. Written first, a killed run's rejects were appended twice.
+    yield Output(quarantined, output_name="quarantine_orders")
 
 
 @multi_asset(
@@ -169,15 +174,17 @@ def customers_and_history(customers_cdc: DataFrame):
         upserts.select("c_custkey", "_sequence", "_source_file"), "c_custkey"
     )
     customers = apply_expectations(customer_upserts, CUSTOMERS_EXPECTATIONS, asset_key=CUSTOMERS, table_name="customers")
-    yield Output(_rejects_to_quarantine(rejects, "customers").unionByName(customers.quarantined), output_name="quarantine_customers")
+    quarantined = _rejects_to_quarantine(rejects, "customers").unionByName(customers.quarantined)
     yield from customers.check_results
     if customers.blocked:
+        yield Output(quarantined, output_name="quarantine_customers")
         return
     rows = customers.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
         latest.where(F.col("op") == "D").select("c_custkey", "_sequence").withColumn("_deleted", F.lit(True)),
         allowMissingColumns=True,
     )
     yield Output(rows, output_name="customers")
+    yield Output(quarantined, output_name="quarantine_customers")  # last, as for orders
 
 
 @asset(
