@@ -13,6 +13,8 @@ Each asset declares its column lineage next to it (output column -> the silver
 columns its values are computed from; filters and join keys are not listed,
 and a row count depends on no column) and attaches it to every materialization
 as ``dagster/column_lineage``, beside the IO manager's own table metadata.
+Next to it too, what each column is (``delta_table(column_descriptions=...)``):
+the IO manager puts it in the materialization's ``dagster/column_schema``.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
@@ -129,6 +131,23 @@ PRICING_SUMMARY_LINEAGE = {
     "avg_disc": _from("lineitem", "l_discount"),
     "count_order": [],
 }
+PRICING_SUMMARY_COLUMNS = {
+    "l_returnflag": "Return flag of the group's line items (R, A or N).",
+    "l_linestatus": "Line status of the group's line items (O open, F fulfilled).",
+    "sum_qty": "Sum of l_quantity over the group's line items shipped by 1998-09-02, decimal.",
+    "sum_base_price": "Sum of l_extendedprice over the group's line items shipped by 1998-09-02, decimal.",
+    "sum_disc_price": (
+        "Sum of l_extendedprice * (1 - l_discount) over the group's line items shipped by 1998-09-02, decimal."
+    ),
+    "sum_charge": (
+        "Sum of l_extendedprice * (1 - l_discount) * (1 + l_tax) over the group's line items shipped by "
+        "1998-09-02, decimal."
+    ),
+    "avg_qty": "Average l_quantity of the group's line items shipped by 1998-09-02, decimal.",
+    "avg_price": "Average l_extendedprice of the group's line items shipped by 1998-09-02, decimal.",
+    "avg_disc": "Average l_discount (a fraction) of the group's line items shipped by 1998-09-02, decimal.",
+    "count_order": "Number of the group's line items shipped by 1998-09-02 (line items, not orders: TPC-H's name).",
+}
 
 
 @asset(
@@ -137,7 +156,7 @@ PRICING_SUMMARY_LINEAGE = {
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="TPC-H Q1 (pricing summary report), validation parameters (DELTA = 90 days).",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=PRICING_SUMMARY_COLUMNS),
 )
 def pricing_summary(lineitem: DataFrame) -> Output[DataFrame]:
     return _with_lineage(G.pricing_summary(lineitem), PRICING_SUMMARY_LINEAGE)
@@ -149,6 +168,16 @@ SHIPPING_PRIORITY_LINEAGE = {
     "o_orderdate": _from("orders", "o_orderdate"),
     "o_shippriority": _from("orders", "o_shippriority"),
 }
+SHIPPING_PRIORITY_COLUMNS = {
+    "l_orderkey": (
+        "Key of an order of a BUILDING-segment customer placed before 1995-03-15 with line items shipped after it."
+    ),
+    "revenue": (
+        "Sum of l_extendedprice * (1 - l_discount) over the order's line items shipped after 1995-03-15, decimal."
+    ),
+    "o_orderdate": "Date the order was placed.",
+    "o_shippriority": "Shipping priority of the order (o_shippriority).",
+}
 
 
 @asset(
@@ -157,13 +186,20 @@ SHIPPING_PRIORITY_LINEAGE = {
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="TPC-H Q3 (shipping priority), validation parameters (BUILDING, 1995-03-15).",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=SHIPPING_PRIORITY_COLUMNS),
 )
 def shipping_priority(customer: DataFrame, orders: DataFrame, lineitem: DataFrame) -> Output[DataFrame]:
     return _with_lineage(G.shipping_priority(customer, orders, lineitem), SHIPPING_PRIORITY_LINEAGE)
 
 
 LOCAL_SUPPLIER_VOLUME_LINEAGE = {"n_name": _from("nation", "n_name"), "revenue": NET_PRICE}
+LOCAL_SUPPLIER_VOLUME_COLUMNS = {
+    "n_name": "Name of a nation of region ASIA.",
+    "revenue": (
+        "Sum of l_extendedprice * (1 - l_discount) over the line items of 1994 orders whose customer and "
+        "supplier are both of this nation, decimal."
+    ),
+}
 
 
 @asset(
@@ -172,7 +208,7 @@ LOCAL_SUPPLIER_VOLUME_LINEAGE = {"n_name": _from("nation", "n_name"), "revenue":
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="TPC-H Q5 (local supplier volume), validation parameters (ASIA, 1994).",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=LOCAL_SUPPLIER_VOLUME_COLUMNS),
 )
 def local_supplier_volume(
     customer: DataFrame, orders: DataFrame, lineitem: DataFrame, supplier: DataFrame, nation: DataFrame, region: DataFrame
@@ -184,6 +220,12 @@ def local_supplier_volume(
 
 #: ``sum(l_extendedprice * l_discount)``, not the net price.
 FORECASTING_REVENUE_CHANGE_LINEAGE = {"revenue": _from("lineitem", "l_extendedprice", "l_discount")}
+FORECASTING_REVENUE_CHANGE_COLUMNS = {
+    "revenue": (
+        "Sum of l_extendedprice * l_discount over line items shipped in 1994 with l_discount between 0.05 and "
+        "0.07 and l_quantity below 24: the revenue those discounts gave away, decimal."
+    ),
+}
 
 
 @asset(
@@ -192,7 +234,7 @@ FORECASTING_REVENUE_CHANGE_LINEAGE = {"revenue": _from("lineitem", "l_extendedpr
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="TPC-H Q6 (forecasting revenue change), validation parameters (1994, 0.06, 24).",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=FORECASTING_REVENUE_CHANGE_COLUMNS),
 )
 def forecasting_revenue_change(lineitem: DataFrame) -> Output[DataFrame]:
     return _with_lineage(G.forecasting_revenue_change(lineitem), FORECASTING_REVENUE_CHANGE_LINEAGE)
@@ -210,6 +252,15 @@ DAILY_REVENUE_LINEAGE = {
     "revenue": NET_PRICE,
     "order_count": _from("orders", "o_orderkey"),
 }
+DAILY_REVENUE_COLUMNS = {
+    "o_orderdate": "Date the orders were placed; the table is partitioned by its month.",
+    "c_mktsegment": "Market segment of the ordering customers.",
+    "revenue": (
+        "Sum of l_extendedprice * (1 - l_discount) over the line items of the day's orders by customers of "
+        "the segment, decimal."
+    ),
+    "order_count": "Number of distinct orders of the day and segment that have at least one line item.",
+}
 
 
 @asset(
@@ -221,7 +272,7 @@ DAILY_REVENUE_LINEAGE = {
     # A range of months is one run (one Spark job per step), not a run per month.
     backfill_policy=BackfillPolicy.single_run(),
     description="Revenue and order count per order date and market segment; partitioned by month of o_orderdate.",
-    metadata=delta_table(partition_expr="o_orderdate"),
+    metadata=delta_table(partition_expr="o_orderdate", column_descriptions=DAILY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
 )
 def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
@@ -247,6 +298,13 @@ MONTHLY_REVENUE_LINEAGE = {
     "revenue": NET_PRICE,
     "order_count": _from("orders", "o_orderkey"),
 }
+MONTHLY_REVENUE_COLUMNS = {
+    "order_month": "First day of the month of o_orderdate of the completed (o_orderstatus 'F') orders counted.",
+    "revenue": (
+        "Sum of l_extendedprice * (1 - l_discount) over the line items of the month's completed orders, decimal."
+    ),
+    "order_count": "Number of distinct completed orders of the month that have at least one line item.",
+}
 
 
 @asset(
@@ -255,7 +313,7 @@ MONTHLY_REVENUE_LINEAGE = {
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="Revenue and order count per month of completed (status F) orders.",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=MONTHLY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
 )
 def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
@@ -288,6 +346,16 @@ CUSTOMER_LIFETIME_VALUE_LINEAGE = {
     "last_order_date": _from("orders", "o_orderdate"),
     "avg_order_value": _from("orders", "o_totalprice"),
 }
+CUSTOMER_LIFETIME_VALUE_COLUMNS = {
+    "c_custkey": "Customer key: one row per customer of silver customers, customers without orders included.",
+    "c_name": "Name of the customer.",
+    "c_mktsegment": "Market segment of the customer.",
+    "order_count": "Number of the customer's orders (0 when none).",
+    "total_spend": "Sum of o_totalprice over the customer's orders (0 when none), decimal.",
+    "first_order_date": "Date of the customer's first order (null when none).",
+    "last_order_date": "Date of the customer's latest order (null when none).",
+    "avg_order_value": "Average o_totalprice of the customer's orders (null when none), decimal.",
+}
 
 
 @asset(
@@ -296,7 +364,7 @@ CUSTOMER_LIFETIME_VALUE_LINEAGE = {
     group_name=GROUP,
     kinds=DELTA_KINDS,
     description="Per customer: orders, total and average spend, first and last order date.",
-    metadata=delta_table(schema_mode="overwrite"),
+    metadata=delta_table(schema_mode="overwrite", column_descriptions=CUSTOMER_LIFETIME_VALUE_COLUMNS),
     check_specs=[
         _reconciliation_spec(CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders.")
     ],

@@ -15,6 +15,7 @@ from medallion_assets.io_manager.client import DeltaTableClient, TableDescriptio
 from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler
 from medallion_assets.io_manager.metadata import markdown_preview, spark_table_schema, table_metadata
 from medallion_assets.io_manager.spec import (
+    COLUMN_DESCRIPTIONS,
     COLUMNS,
     DELTA_KINDS,
     DELETE_COLUMN,
@@ -35,6 +36,7 @@ from medallion_assets.io_manager.spec import (
 
 __all__ = [
     "DELTA_KINDS",
+    "COLUMN_DESCRIPTIONS",
     "COLUMNS",
     "DELETE_COLUMN",
     "MERGE_KEYS",

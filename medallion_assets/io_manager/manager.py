@@ -19,8 +19,16 @@ from pydantic import Field
 from pyspark.sql import DataFrame
 
 from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
-from medallion_assets.io_manager.metadata import table_metadata
-from medallion_assets.io_manager.spec import COLUMNS, PARTITION_EXPR, READ, SOURCE, VERSION, WriteSpec
+from medallion_assets.io_manager.metadata import check_column_descriptions, table_metadata
+from medallion_assets.io_manager.spec import (
+    COLUMNS,
+    PARTITION_EXPR,
+    READ,
+    SOURCE,
+    VERSION,
+    WriteSpec,
+    column_descriptions,
+)
 from medallion_assets.resources import LakeResource, SparkResource
 
 _CONSUMED_PREFIX = "medallion/consumed/"
@@ -72,16 +80,18 @@ class SparkDataFrameTypeHandler:
         commit_metadata: Mapping[str, str],
         transaction: tuple[str, int] | None = None,
         empty_commit: tuple[str, int] | None = None,
+        column_descriptions: Mapping[str, str] | None = None,
     ) -> tuple[WriteResult, dict[str, Any]]:
-        """Write ``frame`` and describe the table afterwards."""
+        """Write ``frame`` and describe the table afterwards (its columns with ``column_descriptions``)."""
         if not isinstance(frame, DataFrame):
             raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
         result = client.write(
             frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction,
             empty_commit=empty_commit,
         )
-        metadata = table_metadata(client, path, commit=result.commit) if result.commit else {"dagster/row_count": 0}
-        return result, metadata
+        if not result.commit:
+            return result, {"dagster/row_count": 0}
+        return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions)
 
     def load_input(
         self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
@@ -206,6 +216,7 @@ class DeltaIOManager(ConfigurableIOManager):
         key = context.asset_key
         path = self._path(key)
         spec = WriteSpec.from_metadata(context.definition_metadata or {})
+        descriptions = column_descriptions(context.definition_metadata or {})
         reads = self._step_reads(context)
 
         replace_where = None
@@ -239,7 +250,7 @@ class DeltaIOManager(ConfigurableIOManager):
             and client.exists(path)
             and _computed_from(client, path) == fingerprint_json
         ):
-            metadata = table_metadata(client, path)
+            metadata = table_metadata(client, path, column_descriptions=descriptions)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
             return
@@ -255,15 +266,30 @@ class DeltaIOManager(ConfigurableIOManager):
         # read further commits records again, one that read the same does not.
         empty_commit = (run_output + ":consumed", sum(reads.consumed.values())) if reads.advanced else None
 
+        if descriptions and isinstance(obj, DataFrame):
+            _check_descriptions_before_writing(client, obj, path, descriptions, asset=key.to_user_string())
         context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
         result, metadata = SparkDataFrameTypeHandler().handle_output(
             client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
-            transaction=transaction, empty_commit=empty_commit,
+            transaction=transaction, empty_commit=empty_commit, column_descriptions=descriptions,
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
         context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
 
+
+def _check_descriptions_before_writing(
+    client: DeltaTableClient, frame: DataFrame, path: str, descriptions: Mapping[str, str], *, asset: str
+) -> None:
+    """Fail before anything is written if a described column is neither the frame's nor the table's.
+
+    The table's columns count too: a merge's rows may lack some of them. The
+    metadata built after the write checks again, against the version written.
+    """
+    columns = list(frame.columns)
+    if set(descriptions) - set(columns) and client.exists(path):
+        columns += [name for name in client.read(path).columns if name not in columns]
+    check_column_descriptions(descriptions, columns, table=f"asset {asset} (Delta table {path})")
 
 
 def _computed_from(client: DeltaTableClient, path: str) -> str | None:

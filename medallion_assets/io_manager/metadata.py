@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dagster import MetadataValue, TableColumn, TableSchema
@@ -15,27 +16,52 @@ _PREVIEW_ROWS = 5
 
 
 def table_metadata(
-    client: DeltaTableClient, path: str, *, commit: CommitFacts | None = None, preview_rows: int = _PREVIEW_ROWS
+    client: DeltaTableClient,
+    path: str,
+    *,
+    commit: CommitFacts | None = None,
+    preview_rows: int = _PREVIEW_ROWS,
+    column_descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Dagster metadata describing the table's current version (:meth:`DeltaTableClient.describe`).
 
-    ``commit``: the newest commit when the caller has just read it (a write's result).
+    Args:
+        client: reads the table.
+        path: the table's location.
+        commit: the newest commit when the caller has just read it (a write's result).
+        preview_rows: rows of the Markdown preview.
+        column_descriptions: column name -> description, for ``dagster/column_schema``.
+
+    Raises:
+        ValueError: a description names a column the table does not have.
     """
-    return description_metadata(client.describe(path, commit=commit), preview_rows=preview_rows)
+    return description_metadata(
+        client.describe(path, commit=commit), preview_rows=preview_rows, column_descriptions=column_descriptions
+    )
 
 
-def description_metadata(description: TableDescription, *, preview_rows: int = _PREVIEW_ROWS) -> dict[str, Any]:
+def description_metadata(
+    description: TableDescription,
+    *,
+    preview_rows: int = _PREVIEW_ROWS,
+    column_descriptions: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """Output metadata of a described version.
 
-    The engine, the schema as ``dagster/column_schema``, rows, the location,
-    version, operation and its metrics, files, bytes, partition columns and a
-    preview of ``preview_rows`` rows.
+    The engine, the schema as ``dagster/column_schema`` (with
+    ``column_descriptions``), rows, the location, version, operation and its
+    metrics, files, bytes, partition columns and a preview of ``preview_rows`` rows.
+
+    Raises:
+        ValueError: a description names a column the table does not have.
     """
     frame = description.frame
     metrics = description.operation_metrics
+    descriptions = column_descriptions or {}
+    check_column_descriptions(descriptions, frame.columns, table=f"Delta table {description.path}")
     return {
         "delta/engine": description.engine,
-        "dagster/column_schema": spark_table_schema(frame),
+        "dagster/column_schema": spark_table_schema(frame, descriptions),
         "dagster/row_count": description.rows,
         "dagster/uri": MetadataValue.path(description.path),
         "delta/version": description.version,
@@ -49,14 +75,41 @@ def description_metadata(description: TableDescription, *, preview_rows: int = _
     }
 
 
-def spark_table_schema(frame: DataFrame) -> TableSchema:
-    """A DataFrame's schema as Dagster's table schema."""
+def spark_table_schema(frame: DataFrame, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:
+    """A DataFrame's schema as Dagster's table schema.
+
+    Args:
+        frame: the DataFrame.
+        column_descriptions: column name -> description; other columns have none.
+    """
+    descriptions = column_descriptions or {}
     return TableSchema(
         columns=[
-            TableColumn(name=f.name, type=f.dataType.simpleString(), description=None)
+            TableColumn(name=f.name, type=f.dataType.simpleString(), description=descriptions.get(f.name))
             for f in frame.schema.fields
         ]
     )
+
+
+def check_column_descriptions(column_descriptions: Mapping[str, str], columns: Iterable[str], *, table: str) -> None:
+    """Refuse descriptions of columns the table does not have (a typo, a renamed or dropped column).
+
+    Args:
+        column_descriptions: column name -> description.
+        columns: the table's columns.
+        table: names the table (or asset) in the error.
+
+    Raises:
+        ValueError: naming the unknown columns and the table's columns.
+    """
+    columns = list(columns)
+    unknown = sorted(set(column_descriptions) - set(columns))
+    if unknown:
+        raise ValueError(
+            f"{table}: column descriptions are declared for column(s) {unknown} it does not have "
+            f"(its columns: {', '.join(columns)}); rename or remove them in the column_descriptions "
+            "given to delta_table(...) (or to table_metadata(...))"
+        )
 
 
 def markdown_preview(frame: DataFrame, rows: int = _PREVIEW_ROWS) -> str:

@@ -17,6 +17,8 @@ PARTITION_COLUMNS = "delta/partition_columns"
 TABLE_PROPERTIES = "delta/table_properties"
 PARTITION_EXPR = "delta/partition_expr"
 REPLACE_GROUP = "delta/replace_group"
+#: Column name -> description, shown in the ``dagster/column_schema`` of each materialization.
+COLUMN_DESCRIPTIONS = "delta/column_descriptions"
 #: Input metadata: ``"changes"`` reads only what the upstream gained since this step last consumed it.
 READ = "delta/read"
 VERSION = "delta/version"
@@ -103,6 +105,19 @@ class WriteSpec(BaseModel):
         )
 
 
+def column_descriptions(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The column descriptions an asset declares (:data:`COLUMN_DESCRIPTIONS`), empty if none.
+
+    Args:
+        metadata: the asset's definition metadata.
+
+    Returns:
+        Column name -> description.
+    """
+    value = metadata.get(COLUMN_DESCRIPTIONS)
+    return dict(getattr(value, "value", value) or {})  # MetadataValue wrappers
+
+
 def delta_table(
     *,
     write_mode: Literal["overwrite", "append", "merge"] = "overwrite",
@@ -114,6 +129,7 @@ def delta_table(
     table_properties: Mapping[str, str] | None = None,
     partition_expr: str | None = None,
     replace_group: str | None = None,
+    column_descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Asset metadata declaring how the Delta IO manager stores an asset.
 
@@ -130,10 +146,20 @@ def delta_table(
         table_properties: Delta properties of a new table.
         partition_expr: time column of a time-window partitioned asset.
         replace_group: merge by groups: a group's newer change replaces all its rows.
+        column_descriptions: column name -> what its values are; the IO manager
+            puts them in the ``dagster/column_schema`` of every write, and fails
+            the write if one names a column the table does not have.
 
     Returns:
         Metadata to pass to ``@asset(metadata=...)``.
+
+    Raises:
+        ValueError: the combination is invalid, or a column description is empty.
     """
+    descriptions = dict(column_descriptions or {})
+    blank = sorted(name for name, text in descriptions.items() if not (isinstance(text, str) and text.strip()))
+    if blank:
+        raise ValueError(f"column_descriptions: give column(s) {blank} a non-empty description, or leave them out")
     spec = WriteSpec(
         mode=write_mode,
         merge_keys=tuple(merge_keys),
@@ -153,6 +179,7 @@ def delta_table(
         TABLE_PROPERTIES: dict(spec.table_properties),
         PARTITION_EXPR: spec.partition_expr,
         REPLACE_GROUP: spec.replace_group,
+        COLUMN_DESCRIPTIONS: descriptions,
     }
     # Only what the asset sets: unset keys keep the spec's defaults when read back.
     return {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode, **{k: v for k, v in optional.items() if v}}
