@@ -255,7 +255,7 @@ def apply_ablations(ablate: set[str]) -> None:
     if "drift-scan" in ablate:
         from pyspark.sql import functions as F
 
-        from medallion_assets.transforms import silver as T
+        from medallion_assets.pipelines.tpch import transforms as T
 
         def no_scan(orders_raw):
             return orders_raw.limit(0).select(

@@ -90,11 +90,11 @@ def _rejects_to_quarantine(rejects, table_name):
 
 
 def _newest_snapshot(folder: Path) -> str | None:
-    from medallion_assets.transforms.bronze import latest_reference_snapshot
+    from medallion_assets.transforms.bronze import latest_snapshot
 
     if not folder.is_dir():
         return None
-    newest = latest_reference_snapshot([folder / name for name in os.listdir(folder)])
+    newest = latest_snapshot([folder / name for name in os.listdir(folder)])
     return str(newest) if newest is not None else None
 
 
@@ -117,18 +117,18 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     from medallion_assets.assets.silver import CUSTOMERS_EXPECTATIONS, LINEITEM_EXPECTATIONS, ORDERS_EXPECTATIONS
     from medallion_assets.transforms import bronze as B
     from medallion_assets.transforms import gold as G
-    from medallion_assets.transforms import silver as T
+    from medallion_assets.pipelines.tpch import transforms as T
 
     # ---- landing, read as batches (what bronze holds, without storing it)
     lines = spark.read.option("pathGlobFilter", "*.json").text(str(landing / "orders"))
-    orders_raw = B.orders_raw(lines)
+    orders_raw = B.landed_lines(lines)
     csv = (
         spark.read.option("pathGlobFilter", "*.csv")
-        .schema(B.CUSTOMERS_CSV_READ_SCHEMA)
-        .options(**B.CUSTOMERS_CSV_OPTIONS)
+        .schema(T.CUSTOMERS_CSV_READ_SCHEMA)
+        .options(**T.CUSTOMERS_CSV_OPTIONS)
         .csv(str(landing / "customers"))
     )
-    customers_cdc = B.customers_cdc(csv)
+    customers_cdc = T.customers_cdc(csv)
 
     # ---- silver: orders and lineitem (assets/silver.py orders_and_lineitem, schema drift 'ignore')
     events, rejects = T.parse_order_events(orders_raw)
@@ -175,7 +175,9 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     customer_changes.unpersist()
 
     # ---- silver: reference tables (the newest snapshot of each)
-    for table in B.REFERENCE_TABLES:
+    from medallion_assets.contract import REFERENCE_TABLES
+
+    for table in REFERENCE_TABLES:
         newest = _newest_snapshot(landing / "reference" / table)
         if newest is None:
             raise FileNotFoundError(f"no snapshot of {table} under {landing / 'reference' / table}")

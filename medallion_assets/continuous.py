@@ -24,7 +24,7 @@ from typing import Any
 from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
-from medallion_assets.contract import BRONZE_STREAMS
+from medallion_assets.feeds import KafkaTopic, feed_named, stream_feeds
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, spark_resource
 
@@ -49,8 +49,9 @@ class ContinuousStreamsConfig(Config):
     """How the bronze streams run in continuous mode."""
 
     streams: list[str] = Field(
-        default_factory=lambda: [*BRONZE_STREAMS, "orders_kafka"],
-        description="Bronze streams to run; orders_kafka runs where the Kafka resource is configured.",
+        default_factory=lambda: [feed.name for feed in stream_feeds()],
+        description="Bronze streams to run, by feed name (default: every streamed feed); a Kafka feed runs "
+        "where the Kafka resource is configured.",
     )
     trigger_interval: str = Field(
         default="10 seconds", description="Processing-time trigger: how often a micro-batch is planned."
@@ -100,12 +101,11 @@ def run_continuous(
     main thread), when ``should_stop()`` turns true, after
     ``config.run_seconds``, or when a query fails (its error is raised after
     the others are stopped). Each stop waits for the running micro-batch, so
-    the checkpoint and the table agree when it returns. ``orders_kafka``
-    runs when ``kafka`` (a :class:`~medallion_assets.kafka.KafkaResource`) is
-    configured, and is skipped with a log line otherwise.
+    the checkpoint and the table agree when it returns. A Kafka feed's
+    stream runs when ``kafka`` (a :class:`~medallion_assets.kafka.KafkaResource`)
+    is configured, and is skipped with a log line otherwise.
     """
     from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
-    from medallion_assets.kafka import KAFKA_STREAM
 
     say = log_progress or log.info
     stop = threading.Event()
@@ -136,20 +136,21 @@ def run_continuous(
 
     try:
         for stream in config.streams:
-            if stream == KAFKA_STREAM:
+            feed = feed_named(stream)
+            if isinstance(feed.source, KafkaTopic):
                 if kafka is None or not kafka.configured:
                     say(f"{stream}: no Kafka source configured, not started")
                     result.progress.pop(stream, None)
                     continue
                 queries[stream] = start_kafka_stream(
-                    spark, lake, kafka, trigger={"processingTime": config.trigger_interval},
+                    spark, lake, kafka, feed, trigger={"processingTime": config.trigger_interval},
                     query_name=f"bronze_{stream}_continuous",
                 )
                 say(f"{stream}: started on {kafka.describe()} (trigger every {config.trigger_interval})")
                 continue
             limits = config.rate_limits.get(stream, StreamRateLimit())
             queries[stream] = start_bronze_stream(
-                spark, lake, stream,
+                spark, lake, feed,
                 trigger={"processingTime": config.trigger_interval},
                 max_files_per_trigger=limits.max_files_per_trigger,
                 max_bytes_per_trigger=limits.max_bytes_per_trigger,
@@ -209,10 +210,11 @@ def bronze_streams_continuous():
 
 def _parse_pairs(values: Iterable[str], what: str) -> dict[str, str]:
     pairs = {}
+    landed = [feed.name for feed in stream_feeds() if not isinstance(feed.source, KafkaTopic)]
     for item in values or []:
         name, sep, value = item.partition("=")
-        if not sep or name not in BRONZE_STREAMS:
-            raise SystemExit(f"{what} takes STREAM=VALUE with STREAM one of {', '.join(BRONZE_STREAMS)}; got {item!r}")
+        if not sep or name not in landed:
+            raise SystemExit(f"{what} takes STREAM=VALUE with STREAM one of {', '.join(landed)}; got {item!r}")
         pairs[name] = value
     return pairs
 
@@ -225,14 +227,14 @@ def add_stream_parser(subcommands) -> None:
                     "and stop cleanly on SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
-    streams = [*BRONZE_STREAMS, "orders_kafka"]
+    streams = [feed.name for feed in stream_feeds()]
     parser.add_argument("--streams", nargs="+", default=streams, choices=streams,
-                        help="Streams to run (orders_kafka where MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
+                        help="Streams to run, by feed name (a Kafka feed where MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
     parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
     parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
                         help="Per-stream cap on files per micro-batch (repeatable).")
     parser.add_argument("--max-bytes-per-trigger", action="append", metavar="STREAM=SIZE", default=[],
-                        help="Per-stream cap on bytes per micro-batch, e.g. orders_raw=64m (repeatable).")
+                        help="Per-stream cap on bytes per micro-batch, e.g. STREAM=64m (repeatable).")
     parser.add_argument("--run-seconds", type=float, default=None, help="Stop after this many seconds.")
     parser.set_defaults(func=_stream_command)
 

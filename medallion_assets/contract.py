@@ -47,9 +47,6 @@ LANDING_STREAMS: dict[str, LandingStream] = {
     "customers_cdc": LandingStream("customers_cdc", "customers", ".csv"),
 }
 
-#: The bronze streams' names.
-BRONZE_STREAMS: tuple[str, ...] = tuple(LANDING_STREAMS)
-
 #: Reference tables landed as full Parquet snapshots under landing/reference/<table>/.
 REFERENCE_TABLES: tuple[str, ...] = ("nation", "region", "part", "supplier", "partsupp")
 

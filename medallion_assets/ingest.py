@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
-from medallion_assets.contract import BRONZE_STREAMS, LANDING_STREAMS
+from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, LandingSnapshots, feed_named, project_feeds
 from medallion_assets.resources import LakeResource
 
 if TYPE_CHECKING:
@@ -33,47 +33,53 @@ if TYPE_CHECKING:
 def bronze_stream_frame(
     spark: SparkSession,
     lake: LakeResource,
-    stream_name: str,
+    stream: Feed | str,
     *,
     max_files_per_trigger: int | None = None,
     max_bytes_per_trigger: int | str | None = None,
 ) -> DataFrame:
-    """The streaming DataFrame of one bronze stream: rows as delivered + ``_source_file``, ``_ingested_at``.
+    """The streaming DataFrame of a feed of landed files: rows as delivered + ``_source_file``, ``_ingested_at``.
 
     Args:
         spark: the session.
         lake: where the landing folder is.
-        stream_name: ``orders_raw`` or ``customers_cdc``.
+        stream: the feed (or its name) whose landed files to read.
         max_files_per_trigger: cap on files per micro-batch (None: Spark's default).
         max_bytes_per_trigger: cap on bytes per micro-batch, e.g. ``67108864`` or ``"64m"``.
 
     Returns:
-        A streaming DataFrame in the bronze schema of that stream.
+        A streaming DataFrame in the feed's bronze schema
+        (:func:`~medallion_assets.transforms.bronze.bronze_schema`).
+
+    Raises:
+        ValueError: the feed is not fed by landed NDJSON or CSV files.
     """
     from medallion_assets.transforms import bronze
 
-    if stream_name not in BRONZE_STREAMS:
-        raise ValueError(f"unknown bronze stream {stream_name!r}; expected one of {BRONZE_STREAMS}")
-    reader = spark.readStream.option("pathGlobFilter", "*" + LANDING_STREAMS[stream_name].suffix)
+    feed = feed_named(stream)
+    if not isinstance(feed.source, LandingFiles):
+        raise ValueError(f"bronze.{feed.name} is not a stream of landed files (its source is {feed.source!r})")
+    reader = spark.readStream.option("pathGlobFilter", "*" + feed.source.file_suffix)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     if max_bytes_per_trigger:
         from medallion_assets.delta._options import parse_bytes
 
-        size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=stream_name)
+        size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=feed.name)
         reader = reader.option("maxBytesPerTrigger", str(size))
-    folder = lake.landing_folder(stream_name)
-    if stream_name == "orders_raw":
+    folder = lake.landing_folder(feed)
+    if feed.source.format == "ndjson":
         # Lines stay text: parsing is silver's job, and bronze keeps bad lines as delivered.
-        return bronze.orders_raw(reader.format("text").load(folder))
-    csv = reader.format("csv").schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
-    return bronze.customers_cdc(csv.load(folder))
+        return bronze.landed_lines(reader.format("text").load(folder))
+    read_schema = bronze.csv_read_schema(feed)
+    csv = reader.format("csv").schema(read_schema).options(**bronze.csv_options(feed.source))
+    return bronze.csv_records(csv.load(folder), read_schema)
 
 
 def start_bronze_stream(
     spark: SparkSession,
     lake: LakeResource,
-    stream_name: str,
+    stream: Feed | str,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -81,45 +87,67 @@ def start_bronze_stream(
     max_bytes_per_trigger: int | str | None = None,
     query_name: str | None = None,
 ) -> StreamingQuery:
-    """Start the stream landing/<folder> -> bronze/<stream_name>.
+    """Start the stream landing/<folder> -> bronze/<feed name>.
 
     Args:
         spark: the session (``delta`` enabled).
         lake: gives the landing folder, the checkpoint and the table path.
-        stream_name: ``orders_raw`` or ``customers_cdc``.
+        stream: the feed (or its name) of landed files.
         trigger: keyword arguments of ``DataStreamWriter.trigger``; default
             ``{"availableNow": True}`` (process what is there, then stop).
             A continuous service passes e.g. ``{"processingTime": "30 seconds"}``.
         commit_metadata: custom keys recorded in each Delta commit (e.g. the Dagster run id).
         max_files_per_trigger: cap on files per micro-batch.
         max_bytes_per_trigger: cap on bytes per micro-batch (``"64m"``).
-        query_name: the streaming query's name (default ``bronze_<stream>``).
+        query_name: the streaming query's name (default ``bronze_<feed name>``).
 
     Returns:
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
+    feed = feed_named(stream)
     # Before the frame: a file stream source refuses a missing folder when it is defined.
-    _ensure_folder(lake.landing_folder(stream_name))
+    _ensure_folder(lake.landing_folder(feed))
     frame = bronze_stream_frame(
-        spark, lake, stream_name, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
+        spark, lake, feed, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
-    return _start_bronze_sink(spark, lake, stream_name, frame, frame.schema, trigger=trigger,
+    return _start_bronze_sink(spark, lake, feed.name, frame, frame.schema, trigger=trigger,
                               commit_metadata=commit_metadata, query_name=query_name)
+
+
+def kafka_feed(stream: Feed | str | None = None, feeds: tuple[Feed, ...] | None = None) -> Feed:
+    """The feed read from the Kafka topic: ``stream``, or the one feed declared with :class:`KafkaTopic`.
+
+    Raises:
+        ValueError: ``stream`` is not a Kafka feed, or there is not exactly one to default to.
+    """
+    if stream is not None:
+        feed = feed_named(stream, feeds)
+        if not isinstance(feed.source, KafkaTopic):
+            raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
+        return feed
+    candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
+    if len(candidates) != 1:
+        raise ValueError(
+            f"{len(candidates)} feeds are declared with KafkaTopic() ({', '.join(f.name for f in candidates) or 'none'}): "
+            "name the one to read"
+        )
+    return candidates[0]
 
 
 def start_kafka_stream(
     spark: SparkSession,
     lake: LakeResource,
     kafka: KafkaResource,
+    stream: Feed | str | None = None,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
     query_name: str | None = None,
 ) -> StreamingQuery:
-    """Start the stream Kafka topic -> ``bronze.orders_kafka``.
+    """Start the stream Kafka topic -> ``bronze.<feed name>``.
 
     Exactly-once as for the files: the checkpoint under
-    ``_checkpoints/orders_kafka`` records each batch's offset range before it
+    ``_checkpoints/<feed name>`` records each batch's offset range before it
     runs, and the Delta sink's app transaction makes a replayed batch commit
     nothing. The broker and topic are checked first, so a broker that is down
     or a topic that does not exist is a clear error before any batch is
@@ -129,20 +157,22 @@ def start_kafka_stream(
         spark: the session (``delta`` enabled, Spark's Kafka connector on it).
         lake: gives the checkpoint and the table path.
         kafka: the broker, topic and read options.
+        stream: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
         trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
         commit_metadata: custom keys recorded in each Delta commit.
-        query_name: the streaming query's name (default ``bronze_orders_kafka``).
+        query_name: the streaming query's name (default ``bronze_<feed name>``).
 
     Raises:
         KafkaError: no broker is configured, it does not answer, or it lacks the topic.
     """
-    from medallion_assets.kafka import KAFKA_STREAM, latest_offsets
+    from medallion_assets.kafka import latest_offsets
     from medallion_assets.transforms import bronze
 
+    feed = kafka_feed(stream)
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
-    frame = bronze.orders_kafka(messages)
-    return _start_bronze_sink(spark, lake, KAFKA_STREAM, frame, bronze.ORDERS_KAFKA_SCHEMA, trigger=trigger,
+    frame = bronze.kafka_messages(messages)
+    return _start_bronze_sink(spark, lake, feed.name, frame, bronze.KAFKA_SCHEMA, trigger=trigger,
                               commit_metadata=commit_metadata, query_name=query_name)
 
 
@@ -175,33 +205,34 @@ class FullRefreshRefusedError(RuntimeError):
     """A full refresh of a streaming bronze table was asked for, but the asset does not allow it."""
 
 
-def full_refresh_stream(lake: LakeResource, stream: str, *, allowed: bool) -> None:
+def full_refresh_stream(lake: LakeResource, stream: Feed | str, *, allowed: bool) -> None:
     """Drop a bronze stream's checkpoint and table, so the next run re-ingests all of landing/.
 
     Raises:
         FullRefreshRefusedError: unless ``allowed`` (the asset's ``allow_full_refresh``).
     """
+    stream = stream.name if isinstance(stream, Feed) else stream
     if not allowed:
         raise FullRefreshRefusedError(
             f"refusing a full refresh of bronze.{stream}: it drops the stream's checkpoint and every row "
             "ingested so far, and landing/ may no longer hold all the files bronze was built from. "
-            f"Configure the asset with allow_full_refresh=True if the landed files are complete"
+            f"Declare the feed with allow_full_refresh=True if the landed files are complete"
         )
     for path in (lake.checkpoint_dir(stream), lake.table_path(["bronze", stream])):
         shutil.rmtree(local_path(path), ignore_errors=True)
 
 
-def ensure_kafka_table(spark: SparkSession, lake: LakeResource) -> str:
-    """Create the empty ``bronze.orders_kafka`` table if it is missing; its path.
+def ensure_bronze_table(spark: SparkSession, lake: LakeResource, stream: Feed | str) -> str:
+    """Create a stream's empty bronze table if it is missing; its path.
 
-    A deployment without Kafka still has the table, empty, so silver reads
-    both sources the same way whatever the deployment delivers.
+    A deployment without the feed's source (no Kafka) still has the table,
+    empty, so silver reads every source the same way whatever the deployment delivers.
     """
-    from medallion_assets.kafka import KAFKA_STREAM
     from medallion_assets.transforms import bronze
 
-    path = lake.table_path(["bronze", KAFKA_STREAM])
-    _create_bronze_table(spark, engine_for(spark), path, bronze.ORDERS_KAFKA_SCHEMA)
+    feed = feed_named(stream)
+    path = lake.table_path(["bronze", feed.name])
+    _create_bronze_table(spark, engine_for(spark), path, bronze.bronze_schema(feed))
     return path
 
 
@@ -217,26 +248,25 @@ def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, sc
 
 
 @dataclass(frozen=True)
-class ReferenceSnapshot:
-    """The newest snapshot file of a reference table, loaded as a batch."""
+class LandedSnapshot:
+    """The newest snapshot file of a snapshot feed, loaded as a batch."""
 
     frame: DataFrame
     source_file: str
 
 
-def load_reference_snapshot(spark: SparkSession, lake: LakeResource, table: str) -> ReferenceSnapshot | None:
-    """The newest ``landing/reference/<table>/*.parquet`` (newest by name, per the contract).
+def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> LandedSnapshot | None:
+    """The newest ``.parquet`` file of a snapshot feed's landing folder (newest by name, per the contract).
 
     Returns:
         The snapshot with ``_source_file`` and ``_ingested_at`` added, or None when none landed.
     """
-    from medallion_assets.transforms.bronze import REFERENCE_TABLES
+    from medallion_assets.transforms.bronze import latest_snapshot
 
-    if table not in REFERENCE_TABLES:
-        raise ValueError(f"unknown reference table {table!r}; expected one of {REFERENCE_TABLES}")
-    from medallion_assets.transforms.bronze import latest_reference_snapshot
-
-    newest = latest_reference_snapshot(lake.files(lake.reference_folder(table), ".parquet"))
+    feed = feed_named(feed)
+    if not isinstance(feed.source, LandingSnapshots):
+        raise ValueError(f"bronze.{feed.name} is not a snapshot feed (its source is {feed.source!r})")
+    newest = latest_snapshot(lake.files(lake.landing_folder(feed), ".parquet"))
     if newest is None:
         return None
     frame = (
@@ -244,7 +274,7 @@ def load_reference_snapshot(spark: SparkSession, lake: LakeResource, table: str)
         .withColumn("_source_file", F.lit(newest))
         .withColumn("_ingested_at", F.current_timestamp())
     )
-    return ReferenceSnapshot(frame=frame, source_file=newest)
+    return LandedSnapshot(frame=frame, source_file=newest)
 
 
 def _ensure_folder(folder: str) -> None:

@@ -17,10 +17,10 @@ from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from medallion_assets.contract import LANDING_STREAMS
 
 if TYPE_CHECKING:
     from medallion_assets.engine import DeltaEngine
+    from medallion_assets.feeds import Feed
 
 #: Spark settings of the embedded session, sized for one machine: few shuffle
 #: partitions because the tables are small, and UTC so that timestamps read the
@@ -235,9 +235,15 @@ class LakeResource(ConfigurableResource):
         """The landing folder producers write to (see docs/landing-contract.md)."""
         return self._join("landing")
 
-    def landing_folder(self, stream: str) -> str:
-        """The landing sub-folder a bronze stream reads, e.g. ``landing/orders``."""
-        return self._join("landing", LANDING_STREAMS[stream].folder)
+    def landing_folder(self, feed: Feed | str) -> str:
+        """The landing sub-folder a feed (or the feed of that name) lands in, e.g. ``landing/orders``."""
+        from medallion_assets.feeds import feed_named
+
+        declared = feed_named(feed)
+        folder = getattr(declared.source, "folder", None)
+        if folder is None:
+            raise ValueError(f"feed {declared.name!r} does not land files (its source is {declared.source!r})")
+        return self._join("landing", *folder.split("/"))
 
     def reference_folder(self, table: str) -> str:
         """The landing folder of a reference snapshot table (``landing/reference/<table>``)."""

@@ -45,8 +45,8 @@ from dagster import (
 )
 
 from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
-from medallion_assets.contract import BRONZE_STREAMS
-from medallion_assets.kafka import KAFKA_STREAM, KafkaResource
+from medallion_assets.feeds import Feed, KafkaTopic, feed_named, project_feeds, stream_feeds
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.stream_monitoring import (
     KafkaLag,
@@ -101,7 +101,7 @@ def _health_events(stream: str, health: StreamHealth | KafkaLag) -> list:
 
 
 def build_checkpoint_sensor(
-    stream: str,
+    stream: Feed | str,
     *,
     policy: StreamHealthPolicy | None = None,
     minimum_interval_seconds: int = 15,
@@ -112,18 +112,20 @@ def build_checkpoint_sensor(
     """The checkpoint sensor of one bronze stream.
 
     Args:
-        stream: ``orders_raw`` or ``customers_cdc``.
+        stream: the streamed feed (or its name).
         policy: stall and backlog bounds of the health figures.
         minimum_interval_seconds: how often the daemon ticks it.
         health_report_seconds: report unchanged health figures at most this often.
         target: what the requested runs materialize (default: everything downstream of the bronze asset).
         default_status: whether the sensor runs without being switched on.
     """
-    if stream not in (*BRONZE_STREAMS, KAFKA_STREAM):
-        raise ValueError(f"unknown stream {stream!r}; expected one of {(*BRONZE_STREAMS, KAFKA_STREAM)}")
+    feed = feed_named(stream)
+    if not feed.is_stream:
+        raise ValueError(f"bronze.{feed.name} is a snapshot, not a stream: it has no checkpoint to follow")
+    stream = feed.name
     policy = policy or StreamHealthPolicy()
-    key = bronze_key(stream)
-    from_kafka = stream == KAFKA_STREAM
+    key = feed.bronze_key
+    from_kafka = isinstance(feed.source, KafkaTopic)
 
     options = dict(
         name=f"{stream}_checkpoint_sensor",
@@ -168,7 +170,7 @@ def build_checkpoint_sensor(
                     files = checkpoint.input_files(batch)
                     metadata["input_files"] = len(files)
                     metadata["files"] = MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]])
-                    drift = batch_schema_drift(files, stream)
+                    drift = batch_schema_drift(files, feed)
                     metadata["schema_drift_rows"] = drift.rows
                     if drift.fields:
                         metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)
@@ -179,9 +181,9 @@ def build_checkpoint_sensor(
                 ))
             cursor.last_batch = new_batches[-1]
         if from_kafka:
-            health = kafka_lag(lake, kafka) if kafka is not None and kafka.configured else None
+            health = kafka_lag(lake, kafka, feed) if kafka is not None and kafka.configured else None
         else:
-            health = stream_health(lake, stream, policy)
+            health = stream_health(lake, feed, policy)
         now = time.time()
         if health is not None and (
             new_batches or health.passed != cursor.health_passed
@@ -215,8 +217,12 @@ def build_checkpoint_sensor(
     return _checkpoint_sensor
 
 
-def build_stream_health_check(stream: str, *, policy: StreamHealthPolicy | None = None):
-    """The ``stream_health`` asset check of a bronze stream's asset."""
+def build_stream_health_check(stream: Feed | str, *, policy: StreamHealthPolicy | None = None):
+    """The ``stream_health`` asset check of a bronze stream's asset (consumer lag for a Kafka feed)."""
+    feed = feed_named(stream)
+    if isinstance(feed.source, KafkaTopic):
+        return build_kafka_lag_check(feed)
+    stream = feed.name
     policy = policy or StreamHealthPolicy()
 
     @asset_check(
@@ -227,7 +233,7 @@ def build_stream_health_check(stream: str, *, policy: StreamHealthPolicy | None 
                     f"{policy.max_backlog_age_seconds:.0f}s for a batch.",
     )
     def _stream_health(lake: LakeResource) -> AssetCheckResult:
-        health = stream_health(lake, stream, policy)
+        health = stream_health(lake, feed, policy)
         return AssetCheckResult(
             passed=health.passed, severity=AssetCheckSeverity.ERROR, metadata=health.metadata(),
             description="; ".join(health.problems) or "stream healthy",
@@ -236,11 +242,18 @@ def build_stream_health_check(stream: str, *, policy: StreamHealthPolicy | None 
     return _stream_health
 
 
-def build_kafka_lag_check():
-    """The ``stream_health`` check of ``bronze.orders_kafka``: consumer lag per partition against its limits."""
+def build_kafka_lag_check(stream: Feed | str | None = None):
+    """The ``stream_health`` check of a Kafka feed's bronze table: consumer lag per partition against its limits.
+
+    Args:
+        stream: the Kafka feed (default: the one declared with ``KafkaTopic()``).
+    """
+    from medallion_assets.ingest import kafka_feed
+
+    feed = kafka_feed(stream)
 
     @asset_check(
-        asset=bronze_key(KAFKA_STREAM),
+        asset=feed.bronze_key,
         name=HEALTH_CHECK_NAME,
         description="Fails when the Kafka stream's consumer lag (the broker's latest offsets against the "
                     "checkpoint's committed ones) passes the Kafka resource's max_lag_messages, or messages "
@@ -249,7 +262,7 @@ def build_kafka_lag_check():
     def _kafka_lag(lake: LakeResource, kafka: KafkaResource) -> AssetCheckResult:
         if not kafka.configured:
             return AssetCheckResult(passed=True, description="no Kafka source in this deployment: nothing to lag")
-        lag = kafka_lag(lake, kafka)
+        lag = kafka_lag(lake, kafka, feed)
         return AssetCheckResult(
             passed=lag.passed, severity=AssetCheckSeverity.ERROR, metadata=lag.metadata(),
             description="; ".join(lag.problems) or "consumer lag within bounds",
@@ -276,26 +289,20 @@ class LandingCursor:
         return json.dumps({"mtime": self.mtime, "names": sorted(self.names)})
 
 
-def _all_landed(lake: LakeResource) -> dict[str, float]:
-    from pathlib import Path
-
-    from medallion_assets.transforms.bronze import REFERENCE_TABLES, is_visible_data_file
-
+def _all_landed(lake: LakeResource, feeds: tuple[Feed, ...]) -> dict[str, float]:
     found: dict[str, float] = {}
-    for stream in BRONZE_STREAMS:
-        found.update(landed_files(lake, stream))
-    for table in REFERENCE_TABLES:
-        folder = Path(lake.reference_folder(table))
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(".parquet"):
-                    found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
+    for feed in feeds:
+        found.update(landed_files(lake, feed))
     return found
 
 
-def build_landing_sensor(job, *, minimum_interval_seconds: int = 30,
+def build_landing_sensor(job, *, feeds: tuple[Feed, ...] | None = None, minimum_interval_seconds: int = 30,
                          default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED):
-    """Triggered mode: newly landed files request a run of ``job`` (the ingest).
+    """Triggered mode: newly landed files of any feed request a run of ``job`` (the ingest).
+
+    Args:
+        job: the ingest job.
+        feeds: the feeds whose landing folders it watches (default: the project's).
 
     The run key is a digest of the new files' names, so one set of files
     never starts two runs, even if the cursor were lost.
@@ -310,7 +317,7 @@ def build_landing_sensor(job, *, minimum_interval_seconds: int = 30,
     )
     def _landing_sensor(context: SensorEvaluationContext, lake: LakeResource):
         cursor = LandingCursor.parse(context.cursor)
-        files = _all_landed(lake)
+        files = _all_landed(lake, project_feeds() if feeds is None else tuple(feeds))
         new = sorted(
             path for path, mtime in files.items()
             if mtime > cursor.mtime or (mtime == cursor.mtime and path not in cursor.names)
@@ -328,11 +335,11 @@ def build_landing_sensor(job, *, minimum_interval_seconds: int = 30,
     return _landing_sensor
 
 
-def stream_sensors(policy: StreamHealthPolicy | None = None) -> list:
-    """A checkpoint sensor per bronze stream, the Kafka stream's included."""
-    return [build_checkpoint_sensor(s, policy=policy) for s in (*BRONZE_STREAMS, KAFKA_STREAM)]
+def stream_sensors(feeds: tuple[Feed, ...] | None = None, policy: StreamHealthPolicy | None = None) -> list:
+    """A checkpoint sensor per streamed feed (landed files and Kafka), of ``feeds`` or the project's."""
+    return [build_checkpoint_sensor(f, policy=policy) for f in stream_feeds(feeds)]
 
 
-def stream_health_checks(policy: StreamHealthPolicy | None = None) -> list:
-    """A ``stream_health`` check per bronze stream asset (consumer lag for the Kafka stream)."""
-    return [*(build_stream_health_check(s, policy=policy) for s in BRONZE_STREAMS), build_kafka_lag_check()]
+def stream_health_checks(feeds: tuple[Feed, ...] | None = None, policy: StreamHealthPolicy | None = None) -> list:
+    """A ``stream_health`` check per streamed feed's bronze asset (consumer lag for a Kafka feed)."""
+    return [build_stream_health_check(f, policy=policy) for f in stream_feeds(feeds)]

@@ -4,7 +4,7 @@
 age against a :class:`StreamHealthPolicy`; :func:`kafka_lag` compares the
 broker's latest offsets with the checkpoint's committed ones;
 :func:`batch_schema_drift` counts a batch's landed rows with fields the
-landing contract does not define. The sensors and the asset check are built
+feed's declaration does not name. The sensors and the asset check are built
 on these (:mod:`medallion_assets.sensors`).
 
 Nothing here runs at import.
@@ -21,7 +21,7 @@ from dagster import Config
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, unknown_order_fields
+from medallion_assets.feeds import Feed, LandingFiles, feed_named
 from medallion_assets.resources import LakeResource
 
 
@@ -68,24 +68,30 @@ class StreamHealth(_Verdict):
         }
 
 
-def landed_files(lake: LakeResource, stream: str) -> dict[str, float]:
-    """The visible files of a stream's landing folder: ``file://`` URI -> mtime."""
+def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
+    """The visible data files of a feed's landing folder: ``file://`` URI -> mtime (none for a Kafka feed)."""
     from pathlib import Path
 
     from medallion_assets.transforms.bronze import is_visible_data_file
 
-    folder = Path(local_path(lake.landing_folder(stream)))
+    feed = feed_named(stream)
+    if not hasattr(feed.source, "folder"):
+        return {}
+    suffix = feed.source.file_suffix if isinstance(feed.source, LandingFiles) else ".parquet"
+    folder = Path(local_path(lake.landing_folder(feed)))
     if not folder.is_dir():
         return {}
     found = {}
     for entry in os.scandir(folder):
-        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(LANDING_STREAMS[stream].suffix):
+        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(suffix):
             found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
     return found
 
 
-def stream_health(lake: LakeResource, stream: str, policy: StreamHealthPolicy, *, now: float | None = None) -> StreamHealth:
+def stream_health(lake: LakeResource, stream: Feed | str, policy: StreamHealthPolicy, *,
+                  now: float | None = None) -> StreamHealth:
     """Measure one stream's backlog and pending batch against ``policy``."""
+    stream = feed_named(stream).name
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
     pending = checkpoint.pending()
@@ -164,7 +170,7 @@ class KafkaLag(_Verdict):
         }
 
 
-def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLag:
+def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, now: float | None = None) -> KafkaLag:
     """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
 
     Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
@@ -172,17 +178,19 @@ def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLa
     (or a planned batch has not committed for that long), and when the broker
     does not answer.
     """
-    from medallion_assets.kafka import KAFKA_STREAM, KafkaError, watermark_offsets
+    from medallion_assets.ingest import kafka_feed
+    from medallion_assets.kafka import KafkaError, watermark_offsets
 
+    stream = kafka_feed(stream).name
     now = time.time() if now is None else now
-    checkpoint = read_checkpoint(lake.checkpoint_dir(KAFKA_STREAM))
+    checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
     committed = checkpoint.kafka_committed_offsets(kafka.topic)
     last_commit = checkpoint.commits.get(checkpoint.last_committed)
     since = now - last_commit if last_commit is not None else None
     try:
         watermarks = watermark_offsets(kafka)
     except KafkaError as error:
-        return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, {}, committed, since, [str(error)])
+        return KafkaLag(stream, checkpoint.last_committed, {}, committed, since, [str(error)])
     latest = {p: high for p, (_, high) in watermarks.items()}
     # A partition the checkpoint has not read yet starts at the oldest offset the broker keeps.
     committed = {p: committed.get(p, low) for p, (low, _) in watermarks.items()}
@@ -200,7 +208,7 @@ def kafka_lag(lake: LakeResource, kafka, *, now: float | None = None) -> KafkaLa
             f"(limit {kafka.stall_after_seconds:.0f}s): the stream has stopped committing"
         )
     problems += _stalled_batch(checkpoint, now, kafka.stall_after_seconds)
-    return KafkaLag(KAFKA_STREAM, checkpoint.last_committed, latest, committed, since, problems)
+    return KafkaLag(stream, checkpoint.last_committed, latest, committed, since, problems)
 
 
 # ---------------------------------------------------------------- schema drift
@@ -214,34 +222,37 @@ class SchemaDrift:
     fields: list[str]
 
 
-def batch_schema_drift(input_files: list[str], stream: str) -> SchemaDrift:
-    """Count a batch's landed rows with fields unknown to the contract.
+def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrift:
+    """Count a batch's landed rows with fields the feed does not declare.
 
-    ``orders_raw``: each line of the batch's input files, by the contract's
-    :func:`~medallion_assets.contract.unknown_order_fields`; ``customers_cdc``:
-    the header of each input file (a CSV with an extra column keeps the row
-    raw in ``_corrupt_record``). Files already removed from landing are not
-    counted.
+    NDJSON: each line of the batch's input files, by the feed's rule
+    (:meth:`~medallion_assets.feeds.Feed.unknown_fields_of_line`); CSV: the
+    header of each input file (a CSV with an extra column keeps the row raw in
+    ``_corrupt_record``). Files already removed from landing are not counted.
     """
+    feed = feed_named(stream)
     rows, fields = 0, set()
-    if stream == "orders_raw":
+    if not isinstance(feed.source, LandingFiles):
+        return SchemaDrift(rows, [])
+    if feed.source.format == "ndjson":
         for uri in input_files:
             try:
                 # Undecodable bytes are replaced, as bronze stores them; the JSON rule sees the same text.
                 with open(local_path(uri), encoding="utf-8", errors="replace") as handle:
                     for line in handle:
-                        extra = unknown_order_fields(line) if line.strip() else set()
+                        extra = feed.unknown_fields_of_line(line) if line.strip() else set()
                         if extra:
                             rows += 1
                             fields |= extra
             except FileNotFoundError:
                 continue
         return SchemaDrift(rows, sorted(fields))
+    separator = feed.source.options.get("sep", ",")
     for uri in input_files:
         try:
             with open(local_path(uri)) as handle:
-                header = handle.readline().strip().split(",")
-                extra = [c for c in header if c and c not in CUSTOMER_CSV_COLUMNS]
+                header = handle.readline().strip().split(separator)
+                extra = [c for c in header if c and c not in feed.field_names]
                 if extra:
                     fields |= set(extra)
                     rows += sum(1 for line in handle if line.strip())

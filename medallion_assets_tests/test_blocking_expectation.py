@@ -7,7 +7,9 @@ import json
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 
-from medallion_assets.assets import bronze, gold, silver
+from medallion_assets.assets import gold
+from medallion_assets.pipelines.tpch import silver
+from medallion_assets_tests import tpch_assets as bronze
 from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.order_events import order_event_line

@@ -20,17 +20,18 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets.contract import BRONZE_STREAMS
+from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.ingest import start_bronze_stream
 from medallion_assets.resources import LakeResource
-from medallion_assets.transforms import bronze, silver
+from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
 
 pytestmark = pytest.mark.both_engines
 
-_HEADER = ",".join(bronze.CUSTOMER_CSV_COLUMNS).encode()
+_HEADER = ",".join(CUSTOMER_CSV_COLUMNS).encode()
 
 
 def _customer_row(op: str, key: int, name: bytes = b"Customer", comment: bytes = b"c") -> bytes:
@@ -52,7 +53,7 @@ def _land(folder: Path, name: str, lines: list[bytes]) -> None:
 
 
 def _ingest(spark, lake: LakeResource) -> None:
-    for stream in BRONZE_STREAMS:
+    for stream in (ORDERS_RAW.name, CUSTOMERS_CDC.name):
         query = start_bronze_stream(spark, lake, stream)
         query.awaitTermination()
         assert query.exception() is None
@@ -78,7 +79,7 @@ def _delivered_customer_rows(folder: Path) -> list[tuple]:
     (Spark's CSV default), a record without the header's field count is kept
     whole as the corrupt record.
     """
-    width = len(bronze.CUSTOMER_CSV_COLUMNS)
+    width = len(CUSTOMER_CSV_COLUMNS)
     rows = []
     for path in folder.glob("*.csv"):
         text = path.read_bytes().decode("utf-8", errors="replace")
@@ -94,7 +95,7 @@ def _bronze_order_lines(table) -> list[tuple[str, str]]:
 
 
 def _bronze_customer_rows(table) -> list[tuple]:
-    columns = [*bronze.CUSTOMER_CSV_COLUMNS, "_corrupt_record"]
+    columns = [*CUSTOMER_CSV_COLUMNS, "_corrupt_record"]
     return sorted(
         ((_file_name(row["_source_file"]), *(row[name] for name in columns)) for row in table.to_pylist()), key=repr
     )

@@ -34,8 +34,8 @@ import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 
 from medallion_assets.checkpoints import read_checkpoint
+from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.kafka import (
-    KAFKA_STREAM,
     KafkaError,
     KafkaResource,
     latest_offsets,
@@ -48,6 +48,8 @@ from medallion_assets.stream_monitoring import kafka_lag
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.kafka_broker import free_port
 from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+
+KAFKA_STREAM = ORDERS_KAFKA.name
 
 
 def _bronze_messages(table: str, reader) -> Counter:
@@ -102,7 +104,7 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
 
 
 def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
-    from medallion_assets.assets.bronze import orders_kafka
+    from medallion_assets_tests.tpch_assets import orders_kafka
     from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
 
     kafka = kafka_broker.topic(max_lag_messages=5, stall_after_seconds=2)

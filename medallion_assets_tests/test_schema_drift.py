@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from medallion_assets.assets import bronze, silver
+from medallion_assets.pipelines.tpch import silver
+from medallion_assets_tests import tpch_assets as bronze
 from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
@@ -91,7 +92,7 @@ def test_ignore_keeps_the_contract_schema_and_reports_the_ignored_fields(spark, 
 
     metadata = _run("ignore", DagsterInstance.ephemeral())
 
-    from medallion_assets.transforms.silver import LINEITEM_SCHEMA, ORDERS_SCHEMA
+    from medallion_assets.pipelines.tpch.transforms import LINEITEM_SCHEMA, ORDERS_SCHEMA
 
     assert metadata[AssetKey(["silver", "orders"])]["schema_drift_ignored"].value == [
         "event.channel", "lineitem.l_gift_wrap", "order.o_loyalty_tier",

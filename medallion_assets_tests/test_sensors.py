@@ -267,7 +267,7 @@ def test_full_refresh_of_a_streaming_bronze_table_is_refused_unless_allowed(lake
 def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     from dagster import materialize
 
-    from medallion_assets.assets.bronze import orders_raw
+    from medallion_assets_tests.tpch_assets import orders_raw
     from medallion_assets.resources import SparkResource
 
     stream = FakeStream(lake)
@@ -303,7 +303,7 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
 def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, instance):
     """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets.transforms.bronze import CUSTOMER_CSV_COLUMNS
+    from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     orders = Path(lake.landing_folder("orders_raw"))

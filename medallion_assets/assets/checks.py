@@ -6,7 +6,7 @@ rows that pass and fail, so a failing check says how bad things are.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from dagster import (
@@ -22,25 +22,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-#: Key columns of every silver table.
-SILVER_KEYS: dict[str, tuple[str, ...]] = {
-    "orders": ("o_orderkey",),
-    "lineitem": ("l_orderkey", "l_linenumber"),
-    "customers": ("c_custkey",),
-    "nation": ("n_nationkey",),
-    "region": ("r_regionkey",),
-    "part": ("p_partkey",),
-    "supplier": ("s_suppkey",),
-    "partsupp": ("ps_partkey", "ps_suppkey"),
-}
-
-#: (child table, its foreign key columns, parent table, the parent's key columns).
-SILVER_REFERENCES: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
-    ("lineitem", ("l_orderkey",), "orders", ("o_orderkey",)),
-    ("orders", ("o_custkey",), "customers", ("c_custkey",)),
-    ("customers", ("c_nationkey",), "nation", ("n_nationkey",)),
-)
-
+from medallion_assets.feeds import ApplyChanges, Feed, Replace
 
 def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
     """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing."""
@@ -121,16 +103,37 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
 #: Silver runs hourly (ingest) and the refresh job daily: allow a day and a bit.
 SILVER_MAX_LAG_HOURS = 26.0
 
-uniqueness_checks = [unique_key_check(table, keys) for table, keys in SILVER_KEYS.items()]
-integrity_checks = [reference_check(*reference) for reference in SILVER_REFERENCES]
-# Dagster's own freshness check (one check named "freshness_check" per table):
-# passes when the latest materialization is at most the lag old, and records
-# until when it stays fresh, which the freshness sensor uses to evaluate it
-# again once it could be overdue, without waiting for the table's next run.
-silver_freshness_checks = build_last_update_freshness_checks(
-    assets=[AssetKey(["silver", table]) for table in ("orders", "lineitem", "customers")],
-    lower_bound_delta=timedelta(hours=SILVER_MAX_LAG_HOURS),
-    severity=AssetCheckSeverity.WARN,
-)
+#: The name Dagster gives a last-update freshness check.
+FRESHNESS_CHECK = "freshness_check"
 
-silver_checks = [*uniqueness_checks, *integrity_checks, *silver_freshness_checks]
+
+def silver_freshness_checks(tables: Iterable[str]) -> list[AssetChecksDefinition]:
+    """Dagster's own freshness check (one ``freshness_check`` per table), WARN past :data:`SILVER_MAX_LAG_HOURS`.
+
+    It passes when the latest materialization is at most the lag old, and
+    records until when it stays fresh, which the freshness sensor uses to
+    evaluate it again once it could be overdue, without waiting for the
+    table's next run.
+    """
+    return list(build_last_update_freshness_checks(
+        assets=[AssetKey(["silver", table]) for table in tables],
+        lower_bound_delta=timedelta(hours=SILVER_MAX_LAG_HOURS),
+        severity=AssetCheckSeverity.WARN,
+    ))
+
+
+def feed_checks(feeds: Iterable[Feed]) -> list[AssetChecksDefinition]:
+    """The table checks of the feeds' silver tables: keys present and unique, and freshness for change feeds."""
+    checks = []
+    for feed in feeds:
+        if isinstance(feed.silver, ApplyChanges):
+            checks.append(unique_key_check(feed.silver.table, feed.silver.keys))
+        elif isinstance(feed.silver, Replace) and feed.silver.keys:
+            checks.append(unique_key_check(feed.silver.table, feed.silver.keys))
+    changed = [feed.silver.table for feed in feeds if isinstance(feed.silver, ApplyChanges)]
+    return [*checks, *(silver_freshness_checks(changed) if changed else [])]
+
+
+def freshness_checks_among(checks: Iterable[AssetChecksDefinition]) -> list[AssetChecksDefinition]:
+    """The freshness checks among ``checks`` (what the freshness sensor evaluates)."""
+    return [c for c in checks if any(spec.name == FRESHNESS_CHECK for spec in c.check_specs)]

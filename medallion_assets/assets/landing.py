@@ -1,4 +1,8 @@
-"""Landing: an asset that lands the next simulated batch, so a fresh ``dagster dev`` has data."""
+"""Landing: the demo, an asset that lands the next simulated TPC-H batch, so a fresh ``dagster dev`` has data.
+
+Left out of the definitions with ``MEDALLION_SIMULATOR=off``; then no bronze
+asset shows it upstream.
+"""
 
 
 from typing import Literal
@@ -6,6 +10,7 @@ from typing import Literal
 from dagster import Config, MaterializeResult, asset
 from pydantic import Field
 
+from medallion_assets.feeds import Feed
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 
@@ -20,6 +25,13 @@ class SimulatedFeedConfig(Config):
         default="files",
         description="Order events as landed files, as messages on the Kafka resource's topic (one per line), or both.",
     )
+
+
+def simulated_feeds() -> tuple[str, ...]:
+    """The feeds whose files (or Kafka messages) the simulator lands: TPC-H's."""
+    from medallion_assets.pipelines.tpch import feeds
+
+    return tuple(f.name for f in vars(feeds).values() if isinstance(f, Feed))
 
 
 @asset(key=["landing", "simulated_batch"], group_name="landing", description="Lands the next batch of a noisy TPC-H feed under landing/.")

@@ -10,9 +10,9 @@ producer, a multi-byte character cut in two). Bronze keeps such a line with
 those bytes replaced by U+FFFD, the Unicode replacement character, as any
 UTF-8 decoder that must not lose the rest of the file does, and the good
 lines of the file go through. Spark's text source hands lines over as raw,
-unchecked bytes, so :func:`orders_raw` replaces them with Spark's
+unchecked bytes, so :func:`landed_lines` replaces them with Spark's
 ``make_valid_utf8``; Spark's CSV reader decodes with Java's decoder, which
-has already replaced them, and :func:`customers_cdc` applies the same
+has already replaced them, and :func:`csv_records` applies the same
 function so the guarantee does not rest on the reader. Without it, one such
 line stopped a bronze stream for good: Parquet and Arrow strings must be
 UTF-8, so the delta-rs writer failed on the batch, and every later run on the
@@ -29,31 +29,19 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES  # noqa: F401  (re-exported)
+from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles
 
 _INGESTION_FIELDS = [
     StructField("_source_file", StringType(), True),
     StructField("_ingested_at", TimestampType(), True),
 ]
 
-#: ``bronze.orders_raw``: one row per NDJSON line, the text untouched.
-ORDERS_RAW_SCHEMA = StructType([StructField("value", StringType(), True), *_INGESTION_FIELDS])
+#: A bronze table of landed lines (NDJSON): one row per line, the text untouched.
+LINES_SCHEMA = StructType([StructField("value", StringType(), True), *_INGESTION_FIELDS])
 
-#: Schema to read the customer CSV files with: every column a string, so no
-#: value is lost to a failed conversion, plus Spark's corrupt-record column
-#: (set when a line does not have the header's number of fields).
-CUSTOMERS_CSV_READ_SCHEMA = StructType(
-    [StructField(name, StringType(), True) for name in CUSTOMER_CSV_COLUMNS]
-    + [StructField("_corrupt_record", StringType(), True)]
-)
-
-#: ``bronze.customers_cdc``: the CSV columns as strings, the corrupt record,
-#: and the ingestion columns.
-CUSTOMERS_CDC_SCHEMA = StructType([*CUSTOMERS_CSV_READ_SCHEMA.fields, *_INGESTION_FIELDS])
-
-#: Reader options for the customer CSV files. RFC 4180 escapes a quote by
-#: doubling it, while Spark's default escape character is a backslash.
-CUSTOMERS_CSV_OPTIONS: dict[str, str] = {
+#: Spark's CSV reader options for landed CSV files, before a source's own. RFC 4180
+#: escapes a quote by doubling it, while Spark's default escape character is a backslash.
+CSV_OPTIONS: dict[str, str] = {
     "header": "true",
     "sep": ",",
     "quote": '"',
@@ -62,6 +50,30 @@ CUSTOMERS_CSV_OPTIONS: dict[str, str] = {
     "mode": "PERMISSIVE",
     "columnNameOfCorruptRecord": "_corrupt_record",
 }
+
+
+def csv_read_schema(feed: Feed) -> StructType:
+    """The schema a feed's CSV files are read with: every declared field a string,
+    so no value is lost to a failed conversion, plus Spark's corrupt-record column
+    (set when a line does not have the header's number of fields)."""
+    return StructType(
+        [StructField(name, StringType(), True) for name in feed.field_names]
+        + [StructField("_corrupt_record", StringType(), True)]
+    )
+
+
+def csv_options(source: LandingFiles) -> dict[str, str]:
+    """:data:`CSV_OPTIONS` with the source's own options over them."""
+    return {**CSV_OPTIONS, **dict(source.options)}
+
+
+def bronze_schema(feed: Feed) -> StructType:
+    """The bronze table of a streamed feed: lines, CSV fields as text, or Kafka messages."""
+    if isinstance(feed.source, KafkaTopic):
+        return KAFKA_SCHEMA
+    if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
+        return StructType([*csv_read_schema(feed).fields, *_INGESTION_FIELDS])
+    return LINES_SCHEMA
 
 
 def with_ingestion_columns(files: DataFrame) -> DataFrame:
@@ -99,36 +111,37 @@ def _as_valid_utf8(schema: StructType) -> list[Column]:
     ]
 
 
-def orders_raw(text_lines: DataFrame) -> DataFrame:
-    """``bronze.orders_raw`` from ``spark.read.text`` / ``readStream.text``.
+def landed_lines(text_lines: DataFrame) -> DataFrame:
+    """A bronze table of lines from ``spark.read.text`` / ``readStream.text``.
 
     Args:
         text_lines: The text source's DataFrame (column ``value``), one row per
             line, as bytes unchecked.
 
     Returns:
-        A DataFrame with :data:`ORDERS_RAW_SCHEMA`'s columns; ``value`` is the
+        A DataFrame with :data:`LINES_SCHEMA`'s columns; ``value`` is the
         line with any bytes that are not UTF-8 replaced by U+FFFD.
     """
-    return with_ingestion_columns(text_lines).select(*_as_valid_utf8(ORDERS_RAW_SCHEMA))
+    return with_ingestion_columns(text_lines).select(*_as_valid_utf8(LINES_SCHEMA))
 
 
-def customers_cdc(csv_rows: DataFrame) -> DataFrame:
-    """``bronze.customers_cdc`` from a CSV source read with
-    :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`.
+def csv_records(csv_rows: DataFrame, read_schema: StructType) -> DataFrame:
+    """A bronze table of CSV records, from a CSV source read with ``read_schema``
+    (:func:`csv_read_schema`) and :func:`csv_options`.
 
     Returns:
-        A DataFrame with :data:`CUSTOMERS_CDC_SCHEMA`'s columns; the CSV fields
-        and ``_corrupt_record`` are valid UTF-8 (bytes that are not UTF-8
-        replaced by U+FFFD, which Spark's CSV reader has already done).
+        The read columns, then the ingestion columns; the CSV fields and
+        ``_corrupt_record`` are valid UTF-8 (bytes that are not UTF-8 replaced
+        by U+FFFD, which Spark's CSV reader has already done).
     """
-    return with_ingestion_columns(csv_rows).select(*_as_valid_utf8(CUSTOMERS_CDC_SCHEMA))
+    schema = StructType([*read_schema.fields, *_INGESTION_FIELDS])
+    return with_ingestion_columns(csv_rows).select(*_as_valid_utf8(schema))
 
 
-#: ``bronze.orders_kafka``: one row per Kafka message of the order topic, the
+#: A bronze table of Kafka messages: one row per message of the topic, the
 #: value as delivered (made valid UTF-8 like a landed line), where it was in
 #: the topic, the broker's timestamp, and when it was ingested.
-ORDERS_KAFKA_SCHEMA = StructType(
+KAFKA_SCHEMA = StructType(
     [
         StructField("value", StringType(), True),
         StructField("key", StringType(), True),
@@ -141,15 +154,15 @@ ORDERS_KAFKA_SCHEMA = StructType(
 )
 
 
-def orders_kafka(messages: DataFrame) -> DataFrame:
-    """``bronze.orders_kafka`` from ``spark.readStream.format("kafka")``.
+def kafka_messages(messages: DataFrame) -> DataFrame:
+    """A bronze table of Kafka messages from ``spark.readStream.format("kafka")``.
 
     Args:
         messages: The Kafka source's DataFrame (``key`` and ``value`` binary,
             ``topic``, ``partition``, ``offset``, ``timestamp``).
 
     Returns:
-        A DataFrame with :data:`ORDERS_KAFKA_SCHEMA`'s columns. ``value`` and
+        A DataFrame with :data:`KAFKA_SCHEMA`'s columns. ``value`` and
         ``key`` are the bytes as text, any bytes that are not UTF-8 replaced by
         U+FFFD, as for a landed line (a cast alone would keep them, and the
         Parquet writer would refuse the batch).
@@ -174,14 +187,14 @@ def is_visible_data_file(name: str) -> bool:
     return not name.startswith(("_", "."))
 
 
-def latest_reference_snapshot(files: Iterable[str | PurePath]) -> str | PurePath | None:
-    """The snapshot that holds a reference table's current state.
+def latest_snapshot(files: Iterable[str | PurePath]) -> str | PurePath | None:
+    """The snapshot that holds a snapshot feed's current state.
 
     Snapshot names sort by time, so the greatest visible ``.parquet`` name
     wins.
 
     Args:
-        files: Paths of the files in ``landing/reference/<table>/``.
+        files: Paths of the files in the feed's landing folder.
 
     Returns:
         The newest snapshot's path, as given, or None when there is none.
@@ -192,3 +205,33 @@ def latest_reference_snapshot(files: Iterable[str | PurePath]) -> str | PurePath
         if PurePath(path).name.endswith(".parquet") and is_visible_data_file(PurePath(path).name)
     ]
     return max(candidates, key=lambda path: PurePath(path).name, default=None)
+
+
+_INGESTION_DESCRIPTIONS = {
+    "_source_file": "URI of the landed file the row came from.",
+    "_ingested_at": "When the micro-batch (or load) that took the row in ran, UTC.",
+}
+
+_KAFKA_DESCRIPTIONS = {
+    "value": "The message's value as text (bytes that were not UTF-8 replaced by U+FFFD).",
+    "key": "The message's key as text, if any.",
+    "topic": "Kafka topic.",
+    "partition": "Kafka partition.",
+    "offset": "Offset within the partition.",
+    "kafka_timestamp": "The broker's timestamp of the message.",
+    "_ingested_at": _INGESTION_DESCRIPTIONS["_ingested_at"],
+}
+
+
+def bronze_column_descriptions(feed: Feed) -> dict[str, str]:
+    """What each column of a feed's bronze table holds, for ``dagster/column_schema``."""
+    if isinstance(feed.source, KafkaTopic):
+        return dict(_KAFKA_DESCRIPTIONS)
+    if isinstance(feed.source, LandingFiles) and feed.source.format == "ndjson":
+        return {"value": "One delivered line, as text (bytes that were not UTF-8 replaced by U+FFFD).",
+                **_INGESTION_DESCRIPTIONS}
+    described = {name: f"{text} As delivered (text)." if isinstance(feed.source, LandingFiles) else text
+                 for name, text in feed.descriptions.items()}
+    if isinstance(feed.source, LandingFiles):
+        described["_corrupt_record"] = "The whole line when its field count differs from the header's, else null."
+    return {**described, **_INGESTION_DESCRIPTIONS}

@@ -1,53 +1,47 @@
-"""Silver: typed, validated, deduplicated latest state.
+"""Silver's building blocks: parse, validate, reject with a reason, keep the latest change, mask.
 
-Parsing splits each bronze table into typed rows and rejects with a reason.
-The rules (also written down in ``medallion_assets_tests/contract_reference``,
-which implements them independently):
+Pure DataFrame-in, DataFrame-out functions of a feed's declaration
+(:class:`~medallion_assets.feeds.Feed`); the silver assets call them, and a
+pipeline with records of its own shape (nested events) builds its parser from
+:func:`validated`, :func:`not_valid_utf8` and :func:`text_schema` the same way.
+The rules (``medallion_assets_tests/contract_reference`` implements them
+independently for the TPC-H feeds):
 
-- The first check of an order line or a customer CSV row is its encoding: a
-  line that held bytes that are not UTF-8 is rejected as ``not valid UTF-8``,
-  before JSON or CSV fields are looked at (a Latin-1 ``é`` inside an otherwise
-  valid event rejects the event). Silver knows such a line by the replacement
-  character U+FFFD in bronze's text: bronze replaces undecodable bytes with it
-  (``medallion_assets.transforms.bronze``), and bronze's schema stays as it
-  is. So a line that holds a *literal* U+FFFD (its valid UTF-8 bytes
-  ``EF BF BD``) is rejected the same way: in a feed of UTF-8 text, a U+FFFD
-  means some earlier step already replaced bytes it could not decode, so the
-  line has lost data either way. The check is on the text, so the JSON escape
-  ``\\ufffd`` (six ASCII characters) is an ordinary value. Bronze rows
-  that still hold raw invalid bytes (written before bronze replaced them) are
-  rejected too, and quarantined as valid UTF-8.
-- A JSON value is read by its text: ``from_json`` reads every leaf as a
-  string (a number keeps its literal), and each column is then validated with
-  a regular expression and converted with ``try_cast``, so a bad value never
-  throws under ANSI mode and never gets silently rounded.
-- Integers match ``-?[0-9]+`` and fit the column; decimals match
-  ``-?[0-9]{1,13}(.[0-9]{1,2})?``, exactly what decimal(15,2) holds; dates are
-  ``YYYY-MM-DD``; timestamps ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``. Empty is missing.
-- A rejected row carries the reason of its first failing check, e.g.
-  ``not valid UTF-8``, ``not valid JSON``, ``missing o_orderkey``,
-  ``o_totalprice is not a decimal: 'abc'``,
-  ``lineitem 2: l_quantity is not a decimal: 'x'``.
-- Fields the contract does not define are ignored (unless silver's ``evolve``
-  policy keeps order fields): unknown JSON keys, and CSV fields past the
-  contract's columns, provided the contract's fields of the line are valid
-  (else the line is ``malformed CSV line``).
-- The state of an order is its event with the greatest ``(event_time,
-  event_id)``; of a customer its change with the greatest ``updated_at``
-  (ties: the greater source file name). Deletes remove the row.
+- The first check of a line is its encoding: a line that held bytes that are
+  not UTF-8 is rejected as ``not valid UTF-8`` before its fields are looked
+  at. Silver knows such a line by the replacement character U+FFFD in
+  bronze's text: bronze replaces undecodable bytes with it
+  (:mod:`medallion_assets.transforms.bronze`). A line holding a *literal*
+  U+FFFD (valid UTF-8 ``EF BF BD``) is rejected the same way: in a feed of
+  UTF-8 text it means an earlier step already lost bytes. The check is on the
+  text, so the JSON escape ``\\ufffd`` (six ASCII characters) is an ordinary
+  value. Bronze rows still holding raw invalid bytes are rejected too.
+- A value is read by its text: JSON leaves are read as strings (a number
+  keeps its literal), CSV fields are text; each is validated with a regular
+  expression and converted with ``try_cast``, so a bad value never throws
+  under ANSI mode and never gets silently rounded.
+- Integers match ``-?[0-9]+`` and fit the column; a ``decimal(p,s)`` has at
+  most ``p - s`` integer and ``s`` fraction digits; dates are ``YYYY-MM-DD``;
+  timestamps ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``. Empty is missing.
+- A rejected record carries the reason of its first failing check: the
+  delete marker, the keys and the sequence first (a delete needs only those),
+  then the other fields in declared order, e.g. ``missing payment_id``,
+  ``amount is not a decimal: 'abc'``, ``op is not I, U or D: 'X'``,
+  ``not valid JSON``, ``malformed CSV line``.
+- Fields a feed does not declare are ignored: unknown JSON keys, and CSV
+  fields past the declared ones, provided the declared fields of the line are
+  valid (else the line is ``malformed CSV line``).
+- The state of a key is its change with the greatest sequence (ties: the
+  greater source file name). A delete removes the key.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import (
-    ArrayType,
     DataType,
     DateType,
     DecimalType,
@@ -59,138 +53,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from medallion_assets.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
-
-
-def _spark_schema(table: str) -> StructType:
-    return from_arrow_schema(TPCH_SCHEMAS[table], prefer_timestamp_ntz=False)
-
-
-#: TPC-H ``orders`` as silver stores it.
-ORDERS_SCHEMA = _spark_schema("orders")
-
-#: TPC-H ``lineitem`` as silver stores it.
-LINEITEM_SCHEMA = _spark_schema("lineitem")
-
-#: TPC-H ``customer`` as silver stores it (``c_phone``/``c_address`` masked).
-CUSTOMER_SCHEMA = _spark_schema("customer")
-
-#: The reference tables' contract schemas.
-REFERENCE_SCHEMAS: dict[str, StructType] = {table: _spark_schema(table) for table in REFERENCE_TABLES}
-
-#: A line item inside an order event (its order key is the event's).
-EVENT_LINEITEM_SCHEMA = StructType([field for field in LINEITEM_SCHEMA.fields if field.name != "l_orderkey"])
-
-#: ``parse_order_events``'s typed events.
-ORDER_EVENTS_SCHEMA = StructType(
-    [
-        StructField("event_id", StringType(), True),
-        StructField("event_time", TimestampType(), True),
-        StructField("op", StringType(), True),
-        *ORDERS_SCHEMA.fields,
-        StructField("lineitems", ArrayType(EVENT_LINEITEM_SCHEMA, True), True),
-        StructField("_source_file", StringType(), True),
-        StructField("_ingested_at", TimestampType(), True),
-    ]
-)
-
-
-@dataclass(frozen=True)
-class KeptOrderFields:
-    """Fields of order events the landing contract does not define, kept as text columns.
-
-    Silver's ``evolve`` drift policy fills this from :func:`drifted_order_fields`;
-    the default keeps none, so unknown fields are ignored.
-
-    Attributes:
-        order: Extra ``order`` fields; they become columns of ``silver.orders``.
-        lineitem: Extra line item fields; they become columns of ``silver.lineitem``.
-    """
-
-    order: tuple[str, ...] = ()
-    lineitem: tuple[str, ...] = ()
-
-
-def _with_text_fields(schema: StructType, names: Sequence[str]) -> StructType:
-    return StructType([*schema.fields, *(StructField(name, StringType(), True) for name in names)])
-
-
-def order_events_schema(kept: KeptOrderFields = KeptOrderFields()) -> StructType:
-    """:data:`ORDER_EVENTS_SCHEMA` with the kept extra fields as string columns."""
-    if not kept.order and not kept.lineitem:
-        return ORDER_EVENTS_SCHEMA
-    fields = ORDER_EVENTS_SCHEMA.fields
-    lineitems_at = ORDER_EVENTS_SCHEMA.fieldNames().index("lineitems")
-    items = StructField("lineitems", ArrayType(_with_text_fields(EVENT_LINEITEM_SCHEMA, kept.lineitem), True), True)
-    extra = [StructField(name, StringType(), True) for name in kept.order]
-    return StructType([*fields[:lineitems_at], *extra, items, *fields[lineitems_at + 1:]])
-
-
-_ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
-_CUSTOMER_COLUMNS = CUSTOMER_SCHEMA.fieldNames()
-
-#: The top-level fields of an order event line.
-ORDER_ENVELOPE_FIELDS = ORDER_EVENT_FIELDS["event"]
-
-
-def _as_text(names: Iterable[str]) -> StructType:
-    return StructType([StructField(name, StringType(), True) for name in names])
-
-
-# Every leaf is read as a string: Spark then keeps a number's literal text,
-# and nested values (``order``, ``lineitems``) their raw JSON, which lets each
-# level be validated with its own reason.
-_ENVELOPE_TEXT_SCHEMA = _as_text([*ORDER_ENVELOPE_FIELDS, "_corrupt_record"])
-# from_json fills the corrupt-record field for text that is not a JSON object,
-# so well-formed lines are parsed once only.
-_ENVELOPE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
-
-_INTEGER_PATTERN = r"^-?[0-9]+$"
-_DECIMAL_PATTERN = r"^-?[0-9]{1,13}(\.[0-9]{1,2})?$"
-_DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-_TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
-
-
-def _validated(text: Column, name: str, kind: DataType, prefix: Column | None = None) -> tuple[Column, Column]:
-    """Validate one text value against its column type.
-
-    Args:
-        text: The value's text (null when missing).
-        name: The column name, used in the reason.
-        kind: The target type.
-        prefix: Prepended to the reason (``lineitem <n>: ``), if given.
-
-    Returns:
-        (reason: null when valid, typed value: null when invalid or missing).
-    """
-    lead = prefix if prefix is not None else F.lit("")
-
-    def message(text_after: str, with_value: bool = True) -> Column:
-        parts = [lead, F.lit(f"{name}{text_after}")]
-        if with_value:
-            parts += [text, F.lit("'")]
-        return F.concat(*parts)
-
-    missing = text.isNull() | (text == F.lit(""))
-    if isinstance(kind, StringType):
-        return F.when(missing, F.concat(lead, F.lit(f"missing {name}"))), text
-    if isinstance(kind, (LongType, IntegerType)):
-        converted = F.when(text.rlike(_INTEGER_PATTERN), text.try_cast(kind))
-        wrong = message(" is not an integer: '")
-    elif isinstance(kind, DecimalType):
-        converted = F.when(text.rlike(_DECIMAL_PATTERN), text.try_cast(kind))
-        wrong = message(" is not a decimal: '")
-    elif isinstance(kind, DateType):
-        converted = F.when(text.rlike(_DATE_PATTERN), text.try_cast(kind))
-        wrong = message(" is not a date: '")
-    elif isinstance(kind, TimestampType):
-        converted = F.when(text.rlike(_TIMESTAMP_PATTERN), text.try_cast(kind))
-        wrong = message(" is not a timestamp: '")
-    else:
-        raise TypeError(f"no validation for {kind}")
-    reason = F.when(missing, F.concat(lead, F.lit(f"missing {name}"))).when(converted.isNull(), wrong)
-    return reason, converted
-
+from medallion_assets.feeds import ApplyChanges, Feed, KafkaTopic, LandingFiles, MaskDigits
 
 #: The reason of a line that held bytes that are not UTF-8.
 NOT_VALID_UTF8 = "not valid UTF-8"
@@ -198,8 +61,69 @@ NOT_VALID_UTF8 = "not valid UTF-8"
 #: What bronze turns bytes that are not UTF-8 into (U+FFFD REPLACEMENT CHARACTER).
 REPLACEMENT_CHARACTER = "\ufffd"
 
+#: from_json fills the corrupt-record field for text that is not a JSON object,
+#: so well-formed lines are parsed once only.
+JSON_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
 
-def _not_valid_utf8(text: Column) -> Column:
+_INTEGER_PATTERN = r"^-?[0-9]+$"
+_DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
+_TIMESTAMP_SORTABLE = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+
+
+def _decimal_pattern(kind: DecimalType) -> str:
+    whole = max(kind.precision - kind.scale, 1)
+    fraction = rf"(\.[0-9]{{1,{kind.scale}}})?" if kind.scale else ""
+    return rf"^-?[0-9]{{1,{whole}}}{fraction}$"
+
+
+def text_schema(names: Iterable[str]) -> StructType:
+    """A struct of string fields: how records are read before validation."""
+    return StructType([StructField(name, StringType(), True) for name in names])
+
+
+def validated(
+    text: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True
+) -> tuple[Column, Column]:
+    """Validate one text value against its column type.
+
+    Args:
+        text: The value's text (null when missing).
+        name: The column name, used in the reason.
+        kind: The target type (string, integer, long, decimal, date, timestamp).
+        prefix: Prepended to the reason (``lineitem <n>: ``), if given.
+        required: a missing or empty value is a reason (``missing <name>``);
+            otherwise it is a null.
+
+    Returns:
+        (reason: null when valid, typed value: null when invalid or missing).
+
+    Example:
+        >>> reason, typed = validated(F.col("amount"), "amount", DecimalType(12, 2))
+    """
+    lead = prefix if prefix is not None else F.lit("")
+    missing = text.isNull() | (text == F.lit(""))
+    missing_reason = F.when(missing, F.concat(lead, F.lit(f"missing {name}"))) if required else None
+    if isinstance(kind, StringType):
+        return missing_reason if missing_reason is not None else F.lit(None).cast("string"), text
+    if isinstance(kind, (LongType, IntegerType)):
+        pattern, what = _INTEGER_PATTERN, "an integer"
+    elif isinstance(kind, DecimalType):
+        pattern, what = _decimal_pattern(kind), "a decimal"
+    elif isinstance(kind, DateType):
+        pattern, what = _DATE_PATTERN, "a date"
+    elif isinstance(kind, TimestampType):
+        pattern, what = _TIMESTAMP_PATTERN, "a timestamp"
+    else:
+        raise TypeError(f"no validation for {kind}")
+    converted = F.when(text.rlike(pattern), text.try_cast(kind))
+    wrong = F.concat(lead, F.lit(f"{name} is not {what}: '"), text, F.lit("'"))
+    if missing_reason is None:
+        return F.when(~missing & converted.isNull(), wrong), converted
+    return missing_reason.when(converted.isNull(), wrong), converted
+
+
+def not_valid_utf8(text: Column) -> Column:
     """Whether bronze's text shows bytes that were not UTF-8.
 
     True for text holding U+FFFD (what bronze replaces them with, or a
@@ -209,462 +133,247 @@ def _not_valid_utf8(text: Column) -> Column:
     return ~F.is_valid_utf8(text) | text.contains(REPLACEMENT_CHARACTER)
 
 
-def _not_json_object(text: Column) -> Column:
-    # from_json gives all-null fields for a JSON scalar or array, so the
-    # object check looks at the text itself.
+def not_json_object(text: Column) -> Column:
+    """Whether a JSON text is not an object (from_json gives all-null fields for a scalar or array)."""
     return ~F.ltrim(text).startswith("{")
 
 
-def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame) -> DataFrame:
-    """Order event lines from both bronze sources, in ``bronze.orders_raw``'s shape.
+def not_a_json_object_reason(line: Column, parsed: Column) -> Column:
+    """``not valid JSON`` / ``not a JSON object`` for a line from_json (with :data:`JSON_OPTIONS`) could not read.
 
-    A Kafka message's origin goes where a landed line's file goes, as
+    Only lines that are not a JSON object pay for the second parse that tells
+    invalid JSON from a JSON scalar or array.
+    """
+    return F.when(
+        parsed.isNull() | parsed["_corrupt_record"].isNotNull(),
+        F.when(F.try_parse_json(line).isNull(), F.lit("not valid JSON")).otherwise(F.lit("not a JSON object")),
+    )
+
+
+def kafka_lines(messages: DataFrame) -> DataFrame:
+    """Kafka messages of bronze in the shape of landed lines: ``value``, ``_source_file``, ``_ingested_at``.
+
+    A message's origin goes where a landed line's file goes, as
     ``kafka://<topic>/<partition>/<offset>``, so a rejected message is
     quarantined with its partition and offset and everything after this
     treats both sources alike.
-
-    Args:
-        orders_raw: ``value``, ``_source_file``, ``_ingested_at`` (landed files).
-        orders_kafka: ``value``, ``topic``, ``partition``, ``offset``, ``_ingested_at`` (Kafka).
-
-    Returns:
-        ``value``, ``_source_file``, ``_ingested_at``: the rows of both.
     """
     origin = F.concat(
         F.lit("kafka://"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
         F.lit("/"), F.col("offset").cast("string"),
     )
-    from_kafka = orders_kafka.select("value", origin.alias("_source_file"), "_ingested_at")
-    return orders_raw.select("value", "_source_file", "_ingested_at").unionByName(from_kafka)
+    return messages.select("value", origin.alias("_source_file"), "_ingested_at")
 
 
-def parse_order_events(
-    orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()
-) -> tuple[DataFrame, DataFrame]:
-    """Split ``bronze.orders_raw`` into typed order events and rejects.
+# ---- a declared feed's changes ---------------------------------------------------------
+
+
+def _checked_first(feed: Feed) -> list[str]:
+    """The fields every change needs, a delete too: delete marker, keys, sequence (in that order)."""
+    if not isinstance(feed.silver, ApplyChanges):
+        return list(feed.field_names)
+    changes = feed.silver
+    first = [*(changes.delete_when[:1] if changes.delete_when else ()), *changes.keys, *changes.sequence_by]
+    return list(dict.fromkeys(first))
+
+
+def _is_delete(feed: Feed, text_of) -> Column:
+    changes = feed.silver
+    if isinstance(changes, ApplyChanges) and changes.delete_when:
+        column, value = changes.delete_when
+        return F.coalesce(text_of(column) == F.lit(value), F.lit(False))
+    return F.lit(False)
+
+
+def _judge_fields(feed: Feed, text_of) -> tuple[Column, dict[str, Column]]:
+    """The first failing check's reason over a record's fields, and each field's typed value."""
+    first = _checked_first(feed)
+    is_delete = _is_delete(feed, text_of)
+    reasons: dict[str, Column] = {}
+    typed: dict[str, Column] = {}
+    for f in feed.fields:
+        text = text_of(f.name)
+        reason, value = validated(text, f.name, f.type, required=not f.nullable or f.name in first)
+        if f.values:
+            allowed = f.values[0] if len(f.values) == 1 else f"{', '.join(f.values[:-1])} or {f.values[-1]}"
+            out_of_domain = F.when(~text.isin(*f.values), F.concat(F.lit(f"{f.name} is not {allowed}: '"), text, F.lit("'")))
+            reason = F.coalesce(reason, out_of_domain)
+        reasons[f.name] = reason
+        # A delete carries its key; whatever else it holds is not state.
+        typed[f.name] = value if f.name in first else F.when(~is_delete, value)
+    ordered = [reasons[n] for n in first] + [F.when(~is_delete, reasons[n]) for n in feed.field_names if n not in first]
+    return F.coalesce(*ordered), typed
+
+
+def parse_changes(bronze_rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
+    """Split a feed's bronze rows into typed records and rejects.
 
     Args:
-        orders_raw: Columns ``value`` (one NDJSON line), ``_source_file``,
-            ``_ingested_at``.
-        kept: Fields the contract does not define that are kept (as their
-            JSON text, null when absent); any other unknown field is ignored.
+        bronze_rows: the feed's bronze table (or its new rows): NDJSON lines
+            (``value``), CSV fields as text (plus ``_corrupt_record``) or Kafka
+            messages, with ``_source_file`` / ``_ingested_at``.
+        feed: the declaration.
 
     Returns:
-        ``(events, rejects)``: events with :func:`order_events_schema`
-        (order columns null for deletes, except ``o_orderkey``); rejects with
-        ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
+        ``(records, rejects)``. Records: the declared fields typed (a delete
+        keeps only its marker, keys and sequence), ``_source_file``,
+        ``_ingested_at``. Rejects: ``value`` (the line as delivered, made
+        valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``.
     """
-    events_schema = order_events_schema(kept)
-    envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, _ENVELOPE_OPTIONS)
-    order = F.from_json(F.col("_envelope.order"), _as_text([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
-    item_text = _as_text([*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem])
-    lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(item_text, True))
-    parsed = (
-        orders_raw.select("value", "_source_file", "_ingested_at", envelope.alias("_envelope"))
-        .select("*", order.alias("_order"))
-        .select("*", lineitems.alias("_lineitems"))
-    )
+    if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
+        return _parse_csv(bronze_rows, feed)
+    lines = kafka_lines(bronze_rows) if isinstance(feed.source, KafkaTopic) else bronze_rows
+    return _parse_json(lines.select("value", "_source_file", "_ingested_at"), feed)
 
-    event_id_reason, _ = _validated(F.col("_envelope.event_id"), "event_id", StringType())
-    event_time_reason, event_time = _validated(F.col("_envelope.event_time"), "event_time", TimestampType())
-    op = F.col("_envelope.op")
-    op_reason = F.when(op.isNull() | (op == ""), F.lit("missing op")).when(
-        ~op.isin("upsert", "delete"), F.concat(F.lit("op is not upsert or delete: '"), op, F.lit("'"))
-    )
-    order_text = F.col("_envelope.order")
-    order_reason = F.when(order_text.isNull(), F.lit("missing order")).when(
-        _not_json_object(order_text), F.lit("order is not a JSON object")
-    )
 
-    order_reasons, typed_order = [], []
-    for field in ORDERS_SCHEMA.fields:
-        reason, typed = _validated(F.col(f"_order.{field.name}"), field.name, field.dataType)
-        order_reasons.append(reason)
-        typed_order.append(typed.alias(field.name))
-    orderkey_reason, upsert_reasons = order_reasons[0], order_reasons[1:]
-
-    items_text = F.col("_order.lineitems")
-    items = F.col("_lineitems")
-    items_reason = F.when(items_text.isNull(), F.lit("missing lineitems")).when(
-        ~F.ltrim(items_text).startswith("[") | items.isNull() | F.exists(items, lambda item: item.isNull()),
-        F.lit("lineitems is not an array of objects"),
-    )
-
-    def item_reason(item: Column, index: Column) -> Column:
-        prefix = F.concat(F.lit("lineitem "), (index + 1).cast("string"), F.lit(": "))
-        return F.coalesce(
-            *(_validated(item[f.name], f.name, f.dataType, prefix)[0] for f in EVENT_LINEITEM_SCHEMA.fields)
-        )
-
-    def typed_item(item: Column) -> Column:
-        return F.struct(
-            *(_validated(item[f.name], f.name, f.dataType)[1].alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields),
-            *(item[name].alias(name) for name in kept.lineitem),
-        )
-
-    first_item_reason = F.try_element_at(
-        F.filter(F.transform(items, item_reason), lambda reason: reason.isNotNull()), F.lit(1)
-    )
-    is_upsert = op == F.lit("upsert")
+def _parse_json(lines: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
+    record = F.from_json("value", text_schema([*feed.field_names, "_corrupt_record"]), JSON_OPTIONS)
+    parsed = lines.select("*", record.alias("_record"))
+    field_reason, typed = _judge_fields(feed, lambda name: F.col("_record").getField(name))
     reason = F.coalesce(
-        F.when(_not_valid_utf8(F.col("value")), F.lit(NOT_VALID_UTF8)),
-        # Only lines that are not a JSON object pay for the second parse that
-        # tells invalid JSON from a JSON scalar or array.
-        F.when(
-            F.col("_envelope").isNull() | F.col("_envelope._corrupt_record").isNotNull(),
-            F.when(F.try_parse_json("value").isNull(), F.lit("not valid JSON")).otherwise(F.lit("not a JSON object")),
-        ),
-        event_id_reason,
-        event_time_reason,
-        op_reason,
-        order_reason,
-        orderkey_reason,
-        *(F.when(is_upsert, upsert_reason) for upsert_reason in upsert_reasons),
-        F.when(is_upsert, items_reason),
-        F.when(is_upsert, first_item_reason),
+        F.when(not_valid_utf8(F.col("value")), F.lit(NOT_VALID_UTF8)),
+        not_a_json_object_reason(F.col("value"), F.col("_record")),
+        field_reason,
     )
-    judged = parsed.select(
-        "*",
-        reason.alias("reason"),
-        event_time.alias("_event_time"),
-        *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS)),
-        F.transform(items, typed_item).alias("_typed_lineitems"),
-    )
-
-    def upsert_only(column: Column) -> Column:
-        return F.when(F.col("op") == F.lit("upsert"), column)
-
-    events = judged.where(F.col("reason").isNull()).select(
-        F.col("_envelope.event_id").alias("event_id"),
-        F.col("_event_time").alias("event_time"),
-        F.col("_envelope.op").alias("op"),
-        F.col("_typed_o_orderkey").alias("o_orderkey"),
-        *(F.col(f"_typed_{name}").alias(name) for name in _ORDER_COLUMNS[1:]),
-        *(F.col(f"_order.{name}").alias(name) for name in kept.order),
-        F.col("_typed_lineitems").alias("lineitems"),
-        "_source_file",
-        "_ingested_at",
-    )
-    # A delete carries only its key; whatever else it holds is not state.
-    deletes_blanked = {name: upsert_only(F.col(name)) for name in [*_ORDER_COLUMNS[1:], *kept.order, "lineitems"]}
-    events = events.select(
-        *(
-            deletes_blanked.get(field.name, F.col(field.name)).cast(field.dataType).alias(field.name)
-            for field in events_schema.fields
-        )
-    )
-    rejects = judged.where(F.col("reason").isNotNull()).select(
-        F.make_valid_utf8("value").alias("value"), "_source_file", "_ingested_at", "reason"
-    )
-    return events, rejects
+    return _split(parsed, feed, reason, typed, F.make_valid_utf8("value"))
 
 
-# A kept field becomes a column: a plain identifier, never an internal ``_`` name.
-_COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
-
-
-def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
-    """The fields of order event lines that the landing contract does not define.
-
-    The rule is the contract's (:data:`~medallion_assets.contract.ORDER_EVENT_FIELDS`,
-    also applied line by line by :func:`~medallion_assets.contract.unknown_order_fields`).
-
-    Args:
-        orders_raw: Column ``value`` (one NDJSON line); lines that are not JSON
-            objects, and lines rejected as ``not valid UTF-8``, carry no fields.
-
-    Returns:
-        One row per field: ``level`` (``event``, ``order`` or ``lineitem``),
-        ``field``, and ``rows`` (the lines that carry it).
-    """
-    empty = F.array().cast("array<string>")
-
-    def unknown(keys: Column, known: Sequence[str], level: str) -> Column:
-        keys = F.coalesce(keys, empty)
-        return F.transform(
-            F.filter(keys, lambda key: ~key.isin(*known)),
-            lambda key: F.struct(F.lit(level).alias("level"), key.alias("field")),
-        )
-
-    envelope = F.from_json("value", "map<string,string>")
-    order = F.from_json(envelope["order"], "map<string,string>")
-    items = F.from_json(order["lineitems"], "array<map<string,string>>")
-    item_keys = F.flatten(F.transform(F.coalesce(items, F.array().cast("array<map<string,string>>")),
-                                      lambda item: F.coalesce(F.map_keys(item), empty)))
-    per_line = F.array_distinct(
-        F.concat(
-            unknown(F.map_keys(envelope), ORDER_EVENT_FIELDS["event"], "event"),
-            unknown(F.map_keys(order), ORDER_EVENT_FIELDS["order"], "order"),
-            unknown(item_keys, ORDER_EVENT_FIELDS["lineitem"], "lineitem"),
-        )
-    )
-    return (
-        orders_raw.where(~_not_valid_utf8(F.col("value")))
-        .select(F.explode(per_line).alias("_field"))
-        .groupBy(F.col("_field.level").alias("level"), F.col("_field.field").alias("field"))
-        .agg(F.count(F.lit(1)).alias("rows"))
-    )
-
-
-def keep_order_fields(drifted: Iterable[tuple[str, str]]) -> tuple[KeptOrderFields, list[str]]:
-    """Which drifted ``(level, field)`` pairs the ``evolve`` policy turns into columns.
-
-    ``order`` and ``lineitem`` fields are kept when the name is a plain
-    identifier that differs (ignoring case, as Spark and Delta compare column
-    names) from every contract column and every other kept field. Envelope
-    (``event``) fields describe the delivery, not the order, and are never kept.
-
-    Returns:
-        ``(kept, skipped)``; ``skipped`` names each field left out as ``level.field``.
-    """
-    taken = {
-        "order": {name.lower() for name in [*_ORDER_COLUMNS, "lineitems"]},
-        "lineitem": {name.lower() for name in LINEITEM_SCHEMA.fieldNames()},
-    }
-    kept: dict[str, list[str]] = {"order": [], "lineitem": []}
-    skipped = []
-    for level, field in sorted(set(drifted)):
-        if level in kept and _COLUMN_NAME.match(field) and field.lower() not in taken[level]:
-            kept[level].append(field)
-            taken[level].add(field.lower())
-        else:
-            skipped.append(f"{level}.{field}")
-    return KeptOrderFields(order=tuple(kept["order"]), lineitem=tuple(kept["lineitem"])), skipped
-
-
-def deduplicate_events(events: DataFrame) -> DataFrame:
-    """One row per ``event_id`` (delivery is at least once).
-
-    Copies of an event are identical, so which copy survives does not matter.
-    """
-    return events.dropDuplicates(["event_id"])
-
-
-def latest_order_changes(events: DataFrame) -> DataFrame:
-    """The winning event of each order among ``events``.
-
-    Meant for an incremental MERGE into silver: match on ``o_orderkey``,
-    replace when the incoming ``(event_time, event_id)`` is greater, delete
-    when the winner's ``op`` is ``delete``. Copies of one event collapse here
-    too, since they carry the same ``(event_time, event_id)``.
-
-    Args:
-        events: Typed events from :func:`parse_order_events`.
-
-    Returns:
-        One row per ``o_orderkey`` with the columns of ``events`` except the
-        ingestion columns.
-    """
-    payload = [c for c in events.columns if c not in ("o_orderkey", "_source_file", "_ingested_at")]
-    winners = events.groupBy("o_orderkey").agg(
-        F.max_by(F.struct(*payload), F.struct("event_time", "event_id")).alias("_winner")
-    )
-    ordered = [c for c in events.columns if c not in ("_source_file", "_ingested_at")]
-    return winners.select(*(c if c == "o_orderkey" else F.col(f"_winner.{c}").alias(c) for c in ordered))
-
-
-def order_rows(order_changes: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
-    """The ``orders`` rows of upsert events: the TPC-H columns, then the kept extra fields."""
-    schema = _with_text_fields(ORDERS_SCHEMA, kept.order)
-    return order_changes.where(F.col("op") == F.lit("upsert")).select(
-        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields)
-    )
-
-
-def lineitem_rows(order_changes: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
-    """The ``lineitem`` rows of upsert events, one per line item, kept extra fields last."""
-    schema = _with_text_fields(LINEITEM_SCHEMA, kept.lineitem)
-    exploded = order_changes.where(F.col("op") == F.lit("upsert")).select(
-        F.col("o_orderkey").alias("l_orderkey"), F.explode("lineitems").alias("_item")
-    )
-    return exploded.select(
-        *(
-            (F.col("l_orderkey") if field.name == "l_orderkey" else F.col(f"_item.{field.name}"))
-            .cast(field.dataType)
-            .alias(field.name)
-            for field in schema.fields
-        )
-    )
-
-
-def latest_order_state(events: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """The ``orders`` and ``lineitem`` silver tables from all events at once.
-
-    Args:
-        events: Typed events from :func:`parse_order_events`.
-
-    Returns:
-        ``(orders, lineitem)`` with :data:`ORDERS_SCHEMA` and
-        :data:`LINEITEM_SCHEMA`; deleted orders are absent.
-    """
-    winners = latest_order_changes(events)
-    return order_rows(winners), lineitem_rows(winners)
-
-
-def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Split ``bronze.customers_cdc`` into typed changes and rejects.
-
-    Args:
-        customers_cdc: The CSV columns as strings, ``_corrupt_record``,
-            ``_source_file``, ``_ingested_at``.
-
-    Returns:
-        ``(changes, rejects)``. Changes: ``op``, the customer columns typed
-        (null for ``D`` except the key), ``updated_at`` timestamp,
-        ``_source_file``, ``_ingested_at``. Rejects: ``value`` (the raw line
-        when Spark kept it, else the fields re-joined as CSV),
-        ``_source_file``, ``_ingested_at``, ``reason``.
-    """
-    op = F.col("op")
-    op_reason = F.when(op.isNull() | (op == ""), F.lit("missing op")).when(
-        ~op.isin("I", "U", "D"), F.concat(F.lit("op is not I, U or D: '"), op, F.lit("'"))
-    )
-    checked = {field.name: _validated(F.col(field.name), field.name, field.dataType) for field in CUSTOMER_SCHEMA.fields}
-    updated_at_reason, updated_at = _validated(F.col("updated_at"), "updated_at", TimestampType())
-    is_change = op.isin("I", "U")
-    # Every field of the line, the ones past the contract's too (kept whole in
+def _parse_csv(rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
+    field_reason, typed = _judge_fields(feed, F.col)
+    names = list(feed.field_names)
+    # Every field of the line, the ones past the declared ones too (kept whole in
     # _corrupt_record), joined by an ASCII separator so no two fields' bytes
     # can join into a valid character.
-    raw_fields = ["op", *_CUSTOMER_COLUMNS, "updated_at"]
-    line_text = F.concat_ws(",", *raw_fields, "_corrupt_record")
-    field_reason = F.coalesce(
-        op_reason,
-        checked["c_custkey"][0],
-        updated_at_reason,
-        *(F.when(is_change, checked[name][0]) for name in _CUSTOMER_COLUMNS[1:]),
-    )
+    line_text = F.concat_ws(",", *names, "_corrupt_record")
     # Spark keeps a line whose field count is off in _corrupt_record. With too
-    # few fields some contract field is missing; with more, the contract's
-    # fields come first and the extra ones are columns the contract does not
-    # know (schema drift), which silver ignores as it does unknown JSON fields.
+    # few fields some declared field is missing; with more, the declared
+    # fields come first and the extra ones are fields the feed does not know
+    # (schema drift), which silver ignores as it does unknown JSON fields.
     reason = (
-        F.when(_not_valid_utf8(line_text), F.lit(NOT_VALID_UTF8))
+        F.when(not_valid_utf8(line_text), F.lit(NOT_VALID_UTF8))
         .when(F.col("_corrupt_record").isNotNull() & field_reason.isNotNull(), F.lit("malformed CSV line"))
         .otherwise(field_reason)
     )
-    judged = customers_cdc.select(
-        "*",
-        reason.alias("reason"),
-        updated_at.alias("_typed_updated_at"),
-        *(checked[name][1].alias(f"_typed_{name}") for name in _CUSTOMER_COLUMNS),
+    value = F.make_valid_utf8(F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*names))))
+    return _split(rows, feed, reason, typed, value)
+
+
+def _split(rows: DataFrame, feed: Feed, reason: Column, typed: dict[str, Column],
+           value: Column) -> tuple[DataFrame, DataFrame]:
+    judged = rows.select(
+        "*", reason.alias("_reject_reason"), *(typed[n].alias(f"_typed_{n}") for n in feed.field_names)
     )
-    changes = judged.where(F.col("reason").isNull()).select(
-        "op",
-        F.col("_typed_c_custkey").alias("c_custkey"),
-        *(F.when(is_change, F.col(f"_typed_{name}")).alias(name) for name in _CUSTOMER_COLUMNS[1:]),
-        F.col("_typed_updated_at").alias("updated_at"),
+    records = judged.where(F.col("_reject_reason").isNull()).select(
+        *(F.col(f"_typed_{f.name}").cast(f.type).alias(f.name) for f in feed.fields),
         "_source_file",
         "_ingested_at",
     )
-    rejects = judged.where(F.col("reason").isNotNull()).select(
-        F.make_valid_utf8(F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*raw_fields)))).alias("value"),
-        "_source_file",
-        "_ingested_at",
-        "reason",
+    rejects = judged.where(F.col("_reject_reason").isNotNull()).select(
+        value.alias("value"), "_source_file", "_ingested_at", F.col("_reject_reason").alias("reason")
     )
-    return changes, rejects
+    return records, rejects
 
 
-def latest_customer_changes(changes: DataFrame) -> DataFrame:
-    """The winning change of each customer: greatest ``updated_at``.
+def change_sequence(feed: Feed) -> Column:
+    """``_sequence``: one sortable text per change (its sequence fields, then its file), so a merge compares one column.
 
-    Ties on ``updated_at`` go to the greater ``_source_file`` (later file).
-    For an incremental MERGE: match on ``c_custkey``, replace when the
-    incoming ``updated_at`` is greater, delete when ``op`` is ``D``.
+    Timestamps and dates sort as ISO text; integers are zero-padded to 20
+    digits (sequence integers are not negative); the file name breaks ties,
+    as the latest-change rule does.
+    """
+    parts = []
+    for name in feed.silver.sequence_by:
+        kind = feed.field(name).type
+        column = F.col(name)
+        if isinstance(kind, TimestampType):
+            parts.append(F.date_format(column, _TIMESTAMP_SORTABLE))
+        elif isinstance(kind, (LongType, IntegerType)):
+            parts.append(F.lpad(column.cast("string"), 20, "0"))
+        else:
+            parts.append(column.cast("string"))
+    return F.concat_ws("|", *parts, F.col("_source_file")).alias("_sequence")
+
+
+def latest_changes(records: DataFrame, feed: Feed) -> DataFrame:
+    """The winning change of each key: greatest sequence, ties to the greater ``_source_file``.
+
+    For an incremental MERGE: match on the keys, replace when the incoming
+    ``_sequence`` is greater, delete when ``_deleted``.
 
     Returns:
-        One row per ``c_custkey``: ``op``, ``updated_at`` and the customer
-        columns.
+        One row per key: the declared fields, ``_source_file`` (the winner's),
+        ``_sequence`` and ``_deleted``.
     """
-    payload = ["op", "updated_at", *_CUSTOMER_COLUMNS[1:]]
-    winners = changes.groupBy("c_custkey").agg(
-        F.max_by(F.struct(*payload), F.struct("updated_at", "_source_file")).alias("_winner")
-    )
-    return winners.select(
-        "c_custkey",
-        F.col("_winner.op").alias("op"),
-        F.col("_winner.updated_at").alias("updated_at"),
-        *(F.col(f"_winner.{name}").alias(name) for name in _CUSTOMER_COLUMNS[1:]),
+    changes = feed.silver
+    payload = [n for n in (*feed.field_names, "_source_file") if n not in changes.keys]
+    order = F.struct(*changes.sequence_by, "_source_file")
+    winners = records.groupBy(*changes.keys).agg(F.max_by(F.struct(*payload), order).alias("_winner"))
+    latest = winners.select(*changes.keys, *(F.col(f"_winner.{n}").alias(n) for n in payload))
+    return latest.select(
+        *feed.field_names, "_source_file", change_sequence(feed), _is_delete(feed, F.col).alias("_deleted")
     )
 
 
-def customer_rows(customer_changes: DataFrame) -> DataFrame:
-    """The ``customer`` rows (unmasked) of the changes that are not deletes."""
-    return customer_changes.where(F.col("op") != F.lit("D")).select(
-        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in CUSTOMER_SCHEMA.fields)
-    )
+def silver_rows(latest: DataFrame, feed: Feed) -> DataFrame:
+    """The rows silver stores for the changes that are not deletes: its fields (masked), ``_sequence``, ``_source_file``."""
+    kept = [f.name for f in feed.silver_fields]
+    return mask_pii(latest.where(~F.col("_deleted")).select(*kept, "_sequence", "_source_file"), feed)
 
 
-def latest_customer_state(changes: DataFrame) -> DataFrame:
-    """The unmasked ``customer`` table from all changes at once."""
-    return customer_rows(latest_customer_changes(changes))
+def deleted_keys(latest: DataFrame, feed: Feed) -> DataFrame:
+    """The keys the changes delete, with their ``_sequence``."""
+    return latest.where(F.col("_deleted")).select(*feed.silver.keys, "_sequence")
 
 
-def mask_customer_pii(customers: DataFrame) -> DataFrame:
-    """Mask the personal columns, deterministically so joins still work.
+def mask_pii(frame: DataFrame, feed: Feed) -> DataFrame:
+    """Mask the feed's PII fields that ``frame`` has, deterministically so joins still work.
 
-    - ``c_phone``: the country code (first three characters, ``NN-``) stays,
-      every later digit becomes ``*``: ``25-989-741-2988`` -> ``25-***-***-****``.
-    - ``c_address``: the hex SHA-256 of its UTF-8 bytes.
-
-    Args:
-        customers: Any DataFrame with ``c_phone`` and ``c_address``.
+    - ``"sha256"``: the hex SHA-256 of the value's UTF-8 bytes.
+    - :class:`~medallion_assets.feeds.MaskDigits`: the first ``keep`` characters
+      stay, every later digit becomes ``*``: ``25-989-741-2988`` -> ``25-***-***-****``.
 
     Returns:
-        The same columns in the same order, those two masked.
+        The same columns in the same order.
     """
-    phone = F.col("c_phone")
-    masked = {
-        "c_phone": F.concat(
-            phone.substr(F.lit(1), F.lit(3)),
-            F.regexp_replace(phone.substr(F.lit(4), F.greatest(F.length(phone), F.lit(1))), r"[0-9]", "*"),
-        ),
-        "c_address": F.sha2(F.col("c_address"), 256),
-    }
-    return customers.select(
-        *(masked[name].alias(name) if name in masked else F.col(name) for name in customers.columns)
-    )
+    masks = {f.name: f.mask for f in feed.fields if f.mask is not None and f.name in frame.columns}
+
+    def masked(name: str, mask) -> Column:
+        column = F.col(name)
+        if isinstance(mask, MaskDigits):
+            rest = column.substr(F.lit(mask.keep + 1), F.greatest(F.length(column), F.lit(1)))
+            return F.concat(column.substr(F.lit(1), F.lit(mask.keep)), F.regexp_replace(rest, r"[0-9]", "*"))
+        return F.sha2(column, 256)
+
+    return frame.select(*(masked(n, masks[n]).alias(n) if n in masks else F.col(n) for n in frame.columns))
 
 
-def customer_history_rows(changes: DataFrame) -> DataFrame:
-    """Type-2 history of customers: one row per distinct change.
+def history_rows(records: DataFrame, feed: Feed) -> DataFrame:
+    """Type-2 history: one row per distinct change of a key, PII masked.
 
-    Each change is valid from its ``updated_at`` until the next change of the
-    same customer; the last one is current. A delete is kept as a row with
-    ``is_deleted`` so the history shows when the customer went away.
-
-    Args:
-        changes: Typed changes from :func:`parse_customer_changes`.
+    Each change is valid from its first sequence field until the key's next
+    change; the last one is current. A delete is kept as a row with
+    ``is_deleted`` so the history shows when the key went away.
 
     Returns:
-        ``c_custkey``, the other customer columns, ``valid_from``,
-        ``valid_to`` (null while current), ``is_current``, ``is_deleted``.
+        The silver fields, ``valid_from``, ``valid_to`` (null while current),
+        ``is_current``, ``is_deleted``.
     """
-    distinct = changes.dropDuplicates(["c_custkey", "updated_at", "op", *_CUSTOMER_COLUMNS[1:]])
-    by_customer = Window.partitionBy("c_custkey").orderBy("updated_at", "_source_file", "op")
-    valid_to = F.lead("updated_at").over(by_customer)
-    return distinct.select(
-        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in CUSTOMER_SCHEMA.fields),
-        F.col("updated_at").alias("valid_from"),
+    changes = feed.silver
+    since = changes.sequence_by[0]
+    distinct = records.dropDuplicates(list(feed.field_names))
+    marker = [changes.delete_when[0]] if changes.delete_when else []
+    by_key = Window.partitionBy(*changes.keys).orderBy(*changes.sequence_by, "_source_file", *marker)
+    valid_to = F.lead(since).over(by_key)
+    history = distinct.select(
+        *(F.col(f.name) for f in feed.silver_fields),
+        F.col(since).alias("valid_from"),
         valid_to.alias("valid_to"),
         valid_to.isNull().alias("is_current"),
-        (F.col("op") == F.lit("D")).alias("is_deleted"),
+        _is_delete(feed, F.col).alias("is_deleted"),
     )
+    return mask_pii(history, feed)
 
 
-def conform_reference(snapshot: DataFrame, table_name: str) -> DataFrame:
-    """A reference snapshot with exactly the contract's columns and types.
-
-    Args:
-        snapshot: The newest snapshot file of the table, as read.
-        table_name: One of ``nation``, ``region``, ``part``, ``supplier``,
-            ``partsupp``.
-
-    Returns:
-        The snapshot's columns cast to :data:`REFERENCE_SCHEMAS`'s types.
-
-    Raises:
-        KeyError: For a table that is not a reference table.
-    """
-    schema = REFERENCE_SCHEMAS[table_name]
-    return snapshot.select(*(F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields))
+def conform_snapshot(snapshot: DataFrame, feed: Feed) -> DataFrame:
+    """A snapshot with exactly the feed's fields, cast to their types."""
+    return snapshot.select(*(F.col(f.name).cast(f.type).alias(f.name) for f in feed.fields))

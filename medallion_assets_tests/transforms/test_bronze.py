@@ -6,9 +6,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, TimestampType
 
 from medallion_assets.transforms import bronze
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
+from medallion_assets.pipelines.tpch import transforms as tpch
 
 
-def test_latest_reference_snapshot_is_the_greatest_visible_name():
+def test_latest_snapshot_is_the_greatest_visible_name():
     files = [
         "landing/reference/part/batch-00001.parquet",
         "landing/reference/part/batch-00003.parquet",
@@ -16,18 +18,18 @@ def test_latest_reference_snapshot_is_the_greatest_visible_name():
         "landing/reference/part/_batch-00009.parquet",
         "landing/reference/part/batch-00002.parquet",
     ]
-    assert bronze.latest_reference_snapshot(files) == "landing/reference/part/batch-00003.parquet"
-    assert bronze.latest_reference_snapshot([]) is None
+    assert bronze.latest_snapshot(files) == "landing/reference/part/batch-00003.parquet"
+    assert bronze.latest_snapshot([]) is None
 
 
 def test_orders_raw_keeps_each_line_and_where_it_came_from(spark, tmp_path):
     lines = ['{"event_id": "a"}', "not json at all", '{"event_id": "b"}']
     (tmp_path / "batch-00001-001.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    raw = bronze.orders_raw(spark.read.text(str(tmp_path)))
+    raw = bronze.landed_lines(spark.read.text(str(tmp_path)))
 
     assert [(f.name, f.dataType) for f in raw.schema.fields] == [
-        (f.name, f.dataType) for f in bronze.ORDERS_RAW_SCHEMA.fields
+        (f.name, f.dataType) for f in bronze.LINES_SCHEMA.fields
     ]
     rows = raw.collect()
     assert sorted(row.value for row in rows) == sorted(lines)
@@ -37,7 +39,7 @@ def test_orders_raw_keeps_each_line_and_where_it_came_from(spark, tmp_path):
 
 def test_customers_cdc_reads_rfc4180_and_flags_malformed_lines(spark, tmp_path):
     text = (
-        ",".join(bronze.CUSTOMER_CSV_COLUMNS)
+        ",".join(CUSTOMER_CSV_COLUMNS)
         + "\n"
         + 'I,1,Customer#1,"12 Main St, Apt ""B""",3,13-111-222-3333,10.50,BUILDING," lead, comma",1998-09-01T00:00:00Z\n'
         + "U,2,cut short\n"
@@ -45,11 +47,11 @@ def test_customers_cdc_reads_rfc4180_and_flags_malformed_lines(spark, tmp_path):
     )
     (tmp_path / "batch-00001.csv").write_text(text, encoding="utf-8")
 
-    cdc = bronze.customers_cdc(
-        spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS).csv(str(tmp_path))
+    cdc = tpch.customers_cdc(
+        spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS).csv(str(tmp_path))
     )
 
-    assert cdc.schema.fieldNames() == bronze.CUSTOMERS_CDC_SCHEMA.fieldNames()
+    assert cdc.schema.fieldNames() == tpch.CUSTOMERS_CDC_SCHEMA.fieldNames()
     assert all(isinstance(f.dataType, StringType) for f in cdc.schema.fields[:-1])
     assert isinstance(cdc.schema["_ingested_at"].dataType, TimestampType)
     rows = {row.c_custkey: row for row in cdc.orderBy("c_custkey").collect()}
@@ -72,7 +74,7 @@ def test_orders_raw_replaces_undecodable_bytes_and_keeps_every_line(spark, tmp_p
     ]
     (tmp_path / "batch-00001-001.json").write_bytes(b"\n".join(lines) + b"\n")
 
-    raw = bronze.orders_raw(spark.read.text(str(tmp_path)))
+    raw = bronze.landed_lines(spark.read.text(str(tmp_path)))
 
     assert raw.where(~F.is_valid_utf8("value")).count() == 0
     # What Python's decoder makes of the bytes, undecodable ones replaced.
@@ -85,17 +87,17 @@ def test_orders_raw_replaces_undecodable_bytes_and_keeps_every_line(spark, tmp_p
 
 def test_customers_cdc_fields_are_valid_utf8_with_undecodable_bytes_replaced(spark, tmp_path):
     """Spark's CSV reader decodes with Java's decoder, which replaces undecodable bytes; bronze keeps that."""
-    header = ",".join(bronze.CUSTOMER_CSV_COLUMNS).encode()
+    header = ",".join(CUSTOMER_CSV_COLUMNS).encode()
     good = "I,1,José,1 Main St,3,13-111-222-3333,10.00,BUILDING,c,1998-09-01T00:00:00Z".encode("utf-8")
     latin1 = b"I,2,Jos\xe9,1 Main St,3,13-111-222-3333,10.00,BUILDING,c,1998-09-01T00:00:00Z"
     short = b"U,3,\xff\xfe"
     (tmp_path / "batch-00001.csv").write_bytes(b"\n".join([header, good, latin1, short]) + b"\n")
 
-    cdc = bronze.customers_cdc(
-        spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS).csv(str(tmp_path))
+    cdc = tpch.customers_cdc(
+        spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS).csv(str(tmp_path))
     )
 
-    strings = [*bronze.CUSTOMER_CSV_COLUMNS, "_corrupt_record"]
+    strings = [*CUSTOMER_CSV_COLUMNS, "_corrupt_record"]
     assert cdc.where(F.exists(F.array(*strings), lambda s: ~F.is_valid_utf8(s))).count() == 0
     rows = {row.c_custkey: row for row in cdc.collect()}
     assert [rows[key].c_name for key in ("1", "2", "3")] == [
@@ -112,12 +114,12 @@ def test_making_text_valid_keeps_the_bronze_schemas_nullability_included(spark, 
     text = spark.readStream.format("text").load(str(tmp_path / "orders"))
     csv_rows = (
         spark.readStream.format("csv")
-        .schema(bronze.CUSTOMERS_CSV_READ_SCHEMA)
-        .options(**bronze.CUSTOMERS_CSV_OPTIONS)
+        .schema(tpch.CUSTOMERS_CSV_READ_SCHEMA)
+        .options(**tpch.CUSTOMERS_CSV_OPTIONS)
         .load(str(tmp_path / "customers"))
     )
 
-    as_read = bronze.with_ingestion_columns(text).select(*bronze.ORDERS_RAW_SCHEMA.fieldNames())
-    assert bronze.orders_raw(text).schema == as_read.schema
-    as_read = bronze.with_ingestion_columns(csv_rows).select(*bronze.CUSTOMERS_CDC_SCHEMA.fieldNames())
-    assert bronze.customers_cdc(csv_rows).schema == as_read.schema
+    as_read = bronze.with_ingestion_columns(text).select(*bronze.LINES_SCHEMA.fieldNames())
+    assert bronze.landed_lines(text).schema == as_read.schema
+    as_read = bronze.with_ingestion_columns(csv_rows).select(*tpch.CUSTOMERS_CDC_SCHEMA.fieldNames())
+    assert tpch.customers_cdc(csv_rows).schema == as_read.schema

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from medallion_assets import simulate
-from medallion_assets.transforms import bronze, gold, silver
+from medallion_assets.pipelines.tpch import transforms as tpch
+from medallion_assets.transforms import bronze, gold
+from medallion_assets.pipelines.tpch import transforms as silver
 
 duckdb = pytest.importorskip("duckdb")
 SCALE_FACTOR = 0.01
@@ -223,15 +225,15 @@ def test_gold_on_silver_of_a_noisy_delivery_equals_the_published_answers(spark, 
     landing = tmp_path / "landing"
     simulate.land_all(landing, scale_factor=SCALE_FACTOR, batches=2, seed=7)
 
-    events, _ = silver.parse_order_events(bronze.orders_raw(spark.read.text(str(landing / "orders"))))
+    events, _ = silver.parse_order_events(bronze.landed_lines(spark.read.text(str(landing / "orders"))))
     winners = silver.latest_order_changes(events).cache()
     orders, lineitem = silver.order_rows(winners).cache(), silver.lineitem_rows(winners).cache()
-    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
-    changes, _ = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(landing / "customers"))))
+    reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
+    changes, _ = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(landing / "customers"))))
     customer = silver.mask_customer_pii(silver.latest_customer_state(changes)).cache()
     reference = {}
     for table in ("supplier", "nation", "region"):
-        newest = bronze.latest_reference_snapshot([str(p) for p in (landing / "reference" / table).iterdir()])
+        newest = bronze.latest_snapshot([str(p) for p in (landing / "reference" / table).iterdir()])
         reference[table] = silver.conform_reference(spark.read.parquet(newest), table)
 
     assert orders.count() == 15_000

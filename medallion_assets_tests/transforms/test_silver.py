@@ -15,7 +15,11 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from medallion_assets import simulate
-from medallion_assets.transforms import bronze, silver
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
+from medallion_assets.contract import REFERENCE_TABLES
+from medallion_assets.pipelines.tpch import transforms as tpch
+from medallion_assets.transforms import bronze
+from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets_tests import contract_reference
 
 UTC = dt.timezone.utc
@@ -30,13 +34,13 @@ def landing(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def orders_raw(spark, landing):
-    return bronze.orders_raw(spark.read.text(str(landing / "orders")))
+    return bronze.landed_lines(spark.read.text(str(landing / "orders")))
 
 
 @pytest.fixture(scope="module")
 def customers_cdc(spark, landing):
-    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
-    return bronze.customers_cdc(reader.csv(str(landing / "customers")))
+    reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
+    return tpch.customers_cdc(reader.csv(str(landing / "customers")))
 
 
 def _file_and_reason(rejects) -> list[tuple[str, str]]:
@@ -84,7 +88,7 @@ def test_customers_equal_the_contract_reference(spark, landing, customers_cdc):
 
 def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, tmp_path):
     """Schema drift in the customer feed: a file whose header adds a column."""
-    header = [*bronze.CUSTOMER_CSV_COLUMNS, "c_email"]
+    header = [*CUSTOMER_CSV_COLUMNS, "c_email"]
     rows = [
         ["I", "7", "Customer#7", "1 Main St", "3", "13-111-222-3333", "10.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "a@b.c"],
         ["U", "8", "Customer, 8", "1 Main St", "3", "13-111-222-3333", "11.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "x,y"],
@@ -96,9 +100,9 @@ def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, 
     with (folder / "drifted.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerows([header, *rows])
-    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+    reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
 
-    changes, rejects = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(folder))))
+    changes, rejects = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(folder))))
 
     assertDataFrameEqual(
         changes.select("op", "c_custkey", "c_name", "c_acctbal"),
@@ -114,9 +118,9 @@ def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, 
 
 
 def test_reference_snapshots_conform_to_the_contract(spark, landing):
-    for table in bronze.REFERENCE_TABLES:
+    for table in REFERENCE_TABLES:
         files = [str(p) for p in (landing / "reference" / table).iterdir()]
-        newest = bronze.latest_reference_snapshot(files)
+        newest = bronze.latest_snapshot(files)
         conformed = silver.conform_reference(spark.read.parquet(newest), table)
         assert conformed.schema == silver.REFERENCE_SCHEMAS[table]
         assertDataFrameEqual(conformed, spark.createDataFrame(contract_reference.expected_reference(landing, table)))
@@ -163,7 +167,7 @@ def _order(key, **changes) -> dict:
 
 def _raw(spark, lines):
     ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
-    return spark.createDataFrame([(line, "file:/x/orders/a.json", ingested) for line in lines], bronze.ORDERS_RAW_SCHEMA)
+    return spark.createDataFrame([(line, "file:/x/orders/a.json", ingested) for line in lines], bronze.LINES_SCHEMA)
 
 
 def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
@@ -306,7 +310,7 @@ def test_kept_drift_fields_become_text_columns_and_the_rest_is_ignored(spark):
 def _cdc(spark, rows):
     ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
     padded = [(*row, None, f"file:/x/customers/{file}", ingested) for file, row in rows]
-    return spark.createDataFrame(padded, bronze.CUSTOMERS_CDC_SCHEMA)
+    return spark.createDataFrame(padded, tpch.CUSTOMERS_CDC_SCHEMA)
 
 
 def _customer(op, key, balance, updated_at, name="Customer#1"):
@@ -393,7 +397,7 @@ def test_order_lines_with_undecodable_bytes_are_rejected_before_parsing(spark, t
     ]
     _land_bytes(landing / "orders" / "batch-00001.json", lines)
 
-    orders_raw = bronze.orders_raw(spark.read.text(str(landing / "orders")))
+    orders_raw = bronze.landed_lines(spark.read.text(str(landing / "orders")))
     events, rejects = silver.parse_order_events(orders_raw)
 
     good = {row.o_orderkey: row for row in events.collect()}
@@ -414,7 +418,7 @@ def test_order_lines_with_undecodable_bytes_are_rejected_before_parsing(spark, t
     # Bronze rows written before bronze made lines valid (raw bytes) get the same verdict,
     # and their quarantined text is valid UTF-8.
     raw_bytes = bronze.with_ingestion_columns(spark.read.text(str(landing / "orders")))
-    legacy_events, legacy_rejects = silver.parse_order_events(raw_bytes.select(*bronze.ORDERS_RAW_SCHEMA.fieldNames()))
+    legacy_events, legacy_rejects = silver.parse_order_events(raw_bytes.select(*bronze.LINES_SCHEMA.fieldNames()))
     assert sorted(row.event_id for row in legacy_events.collect()) == ["e1", "e5"]
     assert _file_and_reason(legacy_rejects) == _file_and_reason(rejects)
     assert legacy_rejects.where(~F.is_valid_utf8("value")).count() == 0
@@ -429,7 +433,7 @@ def test_customer_rows_with_undecodable_bytes_are_rejected_first(spark, tmp_path
         return b",".join(fields)
 
     lines = [
-        ",".join(bronze.CUSTOMER_CSV_COLUMNS).encode(),
+        ",".join(CUSTOMER_CSV_COLUMNS).encode(),
         row(1, "José".encode("utf-8")),
         row(2, b"Jos\xe9"),  # Latin-1, otherwise a valid change
         b"U,3,\xff",  # too few fields too: the encoding is checked first
@@ -438,9 +442,9 @@ def test_customer_rows_with_undecodable_bytes_are_rejected_first(spark, tmp_path
         row(6, b"Customer#6"),
     ]
     _land_bytes(landing / "customers" / "batch-00001.csv", lines)
-    reader = spark.read.schema(bronze.CUSTOMERS_CSV_READ_SCHEMA).options(**bronze.CUSTOMERS_CSV_OPTIONS)
+    reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
 
-    changes, rejects = silver.parse_customer_changes(bronze.customers_cdc(reader.csv(str(landing / "customers"))))
+    changes, rejects = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(landing / "customers"))))
 
     assert sorted(row.c_custkey for row in changes.collect()) == [1, 6]
     assert _file_and_reason(rejects) == [("customers/batch-00001.csv", "not valid UTF-8")] * 4

@@ -1,0 +1,396 @@
+"""Feeds as declarations: what a feed is, said once, in the module of the pipeline that owns it.
+
+A :class:`Feed` names its source (files landed under ``landing/<folder>`` as
+NDJSON or CSV, a Kafka topic, or Parquet snapshots), its typed fields with
+their descriptions, and what silver does with it (:class:`ApplyChanges`: keys,
+sequence, deletes, history, PII masks, expectations; or :class:`Replace` for a
+snapshot). Everything else is built from the declaration by the layers:
+the bronze stream asset and its checkpoint, the checkpoint sensor, the
+``stream_health`` check, the landing sensor's coverage, continuous mode, the
+schema-drift rule, the silver parse -> validate -> quarantine -> merge step
+and its checks. No code outside a pipeline module branches on a feed's name.
+
+Pipelines live in :mod:`medallion_assets.pipelines`: every module there is
+read by :func:`project_feeds` (its :class:`Feed` objects) and by the
+definitions (its Dagster assets and checks). Nothing is read at import.
+
+Example:
+    >>> from pyspark.sql.types import DecimalType, TimestampType
+    >>> payments = Feed(
+    ...     name="payments_raw",
+    ...     description="Card payments, one JSON object per line.",
+    ...     source=LandingFiles(folder="payments", format="ndjson"),
+    ...     fields=(
+    ...         Field("payment_id", description="The payment's id."),
+    ...         Field("amount", DecimalType(12, 2), description="Amount paid."),
+    ...         Field("paid_at", TimestampType(), description="When it was paid, UTC."),
+    ...     ),
+    ...     silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",)),
+    ... )
+    >>> payments.silver_key.to_user_string()
+    'silver/payments'
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from functools import cache
+from types import ModuleType
+from typing import Literal
+
+from dagster import AssetKey
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DecimalType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from medallion_assets.expectations import Expectation
+
+#: The field types silver validates text against (see ``transforms.silver.validated``).
+SUPPORTED_TYPES = (StringType, LongType, IntegerType, DecimalType, DateType, TimestampType)
+
+#: The file extension each landed format is read from, unless the source names another.
+DEFAULT_SUFFIX = {"ndjson": ".json", "csv": ".csv"}
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class FeedDeclarationError(ValueError):
+    """A feed declaration that cannot be built: the message names the feed, the setting, the value and the fix."""
+
+
+@dataclass(frozen=True)
+class MaskDigits:
+    """Mask a text's digits with ``*``, keeping its first ``keep`` characters (a phone's country code)."""
+
+    keep: int = 0
+
+
+#: How a PII field is masked in silver: ``"sha256"`` (hex digest, so joins on it still work) or :class:`MaskDigits`.
+Mask = Literal["sha256"] | MaskDigits
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a feed, as the producer delivers it.
+
+    Args:
+        name: the field's name in the delivered record (a column name of silver).
+        type: its Spark type; text is validated against it (integers, decimals
+            that fit, ``YYYY-MM-DD`` dates, ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z`` timestamps).
+        description: what the value is; shown in ``dagster/column_schema``.
+        nullable: may be missing or empty. Otherwise a change that lacks it is
+            quarantined with ``missing <name>`` (a delete needs only its keys,
+            sequence and delete marker).
+        values: the only values allowed, if any (``op`` in ``("I", "U", "D")``).
+        mask: PII: masked in silver, before expectations, so quarantine holds no PII either.
+    """
+
+    name: str
+    type: DataType = field(default_factory=StringType)
+    _: KW_ONLY
+    description: str = ""
+    nullable: bool = False
+    values: tuple[str, ...] = ()
+    mask: Mask | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(self.values))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LandingFiles:
+    """Files the producer lands under ``landing/<folder>/``, each written once and then left alone.
+
+    Args:
+        folder: the sub-folder of ``landing/``.
+        format: ``ndjson`` (bronze keeps each line as text; silver parses it) or
+            ``csv`` (with a header; every field kept as text).
+        suffix: the data files' name ending (default ``.json`` / ``.csv``); other files are not data.
+        options: Spark CSV reader options over the defaults (RFC 4180 quoting, header, UTF-8).
+    """
+
+    folder: str
+    format: Literal["ndjson", "csv"]
+    suffix: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def file_suffix(self) -> str:
+        return self.suffix or DEFAULT_SUFFIX[self.format]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaTopic:
+    """Messages of the deployment's Kafka topic (the ``kafka`` resource's ``topic``), each value one NDJSON line."""
+
+    format: Literal["ndjson"] = "ndjson"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LandingSnapshots:
+    """Full Parquet snapshots under ``landing/<folder>/``; the greatest file name is the current state."""
+
+    folder: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApplyChanges:
+    """Silver keeps the latest state per key, merged in from each run's new bronze rows.
+
+    Args:
+        table: the silver table (``silver.<table>``; its rejects go to ``quarantine.<table>``).
+        keys: the fields that identify a row.
+        sequence_by: the fields that order a key's changes; the greatest wins, ties
+            go to the later landed file.
+        delete_when: ``(field, value)``: a change with that value deletes its key.
+        except_fields: fields kept out of the silver table (the change marker, the sequence).
+        history: also keep ``silver.<table>_history``, type 2 (valid_from, valid_to,
+            is_current, is_deleted), rebuilt from every bronze change.
+    """
+
+    table: str
+    keys: tuple[str, ...]
+    sequence_by: tuple[str, ...]
+    delete_when: tuple[str, str] | None = None
+    except_fields: tuple[str, ...] = ()
+    history: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replace:
+    """Silver is the newest snapshot with exactly the declared fields and types (``silver.<table>``).
+
+    Args:
+        table: the silver table.
+        keys: the fields that identify a row, if any (checked present and unique).
+    """
+
+    table: str
+    keys: tuple[str, ...] = ()
+
+
+Source = LandingFiles | KafkaTopic | LandingSnapshots
+
+
+@dataclass(frozen=True, kw_only=True)
+class Feed:
+    """One feed: where it lands, what it holds, and what silver makes of it.
+
+    Args:
+        name: the bronze table, its stream and checkpoint (``bronze.<name>``).
+        description: shown on the bronze asset.
+        source: :class:`LandingFiles`, :class:`KafkaTopic` or :class:`LandingSnapshots`.
+        fields: the delivered fields, in delivery (CSV header) order.
+        silver: :class:`ApplyChanges`, :class:`Replace`, or None when the
+            pipeline's own code builds silver from the bronze table.
+        expectations: checked on silver's rows before the merge (warn / drop / fail).
+        allow_full_refresh: a run may drop the stream's checkpoint and table and re-ingest landing/.
+        unknown_fields: the drift rule for one NDJSON line, for nested records
+            (default: its top-level keys that are not declared fields).
+
+    Raises:
+        FeedDeclarationError: a setting that cannot work, named with its value and the fix.
+    """
+
+    name: str
+    description: str
+    source: Source
+    fields: tuple[Field, ...]
+    silver: ApplyChanges | Replace | None = None
+    expectations: tuple[Expectation, ...] = ()
+    allow_full_refresh: bool = False
+    unknown_fields: Callable[[str], set[str]] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fields", tuple(self.fields))
+        object.__setattr__(self, "expectations", tuple(self.expectations))
+        if not _IDENTIFIER.match(self.name or ""):
+            self._fail("name", self.name, "use letters, digits and underscores, not starting with a digit")
+        if not isinstance(self.source, (LandingFiles, KafkaTopic, LandingSnapshots)):
+            self._fail("source", self.source, "declare LandingFiles(...), KafkaTopic() or LandingSnapshots(...)")
+        if isinstance(self.source, LandingFiles) and self.source.format not in DEFAULT_SUFFIX:
+            self._fail("source.format", self.source.format, "use 'ndjson' or 'csv' (Parquet snapshots: LandingSnapshots)")
+        if not self.fields:
+            self._fail("fields", (), "declare at least one Field")
+        names = [f.name for f in self.fields]
+        for f in self.fields:
+            if not _IDENTIFIER.match(f.name or ""):
+                self._fail("fields", f.name, "a field name is a plain identifier")
+            if not isinstance(f.type, SUPPORTED_TYPES):
+                self._fail(f"fields[{f.name}].type", f.type,
+                           "use StringType, LongType, IntegerType, DecimalType, DateType or TimestampType")
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            self._fail("fields", duplicated, "declare each field once")
+        if isinstance(self.silver, ApplyChanges):
+            changes = self.silver
+            if not _IDENTIFIER.match(changes.table or ""):
+                self._fail("silver.table", changes.table, "name the silver table with a plain identifier")
+            if not changes.keys:
+                self._fail("silver.keys", changes.keys, "name the field(s) that identify a row")
+            if not changes.sequence_by:
+                self._fail("silver.sequence_by", changes.sequence_by, "name the field(s) that order a key's changes")
+            for setting, used in (("silver.keys", changes.keys), ("silver.sequence_by", changes.sequence_by),
+                                  ("silver.except_fields", changes.except_fields),
+                                  ("silver.delete_when", changes.delete_when[:1] if changes.delete_when else ())):
+                unknown = [n for n in used if n not in names]
+                if unknown:
+                    self._fail(setting, unknown, f"use declared fields: {', '.join(names)}")
+            if changes.history and not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
+                self._fail("silver.history", True, "history's valid_from is the first sequence field: make it a timestamp or date")
+        elif isinstance(self.silver, Replace):
+            unknown = [n for n in self.silver.keys if n not in names]
+            if unknown:
+                self._fail("silver.keys", unknown, f"use declared fields: {', '.join(names)}")
+        elif self.silver is not None:
+            self._fail("silver", self.silver, "declare ApplyChanges(...), Replace(...) or None")
+        if isinstance(self.silver, Replace) != isinstance(self.source, LandingSnapshots):
+            self._fail("silver", self.silver, "snapshots (LandingSnapshots) go with Replace(...), change feeds with ApplyChanges(...)")
+        checks = [e.name for e in self.expectations]
+        if len(set(checks)) != len(checks):
+            self._fail("expectations", checks, "give each expectation its own name")
+
+    def _fail(self, setting: str, value: object, fix: str) -> None:
+        raise FeedDeclarationError(f"feed {getattr(self, 'name', '?')!r}: {setting} = {value!r} cannot work: {fix}")
+
+    # ---- what the layers build from it -----------------------------------------
+    @property
+    def is_stream(self) -> bool:
+        """Whether bronze takes it in with a checkpointed stream (landed files or Kafka)."""
+        return not isinstance(self.source, LandingSnapshots)
+
+    @property
+    def bronze_key(self) -> AssetKey:
+        return AssetKey(["bronze", self.name])
+
+    @property
+    def silver_table(self) -> str | None:
+        return self.silver.table if self.silver is not None else None
+
+    @property
+    def silver_key(self) -> AssetKey:
+        if self.silver is None:
+            raise FeedDeclarationError(f"feed {self.name!r} declares no silver table (silver=None)")
+        return AssetKey(["silver", self.silver.table])
+
+    @property
+    def quarantine_key(self) -> AssetKey:
+        return AssetKey(["quarantine", self.silver_key.path[-1]])
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"feed {self.name!r} has no field {name!r}; its fields: {', '.join(self.field_names)}")
+
+    @property
+    def schema(self) -> StructType:
+        """The declared fields with their types."""
+        return StructType([StructField(f.name, f.type, True) for f in self.fields])
+
+    @property
+    def silver_fields(self) -> tuple[Field, ...]:
+        """The fields silver stores (ApplyChanges' ``except_fields`` left out)."""
+        left_out = self.silver.except_fields if isinstance(self.silver, ApplyChanges) else ()
+        return tuple(f for f in self.fields if f.name not in left_out)
+
+    @property
+    def descriptions(self) -> dict[str, str]:
+        """Field name -> description, for the fields that have one."""
+        return {f.name: f.description for f in self.fields if f.description}
+
+    def unknown_fields_of_line(self, line: str) -> set[str]:
+        """The fields of one NDJSON line this feed does not declare (schema drift)."""
+        if self.unknown_fields is not None:
+            return self.unknown_fields(line)
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return set()
+        return {key for key in record if key not in self.field_names} if isinstance(record, dict) else set()
+
+
+# ---- the project's feeds -----------------------------------------------------------
+
+
+def feeds_in(modules: Iterable[ModuleType]) -> tuple[Feed, ...]:
+    """Every :class:`Feed` defined at the top level of ``modules``, each once, names unique.
+
+    Raises:
+        FeedDeclarationError: two feeds share a name, or two silver tables do.
+    """
+    found: dict[str, Feed] = {}
+    tables: dict[str, str] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if not isinstance(value, Feed) or found.get(value.name) is value:
+                continue
+            if value.name in found:
+                raise FeedDeclarationError(
+                    f"two feeds are named {value.name!r} (one in {module.__name__}): rename one; "
+                    "the name is its bronze table and checkpoint"
+                )
+            found[value.name] = value
+            if value.silver_table is not None:
+                if value.silver_table in tables:
+                    raise FeedDeclarationError(
+                        f"feeds {tables[value.silver_table]!r} and {value.name!r} both declare silver.{value.silver_table}: "
+                        "give each feed its own silver table"
+                    )
+                tables[value.silver_table] = value.name
+    return tuple(found.values())
+
+
+def pipeline_modules(package: str = "medallion_assets.pipelines") -> tuple[ModuleType, ...]:
+    """The modules of the pipelines package (sub-packages' modules too), imported."""
+    root = importlib.import_module(package)
+    modules = [root]
+    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+        modules.append(importlib.import_module(info.name))
+    return tuple(modules)
+
+
+@cache
+def project_feeds() -> tuple[Feed, ...]:
+    """The feeds the project's pipelines declare (read once, on first use)."""
+    return feeds_in(pipeline_modules())
+
+
+def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:
+    """The feeds bronze streams in (landed files and Kafka), of ``feeds`` or the project's."""
+    return tuple(f for f in (project_feeds() if feeds is None else feeds) if f.is_stream)
+
+
+def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed called ``name`` (a :class:`Feed` is returned as it is).
+
+    Raises:
+        FeedDeclarationError: no feed has that name; the message lists the declared ones.
+    """
+    if isinstance(name, Feed):
+        return name
+    candidates = tuple(project_feeds() if feeds is None else feeds)
+    for feed in candidates:
+        if feed.name == name:
+            return feed
+    raise FeedDeclarationError(
+        f"no feed is named {name!r}; declared feeds: {', '.join(f.name for f in candidates) or 'none'}. "
+        "Declare it with Feed(...) in a module of medallion_assets/pipelines/"
+    )

@@ -1,0 +1,151 @@
+"""TPC-H's own silver step: order events (files and Kafka) -> ``silver.orders`` and ``silver.lineitem``.
+
+An order event is nested (an order with its line items), so this step is
+plain transform code (:mod:`.transforms`) built from the same building blocks
+the generic change-feed step uses: parse with a reason per rejected line,
+expectations as checks, merges by key and sequence with deletes, and the
+quarantine appended last (see :mod:`medallion_assets.assets.silver`).
+``lineitem`` is replaced by order: an order's new event replaces all its line items.
+"""
+
+# No ``from __future__ import annotations``: Dagster reads the config class from the annotation.
+from typing import Literal
+
+from dagster import AssetIn, AssetKey, AssetOut, Config, MetadataValue, Output, multi_asset
+from pydantic import Field
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from medallion_assets.assets.checks import reference_check, silver_freshness_checks, unique_key_check
+from medallion_assets.assets.silver import QUARANTINE
+from medallion_assets.expectations import (
+    apply_expectations,
+    check_specs,
+    expect,
+    expect_or_drop,
+    expect_or_fail,
+    rejects_to_quarantine,
+)
+from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
+from medallion_assets.pipelines.tpch import transforms as T
+from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA, ORDERS_RAW, TPCH_COLUMN_DESCRIPTIONS
+
+ORDERS = AssetKey(["silver", "orders"])
+LINEITEM = AssetKey(["silver", "lineitem"])
+QUARANTINE_ORDERS = AssetKey(["quarantine", "orders"])
+
+ORDERS_EXPECTATIONS = [
+    expect_or_fail("orders_key_present", "o_orderkey IS NOT NULL", "the merge key"),
+    expect_or_drop("orders_status_known", "o_orderstatus IN ('O', 'F', 'P')"),
+    # A negative total means the feed's amounts are corrupt: stop before gold revenue is wrong.
+    expect_or_fail("orders_total_price_non_negative", "o_totalprice >= 0", "amounts of the feed are sane"),
+]
+LINEITEM_EXPECTATIONS = [
+    expect_or_drop("lineitem_discount_in_range", "l_discount BETWEEN 0 AND 1"),
+    expect_or_drop("lineitem_quantity_positive", "l_quantity > 0"),
+    expect("lineitem_ships_before_receipt", "l_shipdate <= l_receiptdate"),
+]
+
+
+
+def _sequence() -> F.Column:
+    # One sortable text per change, so the merge compares a single column.
+    return F.concat_ws("|", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"), F.col("event_id")).alias("_sequence")
+
+
+def _descriptions(schema) -> dict[str, str]:
+    return {name: TPCH_COLUMN_DESCRIPTIONS[name] for name in schema.fieldNames()}
+
+
+class OrdersSilverConfig(Config):
+    """How ``silver.orders`` and ``silver.lineitem`` treat the order events they merge."""
+
+    schema_drift: Literal["ignore", "evolve"] = Field(
+        default="ignore",
+        description=(
+            "Fields of order events that the landing contract does not define: 'ignore' drops them "
+            "(bronze keeps the raw line); 'evolve' adds each order field as a string column of "
+            "silver.orders and each line item field as one of silver.lineitem (envelope fields "
+            "and names that are not plain identifiers stay ignored)."
+        ),
+    )
+
+
+@multi_asset(
+    outs={
+        # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
+        "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
+        "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
+        "quarantine_orders": AssetOut(kinds=DELTA_KINDS, key=QUARANTINE_ORDERS, metadata=QUARANTINE, is_required=False),
+    },
+    ins={
+        "orders_raw": AssetIn(key=ORDERS_RAW.bronze_key, metadata={READ: "changes"}),
+        "orders_kafka": AssetIn(key=ORDERS_KAFKA.bronze_key, metadata={READ: "changes"}),
+    },
+    check_specs=[*check_specs(ORDERS, ORDERS_EXPECTATIONS), *check_specs(LINEITEM, LINEITEM_EXPECTATIONS)],
+    group_name="silver",
+    can_subset=False,
+)
+def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, orders_kafka: DataFrame):
+    """orders and lineitem: latest state per order (deletes applied), merged from new events of either source."""
+    lines = T.order_lines(orders_raw, orders_kafka)
+    drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
+    if config.schema_drift == "evolve":
+        kept, ignored = T.keep_order_fields(drifted)
+    else:
+        kept, ignored = T.KeptOrderFields(), sorted(f"{level}.{field}" for level, field in set(drifted))
+    drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
+    events, rejects = T.parse_order_events(lines, kept)
+    unique_events = T.deduplicate_events(events)
+    # The winner's file goes along so a row that fails an expectation is quarantined with it.
+    winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
+    changes = (
+        T.latest_order_changes(unique_events)
+        .join(winner_files, ["o_orderkey", "event_time", "event_id"], "left")
+        .withColumn("_sequence", _sequence())
+        .cache()
+    )
+    upserts = changes.where(F.col("op") == "upsert")
+    deletes = changes.where(F.col("op") == "delete")
+
+    order_upserts = T.order_rows(upserts, kept).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
+    orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders")
+    lineitem_upserts = T.lineitem_rows(upserts, kept).join(
+        upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence", "_source_file"), "l_orderkey"
+    )
+    lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
+
+    quarantined = rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined)
+    yield from orders.check_results
+    yield from lineitem.check_results
+    if orders.blocked or lineitem.blocked:
+        # A failed expectation: the tables stay as they are; the blocking check stops downstream.
+        yield Output(quarantined, output_name="quarantine_orders")
+        return
+    deleted_orders = deletes.select("o_orderkey", "_sequence")
+    order_rows = orders.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
+        deleted_orders.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
+    )
+    line_rows = lineitem.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
+        deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey").withColumn("_deleted", F.lit(True)),
+        allowMissingColumns=True,
+    )
+    yield Output(order_rows, output_name="orders",
+                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order))})
+    yield Output(line_rows, output_name="lineitem",
+                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
+    # Last: the step's read position is the oldest of its tables', so a run killed
+    # before this append reads the increment again, merges it again (a no-op) and
+    # quarantines it once. Written first, a killed run's rejects were appended twice.
+    yield Output(quarantined, output_name="quarantine_orders")
+
+
+#: Table checks of TPC-H's own silver tables and the references between them.
+tpch_silver_checks = [
+    unique_key_check("orders", ("o_orderkey",)),
+    unique_key_check("lineitem", ("l_orderkey", "l_linenumber")),
+    reference_check("lineitem", ("l_orderkey",), "orders", ("o_orderkey",)),
+    reference_check("orders", ("o_custkey",), "customers", ("c_custkey",)),
+    reference_check("customers", ("c_nationkey",), "nation", ("n_nationkey",)),
+    *silver_freshness_checks(["orders", "lineitem"]),
+]
