@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark import SparkContext
 
         from medallion_assets.definitions import build_definitions
-        from medallion_assets.jobs import all_months_tags
+        from medallion_assets.pipelines.tpch.gold import all_months_tags
         from medallion_assets.simulate import land_all
 
         contexts = {"created": 0}

@@ -281,7 +281,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     from dagster import DagsterEventType, DagsterInstance, materialize
 
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.jobs import all_months_tags
+    from medallion_assets.pipelines.tpch.gold import all_months_tags
 
     defs = build_definitions("local")
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in a.keys)]
@@ -453,9 +453,9 @@ OVERHEAD_RULES: list[tuple[str, str, str]] = [
     ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager/client.py:latest_version"),
     ("`exists()` (`isDeltaTable`)", "isDeltaTable", ""),
     ("`isEmpty()` before append / merge / tombstones", "DataFrame.isEmpty", ""),
-    ("silver schema-drift scan (`drifted_order_fields(...).collect()`)", "DataFrame.collect", "assets/silver.py:orders_and_lineitem"),
+    ("silver schema-drift scan (`drifted_order_fields(...).collect()`)", "DataFrame.collect", "pipelines/tpch/silver.py:orders_and_lineitem"),
     ("expectation counts (`apply_expectations` ... `first()`)", "DataFrame.first", "expectations.py:apply_expectations"),
-    ("gold reconciliation checks (`reconcile` ... `first()`)", "DataFrame.first", "assets/gold.py:reconcile"),
+    ("gold reconciliation checks (`reconcile` ... `first()`)", "DataFrame.first", "pipelines/tpch/gold.py:reconcile"),
     ("Dagster instance look-ups (consumed versions, fingerprints)", "dagster instance", ""),
 ]
 

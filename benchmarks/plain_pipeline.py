@@ -114,9 +114,10 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     """The whole pipeline: silver, then gold from the silver just written."""
     from pyspark.sql import functions as F
 
-    from medallion_assets.assets.silver import CUSTOMERS_EXPECTATIONS, LINEITEM_EXPECTATIONS, ORDERS_EXPECTATIONS
+    from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_EXPECTATIONS
+    from medallion_assets.pipelines.tpch.silver import LINEITEM_EXPECTATIONS, ORDERS_EXPECTATIONS
     from medallion_assets.transforms import bronze as B
-    from medallion_assets.transforms import gold as G
+    from medallion_assets.pipelines.tpch import gold_transforms as G
     from medallion_assets.pipelines.tpch import transforms as T
 
     # ---- landing, read as batches (what bronze holds, without storing it)

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.jobs import all_months_tags
+    from medallion_assets.pipelines.tpch.gold import all_months_tags
     from medallion_assets.resources import LakeResource
 
     defs = build_definitions("local")

@@ -146,7 +146,7 @@ def run_continuous(
                     spark, lake, kafka, feed, trigger={"processingTime": config.trigger_interval},
                     query_name=f"bronze_{stream}_continuous",
                 )
-                say(f"{stream}: started on {kafka.describe()} (trigger every {config.trigger_interval})")
+                say(f"{stream}: started on {kafka.for_feed(feed).describe()} (trigger every {config.trigger_interval})")
                 continue
             limits = config.rate_limits.get(stream, StreamRateLimit())
             queries[stream] = start_bronze_stream(

@@ -51,7 +51,6 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True) -> D
             the feeds it lands. No job or schedule selects it; a deployment with
             a real landing zone leaves it out, and then nothing shows it.
     """
-    from medallion_assets.assets import gold
     from medallion_assets.assets.bronze import bronze_assets
     from medallion_assets.assets.checks import feed_checks, freshness_checks_among
     from medallion_assets.assets.silver import silver_assets
@@ -68,11 +67,9 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True) -> D
         *bronze_assets(feeds, landed_by=landed_by),
         *silver_assets(feeds),
         *load_assets_from_modules(modules),
-        *gold.gold_assets,
     ]
     checks = [
-        *feed_checks(feeds), *load_asset_checks_from_modules(modules), *gold.gold_checks,
-        *stream_health_checks(feeds),
+        *feed_checks(feeds), *load_asset_checks_from_modules(modules), *stream_health_checks(feeds),
     ]
     return Definitions(
         assets=assets,

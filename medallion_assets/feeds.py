@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -134,8 +135,14 @@ class LandingFiles:
 
 @dataclass(frozen=True, kw_only=True)
 class KafkaTopic:
-    """Messages of the deployment's Kafka topic (the ``kafka`` resource's ``topic``), each value one NDJSON line."""
+    """Messages of a Kafka topic, each value one NDJSON line, on the deployment's broker (the ``kafka`` resource).
 
+    Args:
+        topic: the topic; a deployment may read another (``MEDALLION_KAFKA_TOPIC``).
+        format: the messages' format.
+    """
+
+    topic: str
     format: Literal["ndjson"] = "ndjson"
 
 
@@ -358,19 +365,48 @@ def feeds_in(modules: Iterable[ModuleType]) -> tuple[Feed, ...]:
     return tuple(found.values())
 
 
-def pipeline_modules(package: str = "medallion_assets.pipelines") -> tuple[ModuleType, ...]:
-    """The modules of the pipelines package (sub-packages' modules too), imported."""
-    root = importlib.import_module(package)
-    modules = [root]
-    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
-        modules.append(importlib.import_module(info.name))
+#: Packages of pipelines besides the project's own, comma-separated (read when the feeds are first looked up).
+PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
+
+#: The project's own pipelines.
+PROJECT_PIPELINES = "medallion_assets.pipelines"
+
+
+def pipeline_packages() -> tuple[str, ...]:
+    """:data:`PROJECT_PIPELINES` and the packages named in ``MEDALLION_PIPELINES``."""
+    extra = [name.strip() for name in os.environ.get(PIPELINES_VARIABLE, "").split(",") if name.strip()]
+    return tuple(dict.fromkeys([PROJECT_PIPELINES, *extra]))
+
+
+def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType, ...]:
+    """The modules of the pipeline packages (sub-packages' modules too), imported.
+
+    Raises:
+        FeedDeclarationError: a package named in ``MEDALLION_PIPELINES`` cannot be imported.
+    """
+    modules = []
+    for package in pipeline_packages() if packages is None else packages:
+        try:
+            root = importlib.import_module(package)
+        except ModuleNotFoundError as error:
+            raise FeedDeclarationError(
+                f"{PIPELINES_VARIABLE} names the package {package!r}, which cannot be imported ({error}): "
+                "install it or put its folder on PYTHONPATH"
+            ) from error
+        modules.append(root)
+        for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=f"{package}."):
+            modules.append(importlib.import_module(info.name))
     return tuple(modules)
 
 
 @cache
+def _feeds_of(packages: tuple[str, ...]) -> tuple[Feed, ...]:
+    return feeds_in(pipeline_modules(packages))
+
+
 def project_feeds() -> tuple[Feed, ...]:
-    """The feeds the project's pipelines declare (read once, on first use)."""
-    return feeds_in(pipeline_modules())
+    """The feeds the pipelines declare (each package read once, on first use)."""
+    return _feeds_of(pipeline_packages())
 
 
 def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:

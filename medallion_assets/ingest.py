@@ -169,6 +169,7 @@ def start_kafka_stream(
     from medallion_assets.transforms import bronze
 
     feed = kafka_feed(stream)
+    kafka = kafka.for_feed(feed)
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
     frame = bronze.kafka_messages(messages)

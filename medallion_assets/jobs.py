@@ -5,6 +5,7 @@ from dagster import (
     AssetSelection,
     Config,
     OpExecutionContext,
+    PartitionsDefinition,
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
@@ -25,24 +26,22 @@ ingest_job = define_asset_job(
     selection=AssetSelection.groups("bronze", "silver"),
     description="Take newly landed files into bronze and merge them into silver.",
 )
-#: Everything downstream of bronze, including asset checks. gold.daily_revenue is
-#: partitioned by month: a run covers a range of months (a single-run backfill).
+#: Everything downstream of bronze, including asset checks. A partitioned gold
+#: table's run covers a range of its partitions (a single-run backfill).
 refresh_job = define_asset_job(
     "refresh",
     selection=AssetSelection.groups("silver", "gold"),
-    description="Bring silver and gold up to date with bronze (every month of gold.daily_revenue in one run).",
+    description="Bring silver and gold up to date with bronze (every partition of a partitioned gold table in one run).",
 )
 
 
-def all_months_tags() -> dict[str, str]:
-    """Run tags that make one run cover every month of ``gold.daily_revenue``.
+def all_partitions_tags(partitions: PartitionsDefinition) -> dict[str, str]:
+    """Run tags that make one run cover every partition of ``partitions``.
 
-    Months whose silver inputs did not change are cheap: the IO manager skips
+    Partitions whose inputs did not change are cheap: the IO manager skips
     rewriting a partition range whose inputs are the same as last time.
     """
-    from medallion_assets.assets.gold import MONTHLY
-
-    keys = MONTHLY.get_partition_keys()
+    keys = partitions.get_partition_keys()
     return {ASSET_PARTITION_RANGE_START_TAG: keys[0], ASSET_PARTITION_RANGE_END_TAG: keys[-1]}
 
 
@@ -84,8 +83,9 @@ def table_maintenance():
 ingest_schedule = ScheduleDefinition(job=ingest_job, cron_schedule="0 * * * *", name="ingest_hourly")
 @schedule(job=refresh_job, cron_schedule="30 2 * * *", name="refresh_daily")
 def refresh_schedule(context: ScheduleEvaluationContext) -> RunRequest:
-    """Daily: silver and gold, every month of the partitioned gold table in one run."""
-    return RunRequest(tags=all_months_tags())
+    """Daily: silver and gold, every partition of the partitioned gold table in one run."""
+    partitions = context.repository_def.get_job(refresh_job.name).partitions_def
+    return RunRequest(tags=all_partitions_tags(partitions) if partitions is not None else {})
 maintenance_schedule = ScheduleDefinition(job=table_maintenance, cron_schedule="0 4 * * 0", name="maintenance_weekly")
 
 jobs = [ingest_job, refresh_job, table_maintenance]

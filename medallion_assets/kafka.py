@@ -62,10 +62,12 @@ class KafkaError(RuntimeError):
 
 
 class KafkaResource(ConfigurableResource):
-    """Where the order events' topic is, and how the bronze stream reads it.
+    """Where the Kafka feed's topic is, and how its bronze stream reads it.
 
     Unconfigured (no ``bootstrap_servers``) is a valid state: the deployment
-    lands order events as files only, and the Kafka bronze table stays empty.
+    lands its events as files only, and the Kafka bronze table stays empty.
+    The topic is the one the feed declares (``KafkaTopic(topic=...)``) unless
+    ``topic`` names another (:meth:`for_feed`).
 
     Example:
         >>> kafka = KafkaResource(bootstrap_servers="127.0.0.1:9092", topic="orders")
@@ -77,7 +79,11 @@ class KafkaResource(ConfigurableResource):
         default="",
         description="Kafka bootstrap servers, host:port[,host:port]. Empty: no Kafka source in this deployment.",
     )
-    topic: str = Field(default="orders", description="Topic of the order events (the landing contract's NDJSON lines, one per message).")
+    topic: str = Field(
+        default="",
+        description="Topic to read, one NDJSON line per message. Empty: the topic the Kafka feed declares "
+        "(KafkaTopic(topic=...)).",
+    )
     security_protocol: str = Field(
         default="PLAINTEXT", description="Kafka security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
     )
@@ -144,6 +150,11 @@ class KafkaResource(ConfigurableResource):
     def configured(self) -> bool:
         """Whether this deployment has a Kafka source."""
         return bool(self.bootstrap_servers.strip())
+
+    def for_feed(self, feed) -> "KafkaResource":
+        """This resource with the feed's declared topic, unless a topic is set here."""
+        declared = getattr(feed.source, "topic", "")
+        return self if self.topic or not declared else self.model_copy(update={"topic": declared})
 
     def describe(self) -> str:
         """The connection in words, without credentials (for logs and errors)."""

@@ -181,7 +181,8 @@ def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, no
     from medallion_assets.ingest import kafka_feed
     from medallion_assets.kafka import KafkaError, watermark_offsets
 
-    stream = kafka_feed(stream).name
+    feed = kafka_feed(stream)
+    stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
     committed = checkpoint.kafka_committed_offsets(kafka.topic)

@@ -7,7 +7,7 @@ import json
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 
-from medallion_assets.assets import gold
+from medallion_assets.pipelines.tpch import gold
 from medallion_assets.pipelines.tpch import silver
 from medallion_assets_tests import tpch_assets as bronze
 from medallion_assets.definitions import resources_for

@@ -114,7 +114,7 @@ def test_every_column_of_every_gold_table_is_described(spark):
     The assets are invoked on empty silver frames of the contract's schemas and
     stop at their first output: Spark only analyses the plans, nothing runs.
     """
-    from medallion_assets.assets.gold import gold_assets
+    from medallion_assets.pipelines.tpch.gold import gold_assets
 
     assert gold_assets
     for gold in gold_assets:

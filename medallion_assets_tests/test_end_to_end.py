@@ -18,7 +18,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets import simulate
-from medallion_assets.assets.gold import MONTHLY, gold_assets
+from medallion_assets.pipelines.tpch.gold import MONTHLY, gold_assets
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import delta_extension_path, read_with_deltalake, rows
 
@@ -126,7 +126,7 @@ def landed_lines(files) -> dict[str, int]:
 
 
 def materialize_everything(defs, instance):
-    from medallion_assets.jobs import all_months_tags
+    from medallion_assets.pipelines.tpch.gold import all_months_tags
 
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in getattr(a, "keys", []))]
     checks = list(defs.asset_checks)

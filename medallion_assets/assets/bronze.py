@@ -100,6 +100,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
                 **table_metadata(client, path, column_descriptions=descriptions), "new_rows": 0,
                 "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
             })
+        kafka = kafka.for_feed(feed)
         context.log.info(f"reading {kafka.describe()}")
         query = start_kafka_stream(session, lake, kafka, feed, commit_metadata={"dagster_run_id": context.run_id})
         metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed)

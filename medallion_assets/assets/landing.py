@@ -40,12 +40,13 @@ def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: Kafk
     import functools
 
     from medallion_assets.kafka import publish_files
+    from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
     from medallion_assets.simulate import AllBatchesLandedError, land_next_batch
 
     try:
         landed = land_next_batch(
             lake.landing_dir, scale_factor=config.scale_factor, batches=config.batches, seed=config.seed,
-            order_events_to=config.order_events_to, publish=functools.partial(publish_files, kafka),
+            order_events_to=config.order_events_to, publish=functools.partial(publish_files, kafka.for_feed(ORDERS_KAFKA)),
         )
     except AllBatchesLandedError as done:
         return MaterializeResult(metadata={"landed_files": 0, "note": str(done)})

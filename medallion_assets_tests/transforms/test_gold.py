@@ -12,7 +12,8 @@ import pytest
 
 from medallion_assets import simulate
 from medallion_assets.pipelines.tpch import transforms as tpch
-from medallion_assets.transforms import bronze, gold
+from medallion_assets.pipelines.tpch import gold_transforms as gold
+from medallion_assets.transforms import bronze
 from medallion_assets.pipelines.tpch import transforms as silver
 
 duckdb = pytest.importorskip("duckdb")

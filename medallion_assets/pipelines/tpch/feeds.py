@@ -126,7 +126,7 @@ ORDERS_KAFKA = Feed(
     name="orders_kafka",
     description="Order event messages from the Kafka topic, as delivered, with topic, partition, offset and "
     "Kafka timestamp. Empty where the deployment has no Kafka source.",
-    source=KafkaTopic(),
+    source=KafkaTopic(topic="orders"),
     fields=_ORDER_EVENT_FIELDS,
     unknown_fields=unknown_order_fields,
 )

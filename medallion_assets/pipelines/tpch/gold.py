@@ -1,6 +1,6 @@
 """Gold: business tables and the TPC-H answers, computed from silver.
 
-Thin: each asset calls a function of ``transforms.gold``. Every gold table is
+Thin: each asset calls a function of :mod:`.gold_transforms`. Every gold table is
 rewritten whole (the IO manager skips the rewrite when its silver inputs did
 not change), except ``daily_revenue``, which is partitioned by month and
 replaces only the months of its run (replaceWhere on ``o_orderdate``).
@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.io_manager import DELTA_KINDS, delta_table
-from medallion_assets.transforms import gold as G
+from medallion_assets.pipelines.tpch import gold_transforms as G
 
 GROUP = "gold"
 
@@ -404,3 +404,10 @@ gold_assets = [
 gold_checks = build_last_update_freshness_checks(
     assets=gold_assets, lower_bound_delta=timedelta(hours=GOLD_MAX_LAG_HOURS), severity=AssetCheckSeverity.WARN
 )
+
+
+def all_months_tags() -> dict[str, str]:
+    """Run tags that make one run cover every month of ``gold.daily_revenue``."""
+    from medallion_assets.jobs import all_partitions_tags
+
+    return all_partitions_tags(MONTHLY)
