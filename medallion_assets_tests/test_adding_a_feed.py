@@ -1,0 +1,170 @@
+"""docs/adding-a-feed.md, followed literally: its Python block is the new pipeline file, its claims are checked.
+
+The page's one Python block is written, as it is, to a package of pipelines
+named in ``MEDALLION_PIPELINES`` (the test must not write into the checkout,
+which other workers read at the same time; the page offers both places).
+Files land as the page says: its two example lines, a correction, bad lines
+of each kind the page names, and a line with a field the declaration does
+not name, written with plain Python (the writer under test is the bronze
+stream). Then the project's own definitions are built and the feed is
+materialized with TPC-H's orders upstream of its gold table. Bronze, silver
+and gold are read back with delta-rs and DuckDB.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from dagster import AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context, materialize
+
+from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.order_events import order_event_line
+
+pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
+PACKAGE = "doc_pipelines"
+BRONZE, SILVER = AssetKey(["bronze", "payments_raw"]), AssetKey(["silver", "payments"])
+QUARANTINE, GOLD = AssetKey(["quarantine", "payments"]), AssetKey(["gold", "order_payments"])
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.S)
+
+
+@pytest.fixture
+def page_pipeline(tmp_path, monkeypatch):
+    """The page's Python block as ``doc_pipelines/payments.py``, found through ``MEDALLION_PIPELINES``."""
+    [code] = blocks("python")
+    folder = tmp_path / "pipelines" / PACKAGE
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "payments.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path / "pipelines"))
+    monkeypatch.setenv("MEDALLION_PIPELINES", PACKAGE)
+    yield importlib.import_module(f"{PACKAGE}.payments")
+    for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
+        del sys.modules[name]
+
+
+def land(folder: Path, name: str, lines: list[str]) -> None:
+    """Whole files only, as the landing contract asks: write aside, then rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    aside = folder / f".{name}.tmp"
+    aside.write_text("\n".join(lines) + "\n")
+    aside.rename(folder / name)
+
+
+def payment(payment_id: str, order_key: int, amount: str, paid_at: str, **extra) -> str:
+    return json.dumps({"payment_id": payment_id, "order_key": order_key, "amount": amount, "paid_at": paid_at, **extra})
+
+
+def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch, page_pipeline):
+    from medallion_assets.continuous import ContinuousStreamsConfig, run_continuous
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets.resources import LakeResource
+
+    lake_root = tmp_path / "lake"
+    monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake_root))
+    lake = LakeResource(root=str(lake_root))
+    landing = lake_root / "landing"
+    land(landing / "orders", "batch-00001.json",
+         [order_event_line(1, "e1", total="200.00"), order_event_line(2, "e2", total="80.00")])
+    example = [line for line in blocks("json")[0].splitlines() if line.strip()]
+    land(landing / "payments", "batch-00001.json", [
+        *example,
+        payment("pay-0001", 1, "100.50", "2026-11-02T11:00:00Z"),  # a correction: later paid_at wins
+        payment("pay-0003", 2, "-5.00", "2026-11-02T12:00:00Z"),  # dropped by the expectation
+        payment("pay-0004", 2, "ten", "2026-11-02T12:00:00Z"),
+        json.dumps({"payment_id": "pay-0005", "order_key": 2, "paid_at": "2026-11-02T12:00:00Z"}),
+        "not json at all",
+        payment("pay-0006", 2, "20.00", "2026-11-02T13:00:00Z", card_brand="visa"),  # drift: kept in bronze
+    ])
+
+    defs = build_definitions("local", simulator=False)
+    repo = defs.get_repository_def()
+    keys = repo.asset_graph.get_all_asset_keys()
+    assert {BRONZE, SILVER, QUARANTINE, GOLD} <= keys
+    assert not repo.asset_graph.get(BRONZE).parent_keys, "no simulator upstream of a real feed"
+    with_demo = build_definitions("local", simulator=True).get_repository_def().asset_graph
+    assert AssetKey(["landing", "simulated_batch"]) not in with_demo.get(BRONZE).parent_keys
+    sensor = repo.get_sensor_def("payments_raw_checkpoint_sensor")
+    check_keys = {(k.asset_key, k.name) for k in repo.asset_graph.asset_check_keys}
+    assert {(BRONZE, "stream_health"), (SILVER, "payments_amount_positive"), (SILVER, "payments_key_unique"),
+            (SILVER, "freshness_check")} <= check_keys
+
+    wanted = {BRONZE, SILVER, QUARANTINE, GOLD, AssetKey(["bronze", "orders_raw"]), AssetKey(["bronze", "orders_kafka"]),
+              AssetKey(["silver", "orders"])}
+    assets = list({id(a): a for a in defs.assets if set(getattr(a, "keys", ())) & wanted}.values())
+    checks = [c for c in defs.asset_checks if {k.asset_key for k in c.check_keys} <= {BRONZE, SILVER}]
+    instance = DagsterInstance.ephemeral()
+    result = materialize([*assets, *checks], resources=defs.resources, instance=instance)
+    assert result.success
+
+    # Bronze: every line as delivered, bad ones included.
+    bronze = read_with_deltalake(str(lake_root / "bronze" / "payments_raw"))
+    landed = (landing / "payments" / "batch-00001.json").read_text().splitlines()
+    assert sorted(bronze.column("value").to_pylist()) == sorted(landed)
+
+    # Silver: one row per payment, typed, the latest paid_at winning; read by DuckDB.
+    silver = {r["payment_id"]: r for r in read_with_duckdb(str(lake_root / "silver" / "payments")).to_pylist()}
+    assert sorted(silver) == ["pay-0001", "pay-0002", "pay-0006"]
+    assert silver["pay-0001"]["amount"] == Decimal("100.50") and silver["pay-0001"]["order_key"] == 1
+    assert silver["pay-0002"]["amount"] == Decimal("80.00")
+    assert "card_brand" not in read_with_duckdb(str(lake_root / "silver" / "payments")).column_names
+
+    # Quarantine: each bad line with the reason the page names, and its file.
+    quarantine = read_with_deltalake(str(lake_root / "quarantine" / "payments")).to_pylist()
+    assert sorted(r["reason"] for r in quarantine) == sorted([
+        "not valid JSON", "missing amount", "amount is not a decimal: 'ten'", "payments_amount_positive: amount > 0",
+    ])
+    assert all(r["_source_file"].endswith("batch-00001.json") for r in quarantine)
+
+    # Gold: what each order has been paid.
+    gold = {r["o_orderkey"]: r for r in read_with_duckdb(str(lake_root / "gold" / "order_payments")).to_pylist()}
+    assert gold[1]["paid"] == Decimal("100.50") and gold[1]["outstanding"] == Decimal("99.50")
+    assert gold[2]["paid"] == Decimal("100.00") and gold[2]["payment_count"] == 2
+
+    # Checks: the expectation reports the dropped row (WARN, handled as declared); the key is unique.
+    evaluations = {(e.asset_key, e.check_name): e for e in result.get_asset_check_evaluations()}
+    dropped = evaluations[(SILVER, "payments_amount_positive")]
+    assert dropped.passed and dropped.metadata["failing_rows"].value == 1
+    assert evaluations[(SILVER, "payments_key_unique")].passed
+    assert evaluations[(BRONZE, "stream_health")].passed
+
+    # Column schema: the declared descriptions on bronze and silver, the gold ones on gold.
+    def described(key):
+        [event] = [m for m in result.get_asset_materialization_events() if m.asset_key == key]
+        schema = event.materialization.metadata["dagster/column_schema"].value
+        return {c.name: c.description for c in schema.columns}
+
+    assert described(SILVER)["amount"] == "Amount paid."
+    assert described(SILVER)["order_key"] == "The order paid (silver.orders.o_orderkey)."
+    assert described(BRONZE)["value"] and described(BRONZE)["_source_file"]
+    assert described(GOLD)["outstanding"] == "o_totalprice minus paid."
+
+    # The checkpoint sensor reports the batch with its schema drift.
+    with build_sensor_context(instance=instance, resources={"lake": lake}) as context:
+        ticked = sensor(context)
+    [batch] = [e for e in ticked.asset_events if isinstance(e, AssetMaterialization) and e.asset_key == BRONZE]
+    assert batch.metadata["schema_drift_fields"].value == ["card_brand"]
+    assert batch.metadata["schema_drift_rows"].value == 1
+    assert ticked.run_requests, "a batch with rows requests silver and gold"
+
+    # Continuous mode runs the new stream by its name.
+    land(landing / "payments", "batch-00002.json", [payment("pay-0007", 1, "1.00", "2026-11-03T09:00:00Z")])
+    table = str(lake_root / "bronze" / "payments_raw")
+    config = ContinuousStreamsConfig(streams=["payments_raw"], trigger_interval="1 second", run_seconds=120,
+                                     poll_seconds=0.5)
+    started = time.monotonic()
+    run = run_continuous(spark, lake, config, install_signal_handlers=False,
+                         should_stop=lambda: len(read_with_deltalake(table)) == len(landed) + 1)
+    assert run.progress["payments_raw"], "continuous mode ran the feed's stream"
+    assert time.monotonic() - started < 120
