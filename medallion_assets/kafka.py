@@ -1,4 +1,4 @@
-"""Kafka as a second source of order events: the connection, the broker's offsets, a producer.
+"""Kafka as a source of a feed's events: the connection, the broker's offsets, a producer.
 
 :class:`KafkaResource` holds what a deployment says about its broker (servers,
 topic, security) and how the bronze stream reads it (starting offsets, batch
@@ -22,9 +22,6 @@ from typing import Any
 
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator
-
-#: The bronze table (and stream) the Kafka order events go to.
-KAFKA_STREAM = "orders_kafka"
 
 #: Maven coordinates of Spark's Kafka connector, for sessions that can reach Maven.
 KAFKA_MAVEN_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
@@ -167,7 +164,7 @@ class KafkaResource(ConfigurableResource):
         return settings
 
     def spark_source_options(self) -> dict[str, str]:
-        """Options of ``spark.readStream.format("kafka")`` for the order topic."""
+        """Options of ``spark.readStream.format("kafka")`` for the topic."""
         options = {
             "kafka.bootstrap.servers": self.bootstrap_servers,
             "subscribe": self.topic,
