@@ -12,6 +12,10 @@ none), so the points are read off the disk, the way a crash leaves them:
   writing, or wrote and were not committed). Both engines write a task's
   Parquet file in place under the table folder and name it in the commit.
 
+For a Dagster step writing several tables, :class:`RunCommitWatch` reads which
+of them already hold a commit of a given run: the IO manager records
+``dagster_run_id`` in every commit's custom metadata, on either engine.
+
 :func:`kill_when` polls these every 20 ms and SIGKILLs the process group as
 soon as a condition holds. Everything here only reads, except
 :func:`undo_checkpoint_commit`, which a test uses to recreate a crash state
@@ -27,8 +31,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 from urllib.parse import unquote
 
 from medallion_assets_tests.processes import signal_group
@@ -128,12 +133,82 @@ class StreamWatch:
         return Seen(offsets, commits, txn, frozenset(files - self._added))
 
 
-def sink_engines(table: str) -> set[str]:
-    """The engines that wrote the table's commits carrying an app transaction (a stream sink's).
+def _commit_files(table: str) -> list[tuple[int, str]]:
+    """``(version, file name)`` of the table's JSON commits in place, oldest first."""
+    try:
+        names = os.listdir(os.path.join(table, "_delta_log"))
+    except FileNotFoundError:
+        return []
+    found = [(int(name[:-5]), name) for name in names
+             if name.endswith(".json") and len(name) == 25 and name[:-5].isdigit()]
+    return sorted(found)
 
-    delta-spark signs its commits with ``engineInfo`` (``Apache-Spark/... Delta-Lake/...``),
-    delta-rs with ``clientVersion`` (``delta-rs.<version>``).
+
+def commit_run_id(actions: list[dict]) -> str | None:
+    """The Dagster run a commit's custom metadata names (``dagster_run_id``), if any.
+
+    Both engines keep the IO manager's keys as a JSON object in ``commitInfo.userMetadata``;
+    delta-rs also sets them as keys of ``commitInfo`` itself.
     """
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    try:
+        custom = json.loads(info.get("userMetadata") or "{}")
+    except ValueError:
+        custom = {}
+    run_id = (custom if isinstance(custom, dict) else {}).get("dagster_run_id") or info.get("dagster_run_id")
+    return str(run_id) if run_id else None
+
+
+@dataclass(frozen=True)
+class RunCommits:
+    """One look at which tables hold a commit of the watched run."""
+
+    tables: frozenset[str]
+    """Names (as given to :class:`RunCommitWatch`) of the tables with a commit of the run."""
+    engines: frozenset[str]
+    """The engines (:func:`commit_engine`) that wrote the run's commits."""
+    versions: Mapping[str, int]
+    """Each table's newest commit version in place (-1: no commit yet)."""
+    at: float = field(default_factory=time.monotonic)
+
+
+class RunCommitWatch:
+    """Which of some Delta tables hold a commit of one Dagster run, read off their logs.
+
+    Each commit file is parsed once (they never change once in place), so a look
+    costs a directory listing per table.
+    """
+
+    def __init__(self, tables: Mapping[str, str], run_id: str) -> None:
+        self.tables = dict(tables)
+        self.run_id = run_id
+        self._parsed: dict[str, set[int]] = {name: set() for name in self.tables}
+        self._committed: set[str] = set()
+        self._engines: set[str] = set()
+
+    def look(self) -> RunCommits:
+        versions = {}
+        for name, table in self.tables.items():
+            files = _commit_files(table)
+            versions[name] = files[-1][0] if files else -1
+            for version, file_name in files:
+                if version in self._parsed[name]:
+                    continue
+                try:
+                    with open(os.path.join(table, "_delta_log", file_name)) as handle:
+                        actions = [json.loads(line) for line in handle if line.strip()]
+                except (FileNotFoundError, ValueError):
+                    continue  # not in place yet: read at the next look
+                if commit_run_id(actions) == self.run_id:
+                    self._committed.add(name)
+                    self._engines.add(commit_engine(actions))
+                self._parsed[name].add(version)
+        return RunCommits(frozenset(self._committed), frozenset(self._engines), versions)
+
+
+def sink_engines(table: str) -> set[str]:
+    """The engines (:func:`commit_engine`) that wrote the table's commits carrying an app
+    transaction (a stream sink's)."""
     engines = set()
     folder = os.path.join(table, "_delta_log")
     for name in sorted(os.listdir(folder)):
@@ -143,14 +218,22 @@ def sink_engines(table: str) -> set[str]:
             actions = [json.loads(line) for line in handle if line.strip()]
         if not any("txn" in a for a in actions):
             continue
-        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if "Delta-Lake" in str(info.get("engineInfo", "")):
-            engines.add("delta-spark")
-        elif str(info.get("clientVersion", "")).startswith("delta-rs"):
-            engines.add("delta-rs")
-        else:
-            engines.add(f"unknown ({info})")
+        engines.add(commit_engine(actions))
     return engines
+
+
+def commit_engine(actions: list[dict]) -> str:
+    """The engine that wrote a commit: ``delta-spark``, ``delta-rs`` or ``unknown (<commitInfo>)``.
+
+    delta-spark signs its commits with ``engineInfo`` (``Apache-Spark/... Delta-Lake/...``),
+    delta-rs with ``clientVersion`` (``delta-rs.<version>``).
+    """
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    if "Delta-Lake" in str(info.get("engineInfo", "")):
+        return "delta-spark"
+    if str(info.get("clientVersion", "")).startswith("delta-rs"):
+        return "delta-rs"
+    return f"unknown ({info})"
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -159,15 +242,25 @@ def kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+_Look_co = TypeVar("_Look_co", covariant=True)
+_Look = TypeVar("_Look")
+
+
+class Watch(Protocol[_Look_co]):
+    """What :func:`kill_when` polls: :class:`StreamWatch`, :class:`RunCommitWatch`."""
+
+    def look(self) -> _Look_co: ...
+
+
 def kill_when(
     proc: subprocess.Popen,
-    watch: StreamWatch,
-    condition: Callable[[Seen], bool],
+    watch: Watch[_Look],
+    condition: Callable[[_Look], bool],
     *,
     what: str,
     timeout: float = 300,
     poll: float = POLL_SECONDS,
-) -> Seen:
+) -> _Look:
     """SIGKILL ``proc``'s group as soon as ``condition(watch.look())`` holds.
 
     Returns the look that fired the kill. Raises when the process ends first
@@ -182,7 +275,7 @@ def kill_when(
             if condition(seen):
                 return seen
             if ended:
-                raise AssertionError(f"the ingest ended (rc {proc.returncode}) before {what}: {seen}; "
+                raise AssertionError(f"the process ended (rc {proc.returncode}) before {what}: {seen}; "
                                      f"see {getattr(proc, 'log', 'its log')}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}: {seen}")

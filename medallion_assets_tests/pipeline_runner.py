@@ -6,6 +6,11 @@ asset checks, every month of the partitioned gold table in one run) on the
 persistent instance of ``DAGSTER_HOME`` and the lake of ``MEDALLION_LAKE_ROOT``,
 on the deployment ``MEDALLION_DEPLOYMENT`` and the engine ``MEDALLION_DELTA_ENGINE`` pick. It prints one JSON line: the
 Delta engine each materialization recorded, and the checks that failed.
+
+``python -m medallion_assets_tests.pipeline_runner orders_step RUN_ID`` runs
+only silver's orders step (:func:`run_orders_step`) on that lake, as the
+Dagster run ``RUN_ID``, so a test watching the tables' logs from outside knows
+which commits are this run's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,31 @@ import sys
 from pathlib import Path
 
 
+def run_orders_step(run_id: str):
+    """Materialize TPC-H's orders step (``orders_and_lineitem``: silver.orders, silver.lineitem,
+    quarantine.orders and their checks) from the bronze tables of ``MEDALLION_LAKE_ROOT``, as the Dagster run ``run_id``
+    (on an ephemeral instance: what the step consumed is kept in the tables' logs).
+
+    The IO manager records the run id in each commit it makes (``dagster_run_id``).
+    """
+    from dagster import AssetSelection, Definitions, define_asset_job
+
+    from medallion_assets.definitions import resources_for
+    from medallion_assets.pipelines.tpch import silver
+    from medallion_assets_tests import tpch_assets as bronze
+
+    definitions = Definitions(
+        assets=[bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem],
+        jobs=[define_asset_job("orders_step", selection=AssetSelection.assets(silver.orders_and_lineitem))],
+        resources=resources_for("local"),
+    )
+    return definitions.resolve_job_def("orders_step").execute_in_process(run_id=run_id)
+
+
 def main(argv: list[str]) -> int:
+    if argv[0] == "orders_step":
+        run_orders_step(argv[1])
+        return 0
     scale_factor, batches, seed = float(argv[0]), int(argv[1]), int(argv[2])
     from dagster import DagsterInstance
 
