@@ -152,6 +152,10 @@ class LandingSnapshots:
 
     folder: str
 
+    @property
+    def file_suffix(self) -> str:
+        return ".parquet"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ApplyChanges:
@@ -430,3 +434,23 @@ def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
         f"no feed is named {name!r}; declared feeds: {', '.join(f.name for f in candidates) or 'none'}. "
         "Declare it with Feed(...) in a module of medallion_assets/pipelines/"
     )
+
+
+def kafka_feed(stream: Feed | str | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed read from the Kafka topic: ``stream``, or the one feed declared with :class:`KafkaTopic`.
+
+    Raises:
+        ValueError: ``stream`` is not a Kafka feed, or there is not exactly one to default to.
+    """
+    if stream is not None:
+        feed = feed_named(stream, feeds)
+        if not isinstance(feed.source, KafkaTopic):
+            raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
+        return feed
+    candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
+    if len(candidates) != 1:
+        raise ValueError(
+            f"{len(candidates)} feeds are declared with KafkaTopic() ({', '.join(f.name for f in candidates) or 'none'}): "
+            "name the one to read"
+        )
+    return candidates[0]

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
-from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, LandingSnapshots, feed_named, project_feeds
+from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
 from medallion_assets.resources import LakeResource
 
 if TYPE_CHECKING:
@@ -112,26 +112,6 @@ def start_bronze_stream(
     )
     return _start_bronze_sink(spark, lake, feed.name, frame, frame.schema, trigger=trigger,
                               commit_metadata=commit_metadata, query_name=query_name)
-
-
-def kafka_feed(stream: Feed | str | None = None, feeds: tuple[Feed, ...] | None = None) -> Feed:
-    """The feed read from the Kafka topic: ``stream``, or the one feed declared with :class:`KafkaTopic`.
-
-    Raises:
-        ValueError: ``stream`` is not a Kafka feed, or there is not exactly one to default to.
-    """
-    if stream is not None:
-        feed = feed_named(stream, feeds)
-        if not isinstance(feed.source, KafkaTopic):
-            raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
-        return feed
-    candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
-    if len(candidates) != 1:
-        raise ValueError(
-            f"{len(candidates)} feeds are declared with KafkaTopic() ({', '.join(f.name for f in candidates) or 'none'}): "
-            "name the one to read"
-        )
-    return candidates[0]
 
 
 def start_kafka_stream(
@@ -267,7 +247,7 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> 
     feed = feed_named(feed)
     if not isinstance(feed.source, LandingSnapshots):
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed (its source is {feed.source!r})")
-    newest = latest_snapshot(lake.files(lake.landing_folder(feed), ".parquet"))
+    newest = latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
     if newest is None:
         return None
     frame = (

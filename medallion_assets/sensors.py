@@ -45,7 +45,7 @@ from dagster import (
 )
 
 from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
-from medallion_assets.feeds import Feed, KafkaTopic, feed_named, project_feeds, stream_feeds
+from medallion_assets.feeds import Feed, KafkaTopic, feed_named, kafka_feed, project_feeds, stream_feeds
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.stream_monitoring import (
@@ -248,8 +248,6 @@ def build_kafka_lag_check(stream: Feed | str | None = None):
     Args:
         stream: the Kafka feed (default: the one declared with ``KafkaTopic()``).
     """
-    from medallion_assets.ingest import kafka_feed
-
     feed = kafka_feed(stream)
 
     @asset_check(

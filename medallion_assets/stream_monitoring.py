@@ -21,7 +21,7 @@ from dagster import Config
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
-from medallion_assets.feeds import Feed, LandingFiles, feed_named
+from medallion_assets.feeds import Feed, LandingFiles, feed_named, kafka_feed
 from medallion_assets.resources import LakeResource
 
 
@@ -77,7 +77,7 @@ def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
     feed = feed_named(stream)
     if not hasattr(feed.source, "folder"):
         return {}
-    suffix = feed.source.file_suffix if isinstance(feed.source, LandingFiles) else ".parquet"
+    suffix = feed.source.file_suffix
     folder = Path(local_path(lake.landing_folder(feed)))
     if not folder.is_dir():
         return {}
@@ -178,7 +178,6 @@ def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, no
     (or a planned batch has not committed for that long), and when the broker
     does not answer.
     """
-    from medallion_assets.ingest import kafka_feed
     from medallion_assets.kafka import KafkaError, watermark_offsets
 
     feed = kafka_feed(stream)

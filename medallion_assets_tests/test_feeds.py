@@ -28,7 +28,7 @@ def tpch_names() -> set[str]:
     """TPC-H's feed names and silver tables, from its declarations and its own silver step."""
     from medallion_assets.pipelines.tpch import feeds, silver
 
-    declared = [f for f in vars(feeds).values() if isinstance(f, Feed)]
+    declared = feeds_in([feeds])
     tables = {f.silver_table for f in declared if f.silver_table} | {k.path[-1] for k in silver.orders_and_lineitem.keys}
     return {f.name for f in declared} | tables
 

@@ -22,7 +22,7 @@ from dagster import (
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from medallion_assets.feeds import ApplyChanges, Feed, Replace
+from medallion_assets.feeds import ApplyChanges, Feed
 
 def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
     """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing."""
@@ -126,9 +126,8 @@ def feed_checks(feeds: Iterable[Feed]) -> list[AssetChecksDefinition]:
     """The table checks of the feeds' silver tables: keys present and unique, and freshness for change feeds."""
     checks = []
     for feed in feeds:
-        if isinstance(feed.silver, ApplyChanges):
-            checks.append(unique_key_check(feed.silver.table, feed.silver.keys))
-        elif isinstance(feed.silver, Replace) and feed.silver.keys:
+        # ApplyChanges always has keys; a Replace snapshot may declare none.
+        if feed.silver is not None and feed.silver.keys:
             checks.append(unique_key_check(feed.silver.table, feed.silver.keys))
     changed = [feed.silver.table for feed in feeds if isinstance(feed.silver, ApplyChanges)]
     return [*checks, *(silver_freshness_checks(changed) if changed else [])]

@@ -10,7 +10,7 @@ from typing import Literal
 from dagster import Config, MaterializeResult, asset
 from pydantic import Field
 
-from medallion_assets.feeds import Feed
+from medallion_assets.feeds import feeds_in
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 
@@ -31,7 +31,7 @@ def simulated_feeds() -> tuple[str, ...]:
     """The feeds whose files (or Kafka messages) the simulator lands: TPC-H's."""
     from medallion_assets.pipelines.tpch import feeds
 
-    return tuple(f.name for f in vars(feeds).values() if isinstance(f, Feed))
+    return tuple(f.name for f in feeds_in([feeds]))
 
 
 @asset(key=["landing", "simulated_batch"], group_name="landing", description="Lands the next batch of a noisy TPC-H feed under landing/.")
