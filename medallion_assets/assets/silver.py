@@ -20,7 +20,6 @@ from collections.abc import Iterable
 
 from dagster import AssetIn, AssetOut, AssetsDefinition, Output, asset, multi_asset
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from medallion_assets.expectations import apply_expectations, check_specs, rejects_to_quarantine
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
@@ -75,10 +74,7 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined)
         yield from outcome.check_results
         if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
-            rows = outcome.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
-                T.deleted_keys(latest, feed).withColumn("_deleted", F.lit(True)), allowMissingColumns=True
-            )
-            yield Output(rows, output_name=table)
+            yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table)
         # Last: see the module's docstring.
         yield Output(quarantined, output_name=quarantine_output)
 

@@ -325,6 +325,14 @@ def deleted_keys(latest: DataFrame, feed: Feed) -> DataFrame:
     return latest.where(F.col("_deleted")).select(*feed.silver.keys, "_sequence")
 
 
+def rows_to_merge(kept: DataFrame, deleted: DataFrame) -> DataFrame:
+    """What a merge with deletes takes: the kept rows (``_deleted`` false, their ``_source_file``
+    dropped) and the deleted keys with their ``_sequence`` (``_deleted`` true, other columns null)."""
+    return kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
+        deleted.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
+    )
+
+
 def mask_pii(frame: DataFrame, feed: Feed) -> DataFrame:
     """Mask the feed's PII fields that ``frame`` has, deterministically so joins still work.
 

@@ -28,6 +28,7 @@ from medallion_assets.expectations import (
 )
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
+from medallion_assets.transforms.silver import rows_to_merge
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA, ORDERS_RAW, TPCH_COLUMN_DESCRIPTIONS
 
 ORDERS = AssetKey(["silver", "orders"])
@@ -123,13 +124,8 @@ def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, order
         yield Output(quarantined, output_name="quarantine_orders")
         return
     deleted_orders = deletes.select("o_orderkey", "_sequence")
-    order_rows = orders.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
-        deleted_orders.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
-    )
-    line_rows = lineitem.kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
-        deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey").withColumn("_deleted", F.lit(True)),
-        allowMissingColumns=True,
-    )
+    order_rows = rows_to_merge(orders.kept, deleted_orders)
+    line_rows = rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey"))
     yield Output(order_rows, output_name="orders",
                  metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order))})
     yield Output(line_rows, output_name="lineitem",
