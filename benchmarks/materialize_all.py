@@ -116,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark import SparkContext
 
         from medallion_assets.definitions import build_definitions
-        from medallion_assets.pipelines.tpch.gold import all_months_tags
         from medallion_assets.simulate import land_all
 
         contexts = {"created": 0}
@@ -145,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
                 [*assets, *defs.asset_checks],
                 resources=defs.resources,
                 instance=instance,
-                tags=all_months_tags(),
                 raise_on_error=False,
             )
             elapsed = time.monotonic() - started

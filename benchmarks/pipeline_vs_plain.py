@@ -281,7 +281,6 @@ def dagster_child(args: argparse.Namespace) -> int:
     from dagster import DagsterEventType, DagsterInstance, materialize
 
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.pipelines.tpch.gold import all_months_tags
 
     defs = build_definitions("local")
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in a.keys)]
@@ -309,7 +308,6 @@ def dagster_child(args: argparse.Namespace) -> int:
         [*assets, *defs.asset_checks],
         resources=defs.resources,
         instance=instance,
-        tags=all_months_tags(),
         raise_on_error=False,
     )
     run_ended = time.time()

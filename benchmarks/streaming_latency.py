@@ -84,7 +84,6 @@ def main(argv=None) -> int:
 
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.pipelines.tpch.gold import all_months_tags
     from medallion_assets.resources import LakeResource
 
     defs = build_definitions("local")
@@ -95,7 +94,7 @@ def main(argv=None) -> int:
     print(f"lake: {lake}", file=sys.stderr)
     simulate.land_next_batch(lake / "landing", scale_factor=args.scale_factor, batches=2, seed=3)
     started = time.monotonic()
-    first = materialize(assets, resources=defs.resources, instance=instance, tags=all_months_tags())
+    first = materialize(assets, resources=defs.resources, instance=instance)
     assert first.success
     print(f"initial materialization: {time.monotonic() - started:.1f}s", file=sys.stderr)
 
@@ -155,7 +154,7 @@ def main(argv=None) -> int:
                 time.sleep(args.sensor_interval)
             requested = time.monotonic() - landed
             refresh = materialize(assets, selection=downstream, resources=defs.resources, instance=instance,
-                                  tags={**all_months_tags(), **result.run_requests[0].tags})
+                                  tags=result.run_requests[0].tags)
             assert refresh.success
             to_gold = time.monotonic() - landed
             results.append({

@@ -2,8 +2,11 @@
 
 Thin: each asset calls a function of :mod:`.gold_transforms`. Every gold table is
 rewritten whole (the IO manager skips the rewrite when its silver inputs did
-not change), except ``daily_revenue``, which is partitioned by month and
-replaces only the months of its run (replaceWhere on ``o_orderdate``).
+not change). None is a Dagster-partitioned asset: Dagster runs partitioned and
+unpartitioned assets of one "Materialize all" as separate runs of a backfill,
+which on a laptop means two Spark drivers; whole tables keep it one run, one
+JVM. A user's own time-window partitioned asset is supported by the IO manager
+(``delta_table(partition_expr=...)``, replaceWhere over the run's window).
 
 The revenue tables carry a reconciliation check against silver, computed in
 the same step from the same silver versions; every gold table has Dagster's
@@ -26,12 +29,9 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
-    AssetExecutionContext,
     AssetIn,
     AssetKey,
-    BackfillPolicy,
     MetadataValue,
-    MonthlyPartitionsDefinition,
     Output,
     TableColumnDep,
     TableColumnLineage,
@@ -45,10 +45,6 @@ from medallion_assets.io_manager import DELTA_KINDS, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
 
 GROUP = "gold"
-
-#: TPC-H order dates run from 1992-01-01 to 1998-08-02: one partition per month of
-#: that range, so "all partitions" means the months that can hold orders.
-MONTHLY = MonthlyPartitionsDefinition(start_date="1992-01-01", end_date="1998-09-01")
 
 #: Gold is refreshed daily: allow a day and a bit.
 GOLD_MAX_LAG_HOURS = 26.0
@@ -253,7 +249,7 @@ DAILY_REVENUE_LINEAGE = {
     "order_count": _from("orders", "o_orderkey"),
 }
 DAILY_REVENUE_COLUMNS = {
-    "o_orderdate": "Date the orders were placed; the table is partitioned by its month.",
+    "o_orderdate": "Date the orders were placed.",
     "c_mktsegment": "Market segment of the ordering customers.",
     "revenue": (
         "Sum of l_extendedprice * (1 - l_discount) over the line items of the day's orders by customers of "
@@ -268,21 +264,15 @@ DAILY_REVENUE_COLUMNS = {
     ins=_silver("orders", "lineitem", "customers"),
     group_name=GROUP,
     kinds=DELTA_KINDS,
-    partitions_def=MONTHLY,
-    # A range of months is one run (one Spark job per step), not a run per month.
-    backfill_policy=BackfillPolicy.single_run(),
-    description="Revenue and order count per order date and market segment; partitioned by month of o_orderdate.",
-    metadata=delta_table(partition_expr="o_orderdate", column_descriptions=DAILY_REVENUE_COLUMNS),
+    description="Revenue and order count per order date and market segment.",
+    metadata=delta_table(column_descriptions=DAILY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
 )
-def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
-    window = context.partition_time_window
-    start, end = window.start.date(), window.end.date()
-    in_window = orders.where((F.col("o_orderdate") >= F.lit(start)) & (F.col("o_orderdate") < F.lit(end)))
-    frame = G.daily_revenue(in_window, lineitem, customer).cache()
-    yield _with_lineage(frame, DAILY_REVENUE_LINEAGE, months=MetadataValue.text(f"{start}..{end}"))
+def daily_revenue(orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
+    frame = G.daily_revenue(orders, lineitem, customer).cache()
+    yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
     silver_days = (
-        in_window.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
+        orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
         .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
         .groupBy("o_orderdate")
         .agg(_net_price_sum())
@@ -405,9 +395,3 @@ gold_checks = build_last_update_freshness_checks(
     assets=gold_assets, lower_bound_delta=timedelta(hours=GOLD_MAX_LAG_HOURS), severity=AssetCheckSeverity.WARN
 )
 
-
-def all_months_tags() -> dict[str, str]:
-    """Run tags that make one run cover every month of ``gold.daily_revenue``."""
-    from medallion_assets.jobs import all_partitions_tags
-
-    return all_partitions_tags(MONTHLY)
