@@ -2,7 +2,7 @@
 
 The surface copies delta-spark's: ``spark.read.format("delta")``,
 ``df.write.format("delta")``, ``readStream``/``writeStream`` and
-:class:`DeltaTable`. See the README for the idioms that differ.
+:class:`DeltaTable`. See docs/delta-engines.md for the idioms that differ.
 """
 
 from medallion_assets.delta.errors import (
