@@ -52,7 +52,7 @@ DELTA_SPARK_SESSION_CONFIG: dict[str, str] = {
 }
 
 #: The Maven coordinates ``delta.configure_spark_with_delta_pip`` uses for this
-#: Spark (Scala 2.13); only fetched when the user opts in.
+#: Spark (Scala 2.13); fetched when Maven answers the probe, or when the user says so.
 DELTA_SPARK_MAVEN_PACKAGE = "io.delta:delta-spark_2.13:{version}"
 
 
@@ -89,17 +89,14 @@ def jar_files(location: str, *, variable: str = "DELTA_SPARK_JARS", holds: str =
     Raises:
         FileNotFoundError: a named file is missing, or the folder holds no jar.
     """
+    from medallion_assets.settings import jar_location_problem
+
+    problem = jar_location_problem(variable, location, holds=holds)
+    if problem:
+        raise FileNotFoundError(problem)
     entries = [entry.strip() for entry in location.split(",") if entry.strip()]
     if len(entries) == 1 and os.path.isdir(entries[0]):
-        jars = sorted(glob.glob(os.path.join(entries[0], "*.jar")))
-        if not jars:
-            raise FileNotFoundError(
-                f"{variable} names the folder {entries[0]!r}, which holds no .jar file; put the jars there ({holds})"
-            )
-        return jars
-    missing = [entry for entry in entries if not os.path.isfile(entry)]
-    if missing:
-        raise FileNotFoundError(f"{variable} names jars that do not exist: {', '.join(missing)}")
+        return sorted(glob.glob(os.path.join(entries[0], "*.jar")))
     return entries
 
 
@@ -128,23 +125,31 @@ def plan_engine(
     setting: EngineSetting,
     *,
     jars: str | None = None,
-    maven: bool = False,
+    maven: bool | None = False,
     delta_version: str | None = None,
+    spark_config: Mapping[str, str] | None = None,
 ) -> EnginePlan:
     """Decide, before the session exists, how it will get its Delta engine.
 
-    Under ``auto`` delta-spark comes from, in this order: the platform (the
-    session turns out to have it already; see :func:`engine_for`), the local
-    jars in ``jars``, Maven when ``maven`` is set. Maven is an explicit opt-in,
-    never a probe: an offline machine must not hang on a download. With none of
-    these, the session runs the delta-rs engine.
+    Under ``auto`` delta-spark comes from, in this order: the platform (its
+    Spark ships delta-spark's jars; also recognised once the session exists,
+    see :func:`engine_for`), the local jars in ``jars``, Maven. With
+    ``maven=None`` Maven is used when a short probe (:func:`maven_reachable`,
+    at most :data:`MAVEN_PROBE_SECONDS`) finds the repository Spark would
+    download from; an offline machine waits no longer than that and gets the
+    delta-rs engine, with the reason. ``maven=True`` fetches without probing,
+    ``maven=False`` never does. An explicit ``delta-spark`` takes the same
+    sources, then expects the platform to have it.
 
     Args:
         setting: ``auto``, ``delta-spark`` or ``delta-rs``.
         jars: ``DELTA_SPARK_JARS``: a folder of jars or a comma list of jar files.
-        maven: fetch delta-spark from Maven (``spark.jars.packages``).
+        maven: ``MEDALLION_DELTA_SPARK_MAVEN``: fetch delta-spark from Maven
+            (``spark.jars.packages``): ``True``, ``False``, or ``None`` to probe.
         delta_version: the delta-spark version to fetch (default: the installed
             ``delta-spark`` Python package's).
+        spark_config: the session's settings, for the repositories Spark would use
+            (``spark.jars.repositories``, ``spark.jars.ivySettings``).
 
     Returns:
         The plan: extra session settings and the reason to log.
@@ -154,27 +159,178 @@ def plan_engine(
         {}
     """
     if setting not in ("auto", "delta-spark", "delta-rs"):
-        raise ValueError(f"MEDALLION_DELTA_ENGINE must be auto, delta-spark or delta-rs, got {setting!r}")
+        raise ValueError(
+            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+            "(or unset it for auto)"
+        )
     if setting == "delta-rs":
         return EnginePlan(setting, reason="MEDALLION_DELTA_ENGINE is delta-rs")
     if jars:
         files = delta_spark_jar_files(jars)
         config = {"spark.jars": ",".join(files), **DELTA_SPARK_SESSION_CONFIG}
         return EnginePlan(setting, config, "jars", f"delta-spark from the {len(files)} jars of DELTA_SPARK_JARS")
+    if platform_delta_spark_jars():
+        return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", "delta-spark shipped with Spark's own jars")
+    version = delta_version or _installed_delta_spark_version()
+    package = {"spark.jars.packages": DELTA_SPARK_MAVEN_PACKAGE.format(version=version), **DELTA_SPARK_SESSION_CONFIG}
     if maven:
-        version = delta_version or _installed_delta_spark_version()
-        config = {"spark.jars.packages": DELTA_SPARK_MAVEN_PACKAGE.format(version=version), **DELTA_SPARK_SESSION_CONFIG}
-        return EnginePlan(setting, config, "maven", f"delta-spark {version} from Maven (MEDALLION_DELTA_SPARK_MAVEN)")
+        return EnginePlan(setting, package, "maven", f"delta-spark {version} from Maven (MEDALLION_DELTA_SPARK_MAVEN)")
+    if maven is None:
+        probe = maven_reachable(maven_repositories(spark_config or {}), artifact=package["spark.jars.packages"])
+        if probe.reachable:
+            return EnginePlan(setting, package, "maven", f"delta-spark {version} from Maven ({probe.detail})")
+        missing = probe.detail
+    else:
+        missing = "no delta-spark jars: DELTA_SPARK_JARS is not set and Maven is not used"
+    fix = ("set DELTA_SPARK_JARS to a folder of the delta-spark jars, or MEDALLION_DELTA_SPARK_MAVEN=true where "
+           "Spark reaches Maven (through a proxy)")
     if setting == "delta-spark":
         # No jars named: the platform must provide them (checked once the session exists).
-        return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", "delta-spark from the platform")
-    return EnginePlan(
-        setting,
-        reason=(
-            "no delta-spark jars: DELTA_SPARK_JARS is not set and MEDALLION_DELTA_SPARK_MAVEN is off, "
-            "so unless the platform ships delta-spark the session runs the delta-rs engine"
-        ),
+        return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform",
+                          f"delta-spark from the platform ({missing})")
+    return EnginePlan(setting, reason=f"{missing}; using delta-rs unless the platform ships delta-spark; for delta-spark {fix}")
+
+
+#: The longest an engine plan waits to learn whether Maven can be reached.
+MAVEN_PROBE_SECONDS = 3.0
+
+#: Where Spark's Ivy downloads packages from unless configured otherwise (``DEFAULT_ARTIFACT_REPOSITORY``
+#: overrides it, as in Spark's ``MavenUtils``).
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+
+
+@dataclass(frozen=True)
+class MavenProbe:
+    """What the Maven probe found.
+
+    Attributes:
+        reachable: a repository answered for the artifact.
+        detail: which one, or why none did (for the engine plan's reason).
+    """
+
+    reachable: bool
+    detail: str
+
+
+_probes: dict[tuple[tuple[str, ...], str, float], MavenProbe] = {}
+
+
+def maven_repositories(spark_config: Mapping[str, str]) -> list[str]:
+    """The remote repositories Spark's Ivy would fetch ``spark.jars.packages`` from.
+
+    ``spark.jars.ivySettings`` replaces Spark's resolvers: its ``ibiblio`` roots and
+    ``url`` resolvers' artifact patterns are used. Otherwise ``spark.jars.repositories``
+    comes first, then Maven Central (or ``DEFAULT_ARTIFACT_REPOSITORY``). Settings not in
+    ``spark_config`` are read from ``spark-defaults.conf`` (``SPARK_CONF_DIR``).
+
+    Args:
+        spark_config: the session's settings.
+    """
+    config = {**_spark_defaults(), **{str(k): str(v) for k, v in spark_config.items()}}
+    ivy_settings = config.get("spark.jars.ivySettings", "").strip()
+    if ivy_settings:
+        roots = _ivy_settings_roots(ivy_settings)
+        if roots:
+            return roots
+    listed = [url.strip() for url in config.get("spark.jars.repositories", "").split(",") if url.strip()]
+    return [*listed, os.environ.get("DEFAULT_ARTIFACT_REPOSITORY") or MAVEN_CENTRAL]
+
+
+def _spark_defaults() -> dict[str, str]:
+    folder = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
     )
+    path = os.path.join(folder, "spark-defaults.conf") if folder else None
+    if not path or not os.path.isfile(path):
+        return {}
+    settings = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            parts = line.strip().split(None, 1)
+            if len(parts) == 2 and not parts[0].startswith("#"):
+                settings[parts[0]] = parts[1].strip()
+    return settings
+
+
+def _ivy_settings_roots(path: str) -> list[str]:
+    import xml.etree.ElementTree as ElementTree
+
+    try:
+        tree = ElementTree.parse(path)
+    except (OSError, ElementTree.ParseError):
+        return []
+    roots = []
+    for element in tree.iter():
+        if element.tag == "ibiblio" and element.get("root"):
+            roots.append(element.get("root"))
+        elif element.tag == "artifact" and element.get("pattern", "").startswith("http"):
+            roots.append(element.get("pattern").split("[", 1)[0])
+    return roots
+
+
+def maven_reachable(repositories: Sequence[str], *, artifact: str, timeout: float = MAVEN_PROBE_SECONDS) -> MavenProbe:
+    """Whether a repository answers for ``artifact`` within ``timeout`` seconds, asked once per process.
+
+    A HEAD request for the artifact's POM, the repositories asked side by side;
+    a name that does not resolve, a refused connection or silence all count as
+    unreachable. Ivy uses the JVM's proxy settings, this probe the process's
+    (``HTTPS_PROXY``): where they differ, set ``MEDALLION_DELTA_SPARK_MAVEN``.
+
+    Args:
+        repositories: repository roots (:func:`maven_repositories`).
+        artifact: ``group:name:version``.
+        timeout: the most the answer may take, name resolution included.
+    """
+    key = (tuple(repositories), artifact, timeout)
+    if key not in _probes:
+        _probes[key] = _probe(list(repositories), artifact, timeout)
+    return _probes[key]
+
+
+def _probe(repositories: list[str], artifact: str, timeout: float) -> MavenProbe:
+    import threading
+    import urllib.error
+    import urllib.request
+
+    group, name, version = artifact.split(":")
+    answers: dict[str, str | None] = {}  # repository -> None (has it) or why not
+    done = threading.Event()
+
+    def ask(root: str) -> None:
+        url = f"{root.rstrip('/')}/{group.replace('.', '/')}/{name}/{version}/{name}-{version}.pom"
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+                answers[root] = None
+        except urllib.error.HTTPError as error:
+            answers[root] = f"{root} answered {error.code} for {artifact}"
+        except (OSError, ValueError) as error:
+            answers[root] = f"{root}: {getattr(error, 'reason', error)}"
+        if answers[root] is None or len(answers) == len(repositories):
+            done.set()
+
+    # Threads, not a socket timeout alone: name resolution ignores socket timeouts.
+    for root in repositories:
+        threading.Thread(target=ask, args=(root,), daemon=True, name=f"maven-probe {root}").start()
+    done.wait(timeout)
+    found = [root for root, why in list(answers.items()) if why is None]
+    if found:
+        return MavenProbe(True, f"{found[0]} has {artifact}")
+    reasons = [why or "" for why in answers.values()] + [
+        f"{root}: no answer in {timeout:g} s" for root in repositories if root not in answers
+    ]
+    return MavenProbe(False, f"Maven not reachable ({'; '.join(reasons)})")
+
+
+def platform_delta_spark_jars() -> list[str]:
+    """delta-spark jars in Spark's own jars folder (``SPARK_HOME/jars`` or pyspark's), where a platform ships them."""
+    homes = [os.environ.get("SPARK_HOME")]
+    try:
+        import pyspark
+
+        homes.append(os.path.dirname(pyspark.__file__))
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        pass
+    return sorted(jar for home in homes if home for jar in glob.glob(os.path.join(home, "jars", "delta-spark_*.jar")))
 
 
 def _installed_delta_spark_version() -> str:

@@ -23,6 +23,9 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator
 
+from medallion_assets.settings import SASL_MECHANISMS as _SASL_MECHANISMS
+from medallion_assets.settings import SECURITY_PROTOCOLS as _SECURITY_PROTOCOLS
+
 #: Maven coordinates of Spark's Kafka connector, for sessions that can reach Maven.
 KAFKA_MAVEN_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
 
@@ -48,10 +51,6 @@ def kafka_connector_config(*, jars: str | None = None, maven: bool = False) -> d
 
         return {"spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark"))}
     return {}
-
-
-_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class KafkaError(RuntimeError):
@@ -133,7 +132,10 @@ class KafkaResource(ConfigurableResource):
         # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
         allowed = _SECURITY_PROTOCOLS if info.field_name == "security_protocol" else _SASL_MECHANISMS
         if type(value) is str and value not in allowed:
-            raise ValueError(f"{info.field_name} must be one of {', '.join(allowed)}, got {value!r}")
+            raise ValueError(
+                f"KafkaResource.{info.field_name}={value!r} is not one Kafka knows: use {', '.join(allowed)} "
+                f"(MEDALLION_KAFKA_{info.field_name.upper()} sets it in the deployed definitions)"
+            )
         return value
 
     @field_validator("max_offsets_per_trigger", "max_lag_messages")

@@ -73,11 +73,12 @@ class SparkResource(LazyPySparkResource):
         default=None,
         description="Local delta-spark jars: a folder of jars or a comma list of jar files (air-gapped clusters).",
     )
-    delta_spark_maven: bool = Field(
-        default=False,
+    delta_spark_maven: bool | None = Field(
+        default=None,
         description=(
-            "Fetch delta-spark from Maven (spark.jars.packages) when no jars are named. Off by default: "
-            "a machine without Maven access would wait on the download."
+            "Fetch delta-spark from Maven (spark.jars.packages) when no jars are named: true fetches, false "
+            "never does, unset (None) fetches when a probe of a few seconds finds Maven reachable (an offline "
+            "machine then runs delta-rs instead of waiting on the download)."
         ),
     )
     kafka_connector_jars: str | None = Field(
@@ -105,13 +106,19 @@ class SparkResource(LazyPySparkResource):
     def _known_engine(cls, value: str) -> str:
         # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
         if type(value) is str and value not in ("auto", "delta-spark", "delta-rs"):
-            raise ValueError(f"delta_engine must be auto, delta-spark or delta-rs, got {value!r}")
+            raise ValueError(
+                f"SparkResource.delta_engine={value!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+                "(MEDALLION_DELTA_ENGINE sets it in the deployed definitions)"
+            )
         return value
 
     @model_validator(mode="after")
     def _master_or_remote(self) -> SparkResource:
         if not self.master and not self.remote:
-            raise ValueError("SparkResource needs either `master` or `remote`.")
+            raise ValueError(
+                "SparkResource needs `master` (SPARK_MASTER_URL with MEDALLION_DEPLOYMENT=cluster) or "
+                "`remote` (SPARK_REMOTE with MEDALLION_DEPLOYMENT=connect); both are empty"
+            )
         return self
 
     @property
@@ -127,13 +134,20 @@ class SparkResource(LazyPySparkResource):
         # Overrides dagster-pyspark's builder: master/remote first, then enable_delta.
         if self._spark_session is not None:
             return
+        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
         from medallion_assets.engine import merged_session_config, plan_engine, start_engine
         from medallion_assets.kafka import kafka_connector_config
 
+        # A Connect client's jars are its server's, and a running session (getOrCreate returns it)
+        # takes no new jars: neither is worth a Maven probe.
+        probe_useless = bool(self.remote) or SparkContext._active_spark_context is not None
         plan = plan_engine(
-            self.delta_engine, jars=self.delta_spark_jars or None, maven=self.delta_spark_maven  # type: ignore[arg-type]
+            self.delta_engine,  # type: ignore[arg-type]
+            jars=self.delta_spark_jars or None,
+            maven=False if probe_useless and self.delta_spark_maven is None else self.delta_spark_maven,
+            spark_config=self.spark_config,
         )
         builder = SparkSession.builder.appName(self.app_name)
         builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
@@ -217,7 +231,10 @@ class LakeResource(ConfigurableResource):
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not isinstance(value, str) or (type(value) is str and not value.strip()):
-            raise ValueError("the lake root must not be empty")
+            raise ValueError(
+                f"LakeResource.root={value!r} is blank: give the lake's folder or URI "
+                "(MEDALLION_LAKE_ROOT sets it in the deployed definitions)"
+            )
         return value
 
     def _join(self, *parts: str) -> str:
@@ -284,8 +301,51 @@ class LakeResource(ConfigurableResource):
         return sorted(info.base_name for info in infos if info.type == wanted)
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        # Nothing to open: folders are created by the writers that need them.
+        """Checks, when a run (or sensor tick) starts, that the lake root can be written.
+
+        Dagster sets resources up before any step runs, and the Spark resource starts
+        its session only when an asset first asks for it: a read-only lake stops the
+        run here, naming the setting, instead of after Spark's start-up.
+
+        Raises:
+            LakeRootError: the root is a file, is not writable, or cannot be created.
+        """
+        problem = self.write_problem()
+        if problem:
+            raise LakeRootError(problem)
+
+    def write_problem(self) -> str | None:
+        """Why the lake root cannot be written, naming ``MEDALLION_LAKE_ROOT`` when it came from there; else ``None``.
+
+        An existing local root is written to (a temporary file, removed again), so
+        permissions the mode bits do not show (a read-only mount, ACLs, NFS) count.
+        A missing root is not created: its nearest existing parent must be a writable
+        folder. An object-store URI (``s3://``) is not probed: its permissions are
+        the store's, known only to a real write, and asking would be a network call.
+        """
+        import tempfile
+
+        from medallion_assets.settings import lake_root_problem
+
+        if "://" in self.root:
+            return None
+        variable = "MEDALLION_LAKE_ROOT" if os.environ.get("MEDALLION_LAKE_ROOT") == self.root else None
+        problem = lake_root_problem(self.root, variable=variable)
+        path = Path(self.root).expanduser().absolute()
+        if problem or not path.is_dir():
+            return problem
+        try:
+            with tempfile.TemporaryFile(dir=path, prefix=".medallion-write-check-"):
+                pass
+        except OSError as error:
+            named = f"{variable}={self.root!r}" if variable else f"the lake root {self.root!r}"
+            return (f"{named} is not writable ({path}: {error.strerror or error}): point "
+                    f"{variable or 'MEDALLION_LAKE_ROOT'} at a folder this user can write, or make it writable")
         return None
+
+
+class LakeRootError(OSError):
+    """The lake root cannot be written (its message names the setting, the path and the fix)."""
 
 
 # ---------------------------------------------------------------- per deployment
@@ -308,21 +368,31 @@ ENGINE_VARIABLES = {
 }
 #: The switches among them: booleans, which ``EnvVar`` cannot carry.
 _SWITCHES = ("delta_spark_maven", "kafka_connector_maven")
+_UNSET_MEANS = {"delta_spark_maven": "to probe Maven under auto", "kafka_connector_maven": "for false"}
 
 
 def engine_settings() -> dict[str, Any]:
     """The engine and connector fields of the Spark resource, from the variables that are set.
 
-    Unset variables keep the resource's defaults (``auto``, no jars, no Maven).
-    The Maven switches are booleans, which ``EnvVar`` cannot carry: they are
-    read when the definitions are built.
+    Unset variables keep the resource's defaults (``auto``, no jars, Maven probed
+    for delta-spark, not used for Kafka's connector). The Maven switches are
+    booleans, which ``EnvVar`` cannot carry: they are read when the definitions
+    are built.
+
+    Raises:
+        SettingsError: a switch is spelled as neither true nor false (``ture``), named.
     """
+    from medallion_assets.settings import switch
+
     settings: dict[str, Any] = {}
     for name, field in ENGINE_VARIABLES.items():
         value = os.environ.get(name)
         if not value:
             continue
-        settings[field] = value.strip().lower() in ("1", "true", "yes") if field in _SWITCHES else EnvVar(name)
+        if field not in _SWITCHES:
+            settings[field] = EnvVar(name)
+        elif switch(name, unset=None, unset_means=_UNSET_MEANS[field]) is not None:
+            settings[field] = switch(name, unset=None)
     return settings
 
 
@@ -364,4 +434,8 @@ def spark_resource(deployment: str) -> SparkResource:
         return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False, **engine)
     if deployment == "connect":
         return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"), **engine)
-    raise ValueError(f"MEDALLION_DEPLOYMENT must be local, cluster or connect, got {deployment!r}")
+    from medallion_assets.settings import SettingsError
+
+    raise SettingsError(
+        f"MEDALLION_DEPLOYMENT={deployment!r} is not a deployment: use local, cluster or connect (or unset it for local)"
+    )

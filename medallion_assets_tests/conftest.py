@@ -43,6 +43,9 @@ def pytest_configure(config):
     os.environ["MEDALLION_DELTA_ENGINE"] = session_engine()
     os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
     os.environ.setdefault("SPARK_DRIVER_MEMORY", TEST_DRIVER_MEMORY)
+    # No Maven probe (seconds on an offline machine) in the sessions tests and their processes build:
+    # their engine comes from MEDALLION_DELTA_ENGINE and DELTA_SPARK_JARS. test_settings.py probes.
+    os.environ.setdefault("MEDALLION_DELTA_SPARK_MAVEN", "false")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -57,10 +57,11 @@ def test_bad_jar_locations_are_named(tmp_path):
         plan_engine("delta-lake")  # type: ignore[arg-type]
 
 
-def test_maven_is_an_explicit_opt_in():
+def test_maven_true_fetches_without_probing_and_false_never_fetches():
+    # Unset (None) probes Maven: test_settings.py covers that offline and against a local repository.
     plan = plan_engine("auto", maven=True, delta_version="4.4.1")
     assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.1"
-    assert "spark.jars.packages" not in plan_engine("auto").spark_config
+    assert "spark.jars.packages" not in plan_engine("auto", maven=False).spark_config
 
 
 def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):

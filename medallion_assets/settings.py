@@ -1,0 +1,358 @@
+"""Every environment variable the project reads, checked once, early, by name.
+
+:func:`read_settings` runs when the definitions load (the ``@definitions``
+function), before any resource is built or any Spark session starts. A
+value the project cannot use stops the load with one :class:`SettingsError`
+whose first line names the variable, the value, what it may be and the fix;
+several wrong values are listed one per line in the same error. The resources'
+own validators stay (they protect direct construction), but a user who set a
+variable reads about the variable, not about a pydantic field.
+
+:data:`VARIABLES` is the table docs/settings.md is written from. Reading the
+environment here has no side effect: nothing is created, imported from the
+user's packages, or connected to, except ``MEDALLION_PIPELINES``'s packages
+being looked up (they are imported right after, by the definitions, anyway).
+
+Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    """One or more environment variables hold values the project cannot use (one line each)."""
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable the project reads, as docs/settings.md describes it.
+
+    Attributes:
+        name: the variable.
+        does: what it sets.
+        allowed: the values it may take.
+        default: what an unset variable means.
+    """
+
+    name: str
+    does: str
+    allowed: str
+    default: str
+
+
+#: Every environment variable the project reads (docs/settings.md is this table).
+VARIABLES: tuple[Variable, ...] = (
+    Variable("MEDALLION_DEPLOYMENT", "Where Spark runs: embedded, on a cluster, or through Spark Connect.",
+             "local, cluster, connect", "local"),
+    Variable("SPARK_MASTER_URL", "The cluster's master, with MEDALLION_DEPLOYMENT=cluster (required there).",
+             "spark://host:port, k8s://https://host:port, yarn, mesos://host:port, local[N]", "none"),
+    Variable("SPARK_REMOTE", "The Spark Connect endpoint, with MEDALLION_DEPLOYMENT=connect (required there).",
+             "sc://host[:port][/;params]", "none"),
+    Variable("MEDALLION_DELTA_ENGINE", "Which Delta engine the session runs.",
+             "auto, delta-spark, delta-rs", "auto"),
+    Variable("DELTA_SPARK_JARS", "Local delta-spark jars (machines without Maven).",
+             "a folder of .jar files, or a comma list of .jar files", "none"),
+    Variable("MEDALLION_DELTA_SPARK_MAVEN", "Fetch delta-spark from Maven: unset probes Maven under auto "
+             "(and delta-spark), true fetches without probing, false never fetches.",
+             "true/false (also yes/no, on/off, 1/0)", "unset: probe"),
+    Variable("KAFKA_SPARK_JARS", "Local jars of Spark's Kafka connector, for the Kafka bronze stream.",
+             "a folder of .jar files, or a comma list of .jar files", "none"),
+    Variable("MEDALLION_KAFKA_MAVEN", "Fetch Spark's Kafka connector from Maven when KAFKA_SPARK_JARS is not set.",
+             "true/false (also yes/no, on/off, 1/0)", "false"),
+    Variable("MEDALLION_LAKE_ROOT", "The lake's root folder (landing, layers, checkpoints); must be writable.",
+             "a local folder (relative: to the working directory) or an object-store URI (s3://...)",
+             "./lakehouse"),
+    Variable("MEDALLION_SIMULATOR", "Include the demo feed landing/simulated_batch.",
+             "on/off (also true/false, yes/no, 1/0)", "on"),
+    Variable("MEDALLION_PIPELINES", "More pipeline packages besides medallion_assets.pipelines.",
+             "a comma list of importable Python packages", "none"),
+    Variable("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "The Kafka broker; unset leaves the Kafka feeds out of the "
+             "definitions.", "host:port[,host:port]", "unset: no Kafka feeds"),
+    Variable("MEDALLION_KAFKA_TOPIC", "The topic to read instead of the one the Kafka feed declares.",
+             "a Kafka topic name (letters, digits, . _ -; at most 249)", "the feed's"),
+    Variable("MEDALLION_KAFKA_SECURITY_PROTOCOL", "Kafka security.protocol.",
+             "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", "PLAINTEXT"),
+    Variable("MEDALLION_KAFKA_SASL_MECHANISM", "SASL mechanism, with SASL_PLAINTEXT or SASL_SSL.",
+             "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", "none"),
+    Variable("MEDALLION_KAFKA_SASL_USERNAME", "SASL user name.", "any text", "none"),
+    Variable("MEDALLION_KAFKA_SASL_PASSWORD", "SASL password (never logged or shown).", "any text", "none"),
+    Variable("MEDALLION_KAFKA_STARTING_OFFSETS", "Where a new Kafka checkpoint starts.",
+             "earliest, latest, or Spark's per-partition JSON", "earliest"),
+)
+
+DEPLOYMENTS = ("local", "cluster", "connect")
+DELTA_ENGINES = ("auto", "delta-spark", "delta-rs")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+DEFAULT_LAKE_ROOT = "./lakehouse"
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+_SPELLINGS = ("true/false", "yes/no", "on/off", "1/0")
+_SPARK_MASTER = re.compile(
+    r"^(spark://[^/,:]+:\d+(,[^/,:]+:\d+)*|k8s://\S+|mesos://\S+|yarn|local(\[(\*|\d+)(,\d+)?\])?)$"
+)
+_SPARK_REMOTE = re.compile(r"^sc://[^/:;\s]+(:\d+)?/?(;\S*)?$")
+_KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The environment's settings, checked.
+
+    Attributes:
+        deployment: ``local``, ``cluster`` or ``connect``.
+        delta_engine: ``auto``, ``delta-spark`` or ``delta-rs``.
+        delta_spark_maven: ``True`` fetch, ``False`` never, ``None`` probe Maven.
+        kafka_maven: fetch Spark's Kafka connector from Maven.
+        simulator: include the demo feed.
+        kafka: a Kafka broker is configured (the Kafka feeds are in the definitions).
+        pipelines: the extra pipeline packages.
+    """
+
+    deployment: str = "local"
+    delta_engine: str = "auto"
+    delta_spark_maven: bool | None = None
+    kafka_maven: bool = False
+    simulator: bool = True
+    kafka: bool = False
+    pipelines: tuple[str, ...] = ()
+
+
+def switch(name: str, environ: Mapping[str, str] | None = None, *, unset: bool | None,
+           meaning: str = "true or false", unset_means: str | None = None) -> bool | None:
+    """The boolean an environment variable spells, ``unset`` when it is not set (or blank).
+
+    Args:
+        name: the variable.
+        environ: the environment (default: the process's).
+        unset: the value of an unset variable.
+        meaning: the allowed values in words, for the error (e.g. ``on or off``).
+        unset_means: what an unset variable does, for the error (default: ``unset``'s value).
+
+    Raises:
+        SettingsError: any other spelling (``ture``): never read silently as false.
+
+    Example:
+        >>> switch("X", {"X": "Yes"}, unset=False)
+        True
+    """
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None or not raw.strip():
+        return unset
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    default = unset_means or ("for true" if unset else "for false")
+    also = ", ".join(pair for pair in _SPELLINGS if pair.split("/")[0] not in meaning.split())
+    raise SettingsError(f"{name}={raw!r} is not a switch: use {meaning} (also {also}), or unset it {default}")
+
+
+def lake_root_problem(root: str, *, variable: str | None) -> str | None:
+    """Why the lake root cannot be written, in one line naming where it came from; ``None`` if it can.
+
+    Looks only (``os.access``, ``stat``): creates nothing. A missing root is fine
+    when its nearest existing parent is a writable folder (the writers create it).
+    An object-store URI (``s3://...``) is not probed: its credentials and
+    permissions are the store's, and asking would be a network call.
+
+    Args:
+        root: the lake root as configured.
+        variable: the environment variable it came from (``MEDALLION_LAKE_ROOT``), or
+            ``None`` for the default root.
+    """
+    if "://" in root:
+        return None
+    named = f"{variable}={root!r}" if variable else f"the lake root {root!r} (the default: MEDALLION_LAKE_ROOT is not set)"
+    fix = f"set {variable or 'MEDALLION_LAKE_ROOT'} to a folder this user can write"
+    path = Path(root).expanduser().absolute()
+    if path.exists():
+        if not path.is_dir():
+            return f"{named} is a file, not a folder ({path}): {fix}"
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{named} is not writable ({path}: {_why_not_writable(path)}): {fix}, or make it writable"
+        return None
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{named} cannot be created ({path}): {parent} is a file, not a folder: {fix}"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return (f"{named} does not exist and cannot be created ({path}): {parent} is not writable "
+                f"({_why_not_writable(parent)}): {fix}, or create it")
+    return None
+
+
+def _why_not_writable(path: Path) -> str:
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except (OSError, AttributeError):
+        pass
+    return "permission denied"
+
+
+def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Every setting of the environment, checked: all wrong values reported together.
+
+    Args:
+        environ: the environment (default: the process's).
+
+    Raises:
+        SettingsError: one line per wrong variable, naming it, its value, what it may be and the fix.
+    """
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+
+    def choice(name: str, allowed: tuple[str, ...], default: str, what: str) -> str:
+        raw = env.get(name)
+        if raw is None or raw == "":
+            return default
+        if raw not in allowed:
+            problems.append(
+                f"{name}={raw!r} is not {what}: use {', '.join(allowed[:-1])} or {allowed[-1]}"
+                + (f" (or unset it for {default})" if default else "")
+            )
+        return raw
+
+    def boolean(name: str, *, unset: bool | None, meaning: str = "true or false",
+                unset_means: str | None = None) -> bool | None:
+        try:
+            return switch(name, env, unset=unset, meaning=meaning, unset_means=unset_means)
+        except SettingsError as error:
+            problems.append(str(error))
+            return unset
+
+    deployment = choice("MEDALLION_DEPLOYMENT", DEPLOYMENTS, "local", "a deployment")
+    engine = choice("MEDALLION_DELTA_ENGINE", DELTA_ENGINES, "auto", "a Delta engine")
+    maven = boolean("MEDALLION_DELTA_SPARK_MAVEN", unset=None,
+                    meaning="true (fetch delta-spark from Maven without probing) or false (never)",
+                    unset_means="to probe Maven under auto")
+    kafka_maven = boolean("MEDALLION_KAFKA_MAVEN", unset=False)
+    simulator = boolean("MEDALLION_SIMULATOR", unset=True, meaning="on or off", unset_means="for on")
+
+    if deployment == "cluster":
+        _check_endpoint(env, problems, "SPARK_MASTER_URL", _SPARK_MASTER, deployment,
+                        "the cluster's master: spark://host:7077, k8s://https://host:443, yarn or mesos://host:5050")
+    if deployment == "connect":
+        _check_endpoint(env, problems, "SPARK_REMOTE", _SPARK_REMOTE, deployment,
+                        "a Spark Connect endpoint: sc://host:15002")
+
+    for name, holds in (
+        ("DELTA_SPARK_JARS", "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*"),
+        ("KAFKA_SPARK_JARS", "spark-sql-kafka-0-10, spark-token-provider-kafka-0-10, kafka-clients, commons-pool2"),
+    ):
+        if env.get(name, "").strip():
+            problem = jar_location_problem(name, env[name], holds=holds)
+            if problem:
+                problems.append(problem)
+
+    root = env.get("MEDALLION_LAKE_ROOT")
+    if root is not None and root != "":
+        if not root.strip():
+            problems.append(f"MEDALLION_LAKE_ROOT={root!r} is blank: set it to the lake's folder or URI, or unset it "
+                            f"for {DEFAULT_LAKE_ROOT}")
+        else:
+            problem = lake_root_problem(root, variable="MEDALLION_LAKE_ROOT")
+            if problem:
+                problems.append(problem)
+
+    pipelines = tuple(name.strip() for name in env.get("MEDALLION_PIPELINES", "").split(",") if name.strip())
+    for package in pipelines:
+        problem = _package_problem(package)
+        if problem:
+            problems.append(f"MEDALLION_PIPELINES={env['MEDALLION_PIPELINES']!r} names {package!r}, {problem}")
+
+    kafka = bool(env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
+    problems.extend(_kafka_problems(env))
+
+    if problems:
+        raise SettingsError("\n".join(problems))
+    return Settings(
+        deployment=deployment, delta_engine=engine, delta_spark_maven=maven, kafka_maven=bool(kafka_maven),
+        simulator=bool(simulator), kafka=kafka, pipelines=pipelines,
+    )
+
+
+def jar_location_problem(name: str, value: str, *, holds: str) -> str | None:
+    """Why a jars variable's value (a folder of jars, or a comma list of jar files) is unusable; ``None`` if it is fine."""
+    entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+    if len(entries) == 1 and os.path.isdir(entries[0]):
+        if not any(entry.endswith(".jar") for entry in os.listdir(entries[0])):
+            return (f"{name}={value!r} is a folder that holds no .jar file: put the jars there ({holds}), "
+                    f"or unset {name}")
+        return None
+    missing = [entry for entry in entries if not os.path.isfile(entry)]
+    if missing:
+        return (f"{name}={value!r} names what is neither a folder of jars nor a jar file ({', '.join(missing)}): "
+                f"give the folder of the jars ({holds}) or a comma list of .jar files, or unset {name}")
+    return None
+
+
+def _check_endpoint(env: Mapping[str, str], problems: list[str], name: str, pattern: re.Pattern,
+                    deployment: str, what: str) -> None:
+    value = env.get(name, "")
+    if not value.strip():
+        problems.append(f"{name} is not set, and MEDALLION_DEPLOYMENT={deployment} needs it: set it to {what}, "
+                        "or use MEDALLION_DEPLOYMENT=local")
+    elif not pattern.match(value):
+        problems.append(f"{name}={value!r} is not {what.split(':')[0]}: use {what.split(': ', 1)[1]}")
+
+
+def _package_problem(package: str) -> str | None:
+    if not all(part.isidentifier() for part in package.split(".")):
+        return "which is not a Python package name: give a comma list of packages (e.g. my_feeds,team.pipelines)"
+    try:
+        found = importlib.util.find_spec(package)
+    except (ImportError, ValueError) as error:
+        found, reason = None, f" ({error})"
+    else:
+        reason = ""
+    if found is None:
+        return f"which cannot be imported{reason}: install it or put its folder on PYTHONPATH"
+    return None
+
+
+def _kafka_problems(env: Mapping[str, str]) -> list[str]:
+    problems = []
+    servers = env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "")
+    if servers.strip() and not all(_is_host_port(entry.strip()) for entry in servers.split(",")):
+        problems.append(f"MEDALLION_KAFKA_BOOTSTRAP_SERVERS={servers!r} is not a list of brokers: use "
+                        "host:port[,host:port] (e.g. localhost:9092), or unset it to leave the Kafka feeds out")
+    topic = env.get("MEDALLION_KAFKA_TOPIC", "")
+    if topic and not _KAFKA_TOPIC.match(topic):
+        problems.append(f"MEDALLION_KAFKA_TOPIC={topic!r} is not a Kafka topic name: use letters, digits, '.', '_' "
+                        "and '-' (at most 249), or unset it for the topic the feed declares")
+    for name, allowed in (("MEDALLION_KAFKA_SECURITY_PROTOCOL", SECURITY_PROTOCOLS),
+                          ("MEDALLION_KAFKA_SASL_MECHANISM", SASL_MECHANISMS)):
+        value = env.get(name, "")
+        if value and value not in allowed:
+            problems.append(f"{name}={value!r} is not one Kafka knows: use {', '.join(allowed[:-1])} or {allowed[-1]} "
+                            "(upper case)")
+    offsets = env.get("MEDALLION_KAFKA_STARTING_OFFSETS", "")
+    if offsets and offsets not in ("earliest", "latest") and not _is_json_object(offsets):
+        problems.append(f"MEDALLION_KAFKA_STARTING_OFFSETS={offsets!r} is not a starting position: use earliest, "
+                        'latest or Spark\'s per-partition JSON ({"topic": {"0": 23}}), or unset it for earliest')
+    return problems
+
+
+def _is_host_port(entry: str) -> bool:
+    host, _, port = entry.rpartition(":")
+    return bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
