@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import DefaultSensorStatus
+from dagster import AssetKey, DefaultSensorStatus
 
 from medallion_assets.definitions import build_definitions, resources_for
 
@@ -63,6 +63,27 @@ def test_the_simulator_is_in_no_job_and_can_be_left_out():
     # Bronze still names the landing zone as its upstream: a key nothing can materialize.
     assert simulated not in {key.to_user_string() for key in production.resolve_asset_graph().materializable_asset_keys}
     assert {job.name for job in production.jobs} == {job.name for job in defs.jobs}
+
+
+def test_kafka_feeds_are_left_out_without_a_broker(monkeypatch):
+    from medallion_assets.definitions import defs
+
+    def shown(d):
+        graph = d.resolve_asset_graph()
+        return ({k.to_user_string() for k in graph.get_all_asset_keys()}, {s.name for s in d.sensors},
+                {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys},
+                {k.to_user_string() for k in graph.get(AssetKey(["silver", "orders"])).parent_keys})
+
+    assets, sensors, checks, order_inputs = shown(build_definitions("local", kafka=True))
+    assets_without, sensors_without, checks_without, order_inputs_without = shown(build_definitions("local", kafka=False))
+    assert assets - assets_without == {"bronze/orders_kafka"} and assets_without < assets
+    assert sensors - sensors_without == {"orders_kafka_checkpoint_sensor"} and sensors_without < sensors
+    assert {asset for asset, _ in checks - checks_without} == {"bronze/orders_kafka"} and checks_without < checks
+    # TPC-H's order step still loads, on the landed files alone.
+    assert order_inputs == {"bronze/orders_raw", "bronze/orders_kafka"} and order_inputs_without == {"bronze/orders_raw"}
+    # The loaded definitions take it from MEDALLION_KAFKA_BOOTSTRAP_SERVERS.
+    monkeypatch.delenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    assert shown(defs())[0] == assets_without
 
 
 def test_unknown_deployment_is_refused():

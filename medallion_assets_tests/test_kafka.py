@@ -214,7 +214,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
     monkeypatch.setenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
     monkeypatch.setenv("MEDALLION_KAFKA_TOPIC", kafka.topic)
-    defs = build_definitions("local")
+    defs = build_definitions("local", kafka=True)
     instance = DagsterInstance.ephemeral()
     land = dict(scale_factor=0.01, batches=2, seed=13, order_events_to="kafka",
                 publish=functools.partial(publish_files, kafka))

@@ -3,32 +3,43 @@
 An order event is nested (an order with its line items), so this step is
 plain transform code (:mod:`.transforms`) built from the same building blocks
 the generic change-feed step uses: parse with a reason per rejected line,
-expectations as checks, merges by key and sequence with deletes, and the
-quarantine appended last (see :mod:`medallion_assets.assets.silver`).
+expectations as checks, merges by key and sequence with deletes, the
+quarantine appended last, and what it set aside reported by the
+``orders_rejected_rows`` check on ``silver.orders`` (see :mod:`medallion_assets.assets.silver`).
 ``lineitem`` is replaced by order: an order's new event replaces all its line items.
+
+Where the deployment has no Kafka, the definitions leave ``bronze.orders_kafka``
+out and take this step's variant that reads the landed files only
+(:func:`assets_without`).
 """
 
 # No ``from __future__ import annotations``: Dagster reads the config class from the annotation.
+from collections.abc import Collection, Sequence
 from typing import Literal
 
-from dagster import AssetIn, AssetKey, AssetOut, Config, MetadataValue, Output, multi_asset
+from dagster import AssetIn, AssetKey, AssetOut, AssetsDefinition, Config, MetadataValue, Output, multi_asset
 from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.assets.checks import reference_check, silver_freshness_checks, unique_key_check
-from medallion_assets.assets.silver import QUARANTINE
+from medallion_assets.assets.silver import quarantine_out
 from medallion_assets.expectations import (
     apply_expectations,
     check_specs,
+    count_rejected,
     expect,
     expect_or_drop,
     expect_or_fail,
+    observed_row_count,
+    rejected_rows_check_spec,
+    rejected_rows_result,
     rejects_to_quarantine,
 )
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
 from medallion_assets.transforms.silver import rows_to_merge
+from medallion_assets.feeds import Feed
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA, ORDERS_RAW, TPCH_COLUMN_DESCRIPTIONS
 
 ORDERS = AssetKey(["silver", "orders"])
@@ -46,7 +57,9 @@ LINEITEM_EXPECTATIONS = [
     expect_or_drop("lineitem_quantity_positive", "l_quantity > 0"),
     expect("lineitem_ships_before_receipt", "l_shipdate <= l_receiptdate"),
 ]
-
+#: Share of a run's order lines past which ``orders_rejected_rows`` is an ERROR (as ``ApplyChanges.max_rejected_share``).
+#: None: the simulator's noisy batches reject some lines on purpose, so a reject is a WARN only.
+ORDERS_MAX_REJECTED_SHARE: float | None = None
 
 
 def _sequence() -> F.Column:
@@ -72,31 +85,70 @@ class OrdersSilverConfig(Config):
     )
 
 
-@multi_asset(
-    outs={
-        # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
-        "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
-        "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
-        "quarantine_orders": AssetOut(kinds=DELTA_KINDS, key=QUARANTINE_ORDERS, metadata=QUARANTINE, is_required=False),
-    },
-    ins={
-        "orders_raw": AssetIn(key=ORDERS_RAW.bronze_key, metadata={READ: "changes"}),
-        "orders_kafka": AssetIn(key=ORDERS_KAFKA.bronze_key, metadata={READ: "changes"}),
-    },
-    check_specs=[*check_specs(ORDERS, ORDERS_EXPECTATIONS), *check_specs(LINEITEM, LINEITEM_EXPECTATIONS)],
-    group_name="silver",
-    can_subset=False,
-)
-def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, orders_kafka: DataFrame):
-    """orders and lineitem: latest state per order (deletes applied), merged from new events of either source."""
-    lines = T.order_lines(orders_raw, orders_kafka)
+#: The bronze tables of order events the step reads: landed files and Kafka messages.
+ORDER_SOURCES: tuple[Feed, ...] = (ORDERS_RAW, ORDERS_KAFKA)
+
+
+def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
+    """TPC-H's order step (``orders_and_lineitem``), reading the bronze tables of ``sources``.
+
+    Args:
+        sources: :data:`ORDER_SOURCES`, or those of them the definitions include
+            (the landed files always).
+    """
+    names = [feed.name for feed in sources]
+    if ORDERS_RAW.name not in names:
+        raise ValueError(f"TPC-H's order step reads {ORDERS_RAW.name} always; got {names}")
+
+    @multi_asset(
+        name="orders_and_lineitem",
+        outs={
+            # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
+            "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
+            "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
+            "quarantine_orders": quarantine_out(key=QUARANTINE_ORDERS, source=" and ".join(names),
+                                                guards=[ORDERS, LINEITEM]),
+        },
+        ins={feed.name: AssetIn(key=feed.bronze_key, metadata={READ: "changes"}) for feed in sources},
+        check_specs=[
+            *check_specs(ORDERS, ORDERS_EXPECTATIONS),
+            *check_specs(LINEITEM, LINEITEM_EXPECTATIONS),
+            rejected_rows_check_spec(ORDERS, table="orders", max_rejected_share=ORDERS_MAX_REJECTED_SHARE),
+        ],
+        can_subset=False,
+    )
+    def orders_and_lineitem(config: OrdersSilverConfig, **order_events: DataFrame):
+        """orders and lineitem: latest state per order (deletes applied), merged from new events of either source."""
+        yield from _merge_order_events(
+            config, T.order_lines(order_events[ORDERS_RAW.name], order_events.get(ORDERS_KAFKA.name))
+        )
+
+    return orders_and_lineitem
+
+
+orders_and_lineitem = orders_step()
+
+
+def assets_without(left_out: Collection[AssetKey]) -> list[AssetsDefinition]:
+    """The step for definitions that leave bronze tables out (``bronze.orders_kafka`` where there is no Kafka).
+
+    Called by :func:`medallion_assets.definitions.build_definitions` in place of
+    :data:`orders_and_lineitem`.
+    """
+    return [orders_step([feed for feed in ORDER_SOURCES if feed.bronze_key not in left_out])]
+
+
+def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
+    """The step's outputs and check results from order event lines (``value``, ``_source_file``, ``_ingested_at``)."""
     drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
     if config.schema_drift == "evolve":
         kept, ignored = T.keep_order_fields(drifted)
     else:
         kept, ignored = T.KeptOrderFields(), sorted(f"{level}.{field}" for level, field in set(drifted))
     drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
-    events, rejects = T.parse_order_events(lines, kept)
+    # Counted as the parse reads them: the step's aggregations read every line.
+    observed_lines, input_lines = observed_row_count(lines)
+    events, rejects = T.parse_order_events(observed_lines, kept)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
@@ -116,24 +168,34 @@ def orders_and_lineitem(config: OrdersSilverConfig, orders_raw: DataFrame, order
     )
     lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
 
-    quarantined = rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined)
+    # Cached: counted here, then written from the cache by the IO manager.
+    quarantined = (
+        rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
+    )
+    rejected = count_rejected(quarantined, input_lines)
+    rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
+                                          max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
     yield from orders.check_results
     yield from lineitem.check_results
     if orders.blocked or lineitem.blocked:
         # A failed expectation: the tables stay as they are; the blocking check stops downstream.
-        yield Output(quarantined, output_name="quarantine_orders")
+        yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
+        quarantined.unpersist()
+        yield rejected_check
         return
     deleted_orders = deletes.select("o_orderkey", "_sequence")
     order_rows = rows_to_merge(orders.kept, deleted_orders)
     line_rows = rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey"))
     yield Output(order_rows, output_name="orders",
-                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order))})
+                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata})
     yield Output(line_rows, output_name="lineitem",
                  metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
     # Last: the step's read position is the oldest of its tables', so a run killed
     # before this append reads the increment again, merges it again (a no-op) and
     # quarantines it once. Written first, a killed run's rejects were appended twice.
-    yield Output(quarantined, output_name="quarantine_orders")
+    yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
+    quarantined.unpersist()
+    yield rejected_check
 
 
 #: Table checks of TPC-H's own silver tables and the references between them.

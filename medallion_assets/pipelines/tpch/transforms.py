@@ -131,7 +131,7 @@ ORDER_ENVELOPE_FIELDS = ORDER_EVENT_FIELDS["event"]
 _ENVELOPE_TEXT_SCHEMA = text_schema([*ORDER_ENVELOPE_FIELDS, "_corrupt_record"])
 # from_json fills the corrupt-record field for text that is not a JSON object,
 # so well-formed lines are parsed once only.
-def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame) -> DataFrame:
+def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame | None = None) -> DataFrame:
     """Order event lines from both bronze sources, in ``bronze.orders_raw``'s shape.
 
     A Kafka message's origin goes where a landed line's file goes, as
@@ -141,12 +141,14 @@ def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame) -> DataFrame:
 
     Args:
         orders_raw: ``value``, ``_source_file``, ``_ingested_at`` (landed files).
-        orders_kafka: ``value``, ``topic``, ``partition``, ``offset``, ``_ingested_at`` (Kafka).
+        orders_kafka: ``value``, ``topic``, ``partition``, ``offset``, ``_ingested_at`` (Kafka);
+            ``None`` where the deployment has no Kafka feed.
 
     Returns:
         ``value``, ``_source_file``, ``_ingested_at``: the rows of both.
     """
-    return orders_raw.select("value", "_source_file", "_ingested_at").unionByName(kafka_lines(orders_kafka))
+    landed = orders_raw.select("value", "_source_file", "_ingested_at")
+    return landed if orders_kafka is None else landed.unionByName(kafka_lines(orders_kafka))
 
 
 def parse_order_events(

@@ -1,0 +1,267 @@
+"""Settings checked when the definitions load, by name; the lake root before Spark; the Maven probe.
+
+Cheap: no Spark. Each wrong setting stops ``defs()`` with a first line that
+names the variable, the value and the fix, and no SparkContext starts.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, asset, materialize
+
+from medallion_assets.definitions import defs
+from medallion_assets.engine import MAVEN_CENTRAL, maven_reachable, plan_engine
+from medallion_assets.resources import LakeResource, SparkResource, engine_settings
+from medallion_assets.settings import VARIABLES, SettingsError, read_settings
+
+REPO = Path(__file__).resolve().parent.parent
+SETTING_NAMES = [v.name for v in VARIABLES]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch):
+    """Only what a test sets: none of the runner's own settings (its jars, its engine)."""
+    for name in SETTING_NAMES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_spark_started():
+    """A settings error stops the load before any SparkContext exists."""
+    from pyspark import SparkContext
+
+    before = SparkContext._active_spark_context
+    yield
+    if before is None:
+        assert SparkContext._active_spark_context is None, "a SparkContext started"
+
+
+def _load_error(monkeypatch, **env: str) -> str:
+    """The first line of the error ``defs()`` stops with, under ``env``."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        defs()
+    return str(caught.value).splitlines()[0]
+
+
+def test_an_unknown_engine_is_named_with_its_choices(monkeypatch):
+    line = _load_error(monkeypatch, MEDALLION_DELTA_ENGINE="bogus")
+    assert line == ("MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
+                    "(or unset it for auto)")
+
+
+def test_a_misspelled_switch_is_refused_not_read_as_false(monkeypatch):
+    line = _load_error(monkeypatch, MEDALLION_DELTA_SPARK_MAVEN="ture")
+    assert line.startswith("MEDALLION_DELTA_SPARK_MAVEN='ture' is not a switch: use true")
+    assert "or unset it to probe Maven under auto" in line
+    # The resources' reader says the same (it used to read 'ture' as false).
+    with pytest.raises(SettingsError, match="MEDALLION_DELTA_SPARK_MAVEN='ture'"):
+        engine_settings()
+    monkeypatch.setenv("MEDALLION_DELTA_SPARK_MAVEN", " Off ")
+    assert engine_settings()["delta_spark_maven"] is False
+
+
+def test_a_jar_folder_without_jars_is_named(monkeypatch, tmp_path):
+    line = _load_error(monkeypatch, DELTA_SPARK_JARS=str(tmp_path))
+    assert line.startswith(f"DELTA_SPARK_JARS={str(tmp_path)!r} is a folder that holds no .jar file: put the jars")
+    assert line.endswith("or unset DELTA_SPARK_JARS")
+    monkeypatch.delenv("DELTA_SPARK_JARS")
+    missing = str(tmp_path / "kafka-clients.jar")
+    line = _load_error(monkeypatch, KAFKA_SPARK_JARS=missing)
+    assert line.startswith(f"KAFKA_SPARK_JARS={missing!r} names what is neither a folder of jars nor a jar file")
+
+
+def test_endpoints_are_checked_for_the_deployment_that_needs_them(monkeypatch):
+    line = _load_error(monkeypatch, MEDALLION_DEPLOYMENT="connect", SPARK_REMOTE="http://spark:15002")
+    assert line == "SPARK_REMOTE='http://spark:15002' is not a Spark Connect endpoint: use sc://host:15002"
+    line = _load_error(monkeypatch, MEDALLION_DEPLOYMENT="cluster", SPARK_REMOTE="")
+    assert line.startswith("SPARK_MASTER_URL is not set, and MEDALLION_DEPLOYMENT=cluster needs it: set it to")
+    line = _load_error(monkeypatch, MEDALLION_DEPLOYMENT="local", MEDALLION_KAFKA_BOOTSTRAP_SERVERS="broker")
+    assert line.startswith("MEDALLION_KAFKA_BOOTSTRAP_SERVERS='broker' is not a list of brokers: use host:port")
+
+
+def test_a_pipelines_package_that_cannot_be_imported_is_named(monkeypatch):
+    value = "medallion_assets.pipelines,no_such_pipelines_here"
+    line = _load_error(monkeypatch, MEDALLION_PIPELINES=value)
+    assert line == (f"MEDALLION_PIPELINES={value!r} names 'no_such_pipelines_here', which cannot be imported: "
+                    "install it or put its folder on PYTHONPATH")
+
+
+def test_every_wrong_setting_is_reported_in_one_error():
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_DEPLOYMENT": "mainframe", "MEDALLION_SIMULATOR": "maybe",
+                       "MEDALLION_KAFKA_SECURITY_PROTOCOL": "plaintext", "MEDALLION_KAFKA_STARTING_OFFSETS": "oldest"})
+    lines = str(caught.value).splitlines()
+    assert [line.split("=")[0] for line in lines] == [
+        "MEDALLION_DEPLOYMENT", "MEDALLION_SIMULATOR", "MEDALLION_KAFKA_SECURITY_PROTOCOL",
+        "MEDALLION_KAFKA_STARTING_OFFSETS",
+    ]
+    assert lines[1] == "MEDALLION_SIMULATOR='maybe' is not a switch: use on or off (also true/false, yes/no, 1/0), " \
+                       "or unset it for on"
+
+
+def test_correct_settings_read_back():
+    settings = read_settings({"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": "spark://a:7077,b:7077",
+                              "MEDALLION_SIMULATOR": "off", "MEDALLION_DELTA_SPARK_MAVEN": "0",
+                              "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "[::1]:9092,kafka:9093",
+                              "MEDALLION_KAFKA_STARTING_OFFSETS": '{"orders": {"0": 5}}'})
+    assert (settings.deployment, settings.simulator, settings.delta_spark_maven, settings.kafka) == (
+        "cluster", False, False, True)
+    assert read_settings({}).delta_spark_maven is None
+
+
+def test_the_settings_page_lists_every_variable():
+    page = (REPO / "docs" / "settings.md").read_text()
+    assert [name for name in SETTING_NAMES if f"`{name}`" not in page] == []
+
+
+# ---------------------------------------------------------------- the lake root
+
+
+def test_a_lake_root_under_a_file_is_refused_at_load_and_at_run_start(monkeypatch, tmp_path):
+    # Works as root too: no permission lets a folder exist under a regular file.
+    blocker = tmp_path / "lake.txt"
+    blocker.write_text("not a folder")
+    root = str(blocker / "lake")
+    line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=root)
+    assert line == (f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}): {blocker} is a file, not a folder: "
+                    "set MEDALLION_LAKE_ROOT to a folder this user can write")
+    _assert_run_stops_before_spark(monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="running as root: chmod does not stop root from writing (the file case covers root)")
+def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, tmp_path):
+    root = tmp_path / "lake"
+    root.mkdir()
+    root.chmod(0o555)
+    try:
+        line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=str(root))
+        assert line.startswith(f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable ({root}: permission denied)")
+        _assert_run_stops_before_spark(monkeypatch, LakeResource(root=str(root)),
+                                       f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable")
+    finally:
+        root.chmod(0o755)
+
+
+def _assert_run_stops_before_spark(monkeypatch, lake: LakeResource, expected: str) -> None:
+    from pyspark import SparkContext
+
+    @asset
+    def touches_spark(spark: SparkResource, lake: LakeResource) -> None:
+        spark.spark_session.range(1).count()
+
+    had_spark = SparkContext._active_spark_context is not None
+    monkeypatch.setenv("MEDALLION_LAKE_ROOT", lake.root)  # as a deployment sets it
+    result = materialize([touches_spark], resources={"spark": SparkResource(delta_engine="delta-rs"), "lake": lake},
+                         instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failures = [e for e in result.all_events if e.is_failure]
+    assert any(expected in str(e.event_specific_data.error) for e in failures if e.event_specific_data), failures
+    if not had_spark:
+        assert SparkContext._active_spark_context is None
+
+
+def test_a_writable_lake_root_passes(tmp_path):
+    lake = LakeResource(root=str(tmp_path / "new" / "lake"))
+    assert lake.write_problem() is None
+    (tmp_path / "new" / "lake").mkdir(parents=True)
+    assert lake.write_problem() is None
+    assert list((tmp_path / "new" / "lake").iterdir()) == []  # the probe leaves nothing behind
+    assert LakeResource(root="s3://bucket/lake").write_problem() is None  # object stores are not probed
+
+
+# ---------------------------------------------------------------- the Maven probe
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_maven_probe_of_a_closed_port_says_unreachable_at_once():
+    repository = f"http://127.0.0.1:{_closed_port()}/maven2/"
+    started = time.monotonic()
+    probe = maven_reachable([repository], artifact="io.delta:delta-spark_2.13:4.4.1", timeout=3.0)
+    assert not probe.reachable
+    assert time.monotonic() - started < 2.0
+    assert repository in probe.detail and "refused" in probe.detail.lower()
+
+
+def test_offline_auto_falls_back_to_delta_rs_within_the_probe(monkeypatch):
+    # This machine's real network, Maven Central as Spark would use it.
+    monkeypatch.delenv("DEFAULT_ARTIFACT_REPOSITORY", raising=False)
+    started = time.monotonic()
+    plan = plan_engine("auto", maven=None, delta_version="4.4.1")
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0 + 1.0, f"the probe took {elapsed:.1f} s"
+    if plan.source == "maven":
+        pytest.skip("this machine reaches Maven Central: the offline path is covered by the closed-port test")
+    assert plan.source is None and plan.spark_config == {}
+    assert plan.reason.startswith(f"Maven not reachable ({MAVEN_CENTRAL}")
+    assert "using delta-rs" in plan.reason and "DELTA_SPARK_JARS" in plan.reason
+
+
+def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
+    served = []
+
+    class Repository(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):  # noqa: N802 - http.server's name
+            served.append(self.path)
+            self.send_response(200 if self.path.endswith("delta-spark_2.13-9.9.9.pom") else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repository)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        repository = f"http://127.0.0.1:{server.server_port}/maven2/"
+        plan = plan_engine("auto", maven=None, delta_version="9.9.9",
+                           spark_config={"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))})
+    finally:
+        server.shutdown()
+    assert served == ["/maven2/io/delta/delta-spark_2.13/9.9.9/delta-spark_2.13-9.9.9.pom"]
+    assert plan.source == "maven"
+    assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:9.9.9"
+    assert repository in plan.reason
+    # false: never asked; true: fetched without asking.
+    assert plan_engine("auto", maven=False, delta_version="9.9.9").source is None
+    assert plan_engine("auto", maven=True, delta_version="9.9.9").source == "maven"
+
+
+_IVY_SETTINGS = """<ivysettings><settings defaultResolver="mirror"/>
+<resolvers><ibiblio name="mirror" m2compatible="true" root="{root}"/></resolvers></ivysettings>"""
+
+
+def _ivy_settings(folder: Path, root: str) -> Path:
+    path = folder / "ivysettings.xml"
+    path.write_text(_IVY_SETTINGS.format(root=root))
+    return path
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def test_dagster_definitions_validate_prints_the_setting(tmp_path):
+    env = {"PATH": str(Path(sys.executable).parent), "DAGSTER_HOME": str(tmp_path), "HOME": str(tmp_path),
+           "MEDALLION_DELTA_ENGINE": "bogus", "MEDALLION_SIMULATOR": "of"}
+    result = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert ("SettingsError: MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
+            "(or unset it for auto)\nMEDALLION_SIMULATOR='of' is not a switch") in output
+    assert "ValidationError" not in output and "pydantic" not in output
