@@ -18,6 +18,7 @@ Nothing here runs at import.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
 import os
@@ -275,6 +276,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     kafka = bool(env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
     problems.extend(_kafka_problems(env))
+    problems.extend(_unknown_names(env))
 
     if problems:
         raise SettingsError("\n".join(problems))
@@ -282,6 +284,23 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         deployment=deployment, delta_engine=engine, delta_spark_maven=maven, kafka_maven=bool(kafka_maven),
         simulator=bool(simulator), kafka=kafka, pipelines=pipelines,
     )
+
+
+#: Variables of the project's own test harness, not settings of a deployment.
+_TEST_HARNESS_PREFIX = "MEDALLION_TEST_"
+
+
+def _unknown_names(env: Mapping[str, str]) -> list[str]:
+    # A misspelt name would otherwise be ignored without a word, and its setting silently take its default.
+    known = [variable.name for variable in VARIABLES]
+    problems = []
+    for name in sorted(env):
+        if name.startswith("MEDALLION_") and name not in known and not name.startswith(_TEST_HARNESS_PREFIX):
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            problems.append(f"{name} is not a setting of this project: {hint}rename or unset it "
+                            "(docs/settings.md lists the settings)")
+    return problems
 
 
 def jar_location_problem(name: str, value: str, *, holds: str) -> str | None:

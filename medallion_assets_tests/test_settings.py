@@ -110,6 +110,15 @@ def test_every_wrong_setting_is_reported_in_one_error():
                        "or unset it for on"
 
 
+def test_a_misspelt_setting_is_named_with_the_one_it_resembles():
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_DELTA_ENGIN": "delta-spark", "MEDALLION_TEST_ENGINE": "delta-rs"})
+    assert str(caught.value) == (
+        "MEDALLION_DELTA_ENGIN is not a setting of this project: did you mean MEDALLION_DELTA_ENGINE? "
+        "rename or unset it (docs/settings.md lists the settings)"
+    )
+
+
 def test_correct_settings_read_back():
     settings = read_settings({"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": "spark://a:7077,b:7077",
                               "MEDALLION_SIMULATOR": "off", "MEDALLION_DELTA_SPARK_MAVEN": "0",
