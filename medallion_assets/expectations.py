@@ -3,20 +3,29 @@
 The three actions are Delta Live Tables': ``warn`` (keep the rows, report),
 ``drop`` (keep them out of the table, into ``quarantine.<table>`` with the
 reason) and ``fail`` (a blocking check: the table is not written, its bad rows
-go to quarantine, and downstream assets do not run).
+go to quarantine, and downstream assets do not run). A ``warn`` or ``drop``
+expectation that some row failed is a failed check of severity WARN (amber,
+with its count): the rows were handled as declared, but they are not good
+data. A failed ``fail`` expectation is a failed ERROR check.
 
 A row meets an expectation when its condition is true; false *and* null count
 as failing, so a missing value never slips through a ``drop``.
+
+Besides the expectations, every step with a quarantine reports what it set
+aside in the run, parse rejects included: :class:`RejectedRows`, as the
+``<table>_rejected_rows`` check (:func:`rejected_rows_result`) and as numeric
+output metadata (``medallion/rejected_rows``, ``medallion/input_rows``) that
+Dagster plots over the runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, MetadataValue
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 Action = Literal["warn", "drop", "fail"]
@@ -54,12 +63,12 @@ class Expectation:
 
 
 def expect(name: str, condition: str, description: str = "") -> Expectation:
-    """Warn: rows that fail stay in the table; the check reports them (severity WARN)."""
+    """Warn: rows that fail stay in the table; the check fails with severity WARN and their count."""
     return Expectation(name, condition, "warn", description)
 
 
 def expect_or_drop(name: str, condition: str, description: str = "") -> Expectation:
-    """Drop: rows that fail go to quarantine with the reason; the check reports them (WARN)."""
+    """Drop: rows that fail go to quarantine with the reason; the check fails with severity WARN and their count."""
     return Expectation(name, condition, "drop", description)
 
 
@@ -157,8 +166,9 @@ def apply_expectations(
             AssetCheckResult(
                 asset_key=key,
                 check_name=e.name,
-                # Warn and drop report their failures but pass: the rows were handled as declared.
-                passed=passed or e.action != "fail",
+                # Warn and drop fail amber: the rows were handled as declared, but a green
+                # check would hide that some rows were bad. Only fail is an ERROR (and blocks).
+                passed=passed,
                 severity=AssetCheckSeverity.ERROR if e.action == "fail" else AssetCheckSeverity.WARN,
                 metadata={
                     "action": e.action,
@@ -188,3 +198,172 @@ def apply_expectations(
         kept = flagged
     kept = kept.drop(*[f"_reason_{i}" for i in range(len(expectations))])
     return ExpectationOutcome(kept, quarantined, results, blocked)
+
+
+# ---- what a step quarantined ---------------------------------------------------------
+
+#: Reasons listed in the rejected-rows check's metadata: the most frequent ones.
+TOP_REASONS = 10
+
+#: Output metadata keys of the counts (numbers, so Dagster plots them over the runs).
+INPUT_ROWS_METADATA = "medallion/input_rows"
+REJECTED_ROWS_METADATA = "medallion/rejected_rows"
+REJECTED_SHARE_METADATA = "medallion/rejected_share"
+
+
+def rejected_rows_check_name(table: str) -> str:
+    """The name of the check on ``silver.<table>`` that reports what its step quarantined."""
+    return f"{table}_rejected_rows"
+
+
+def rejected_rows_check_spec(
+    asset_key: AssetKey | Sequence[str], *, table: str, max_rejected_share: float | None
+) -> AssetCheckSpec:
+    """The rejected-rows check of the step that quarantines into ``quarantine.<table>``, on the table it guards."""
+    key = AssetKey(list(asset_key)) if not isinstance(asset_key, AssetKey) else asset_key
+    limit = (
+        f"ERROR above {max_rejected_share:.2%} of the input rows (max_rejected_share)"
+        if max_rejected_share is not None
+        else "no ERROR threshold (max_rejected_share is not set)"
+    )
+    return AssetCheckSpec(
+        name=rejected_rows_check_name(table),
+        asset=key,
+        description=(
+            f"Rows the run set aside in quarantine.{table} (lines that did not parse, rows that failed a drop "
+            f"or fail expectation), with the input rows and the most frequent reasons: WARN when any, {limit}."
+        ),
+    )
+
+
+def reason_kind(reason: Column) -> Column:
+    """A reason without the value it quotes at its end, so one kind counts every bad value.
+
+    ``amount is not a decimal: 'ten'`` and ``...: 'abc'`` are both ``amount is not a decimal``;
+    a reason that quotes nothing is its own kind.
+    """
+    return F.regexp_replace(reason, r": '.*'$", "")
+
+
+def observed_row_count(frame: DataFrame) -> tuple[DataFrame, Callable[[], int]]:
+    """``frame`` with an observation counting its rows, and a function reading that count.
+
+    The count comes with the first query that runs over the returned frame,
+    without an action of its own, so use the frame where such a query reads
+    every row (under an aggregation, as a silver step's parse is), not under
+    a ``limit``, and read the count after one ran.
+    """
+    observation = Observation()
+    observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+
+    def rows() -> int:
+        reported = observation.get.get("rows")
+        if reported is None:
+            # Spark Connect hands an observation to the client only with the result of a
+            # query; should none have carried it, the rows are counted (a second read).
+            return frame.count()
+        return int(reported)
+
+    return observed, rows
+
+
+@dataclass(frozen=True)
+class RejectedRows:
+    """What a step set aside in one run.
+
+    Attributes:
+        input_rows: the rows the step read (its new bronze rows).
+        rejected_rows: the rows it quarantined: parse rejects and rows failing a drop or fail expectation.
+        by_reason: ``(reason kind, rows)`` of the most frequent reasons (:func:`reason_kind`), most first.
+    """
+
+    input_rows: int
+    rejected_rows: int
+    by_reason: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def share(self) -> float:
+        """Rejected rows per input row (0 when nothing was read)."""
+        return self.rejected_rows / self.input_rows if self.input_rows else 0.0
+
+    @property
+    def metadata(self) -> dict[str, int | float]:
+        """Numeric output metadata, there every run (0 too), so Dagster plots it."""
+        return {
+            INPUT_ROWS_METADATA: self.input_rows,
+            REJECTED_ROWS_METADATA: self.rejected_rows,
+            REJECTED_SHARE_METADATA: round(self.share, 6),
+        }
+
+
+def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int]) -> RejectedRows:
+    """Count a step's quarantined rows by reason kind, and read its input rows.
+
+    ``quarantined`` must be cached by the caller: the one query here computes
+    it, and the IO manager then writes those cached rows, so the rejects are
+    parsed once. A separate query, not an observation on the written frame:
+    counts per reason need a group-by, which an observation (aggregates over
+    all rows) cannot express, and the IO manager's first action on the frame
+    it writes is an emptiness probe, which may read only some partitions.
+
+    Args:
+        quarantined: the rows the step appends to its quarantine (``reason`` column), cached.
+        input_rows: the count of the step's input (:func:`observed_row_count`), whose
+            observed frame is under ``quarantined``'s rejects: this query reads every
+            input row, so the count is reported by the time it ends.
+
+    Returns:
+        The counts, the :data:`TOP_REASONS` most frequent reasons first.
+    """
+    # A rollup: the count of each kind and, first, the total (no row at all when nothing was rejected).
+    counted = (
+        quarantined.select(reason_kind(F.col("reason")).alias("kind"))
+        .rollup("kind")
+        .agg(F.grouping("kind").alias("is_total"), F.count(F.lit(1)).alias("rows"))
+        .orderBy(F.desc("is_total"), F.desc("rows"), "kind")
+        .limit(TOP_REASONS + 1)
+        .collect()
+    )
+    rejected = int(counted[0]["rows"]) if counted else 0
+    return RejectedRows(input_rows=input_rows(), rejected_rows=rejected,
+                        by_reason=tuple((row["kind"], int(row["rows"])) for row in counted[1:]))
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rejected_rows_result(
+    rejected: RejectedRows, *, asset_key: AssetKey | Sequence[str], table: str, max_rejected_share: float | None
+) -> AssetCheckResult:
+    """The ``<table>_rejected_rows`` check: passed when nothing was rejected, else failed.
+
+    Severity WARN, or ERROR when the rejected share of the input is above
+    ``max_rejected_share`` (a declaration's setting; None: never ERROR).
+    """
+    key = AssetKey(list(asset_key)) if not isinstance(asset_key, AssetKey) else asset_key
+    too_many = max_rejected_share is not None and rejected.share > max_rejected_share
+    reasons = "\n".join(f"| {_markdown_cell(kind)} | {rows} |" for kind, rows in rejected.by_reason)
+    metadata: dict = {
+        "input_rows": rejected.input_rows,
+        "rejected_rows": rejected.rejected_rows,
+        "rejected_share": round(rejected.share, 6),
+        "quarantine": MetadataValue.asset(AssetKey(["quarantine", table])),
+        "rejected_by_reason": MetadataValue.json({kind: rows for kind, rows in rejected.by_reason}),
+        "top_reasons": MetadataValue.md("| reason | rows |\n|---|---|\n" + reasons if reasons else "no row rejected"),
+    }
+    if max_rejected_share is not None:
+        metadata["max_rejected_share"] = max_rejected_share
+    summary = (
+        f"{rejected.rejected_rows} of {rejected.input_rows} input rows ({rejected.share:.2%}) "
+        f"went to quarantine.{table}"
+        + (f", above max_rejected_share {max_rejected_share:.2%}" if too_many else "")
+    )
+    return AssetCheckResult(
+        asset_key=key,
+        check_name=rejected_rows_check_name(table),
+        passed=rejected.rejected_rows == 0,
+        severity=AssetCheckSeverity.ERROR if too_many else AssetCheckSeverity.WARN,
+        description=summary,
+        metadata=metadata,
+    )

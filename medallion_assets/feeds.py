@@ -170,6 +170,10 @@ class ApplyChanges:
         except_fields: fields kept out of the silver table (the change marker, the sequence).
         history: also keep ``silver.<table>_history``, type 2 (valid_from, valid_to,
             is_current, is_deleted), rebuilt from every bronze change.
+        max_rejected_share: the share of a run's input rows (0 to 1) that may go to
+            quarantine before the ``<table>_rejected_rows`` check fails with severity
+            ERROR (above it; 0.05: more than 5%). Any rejected row fails the check
+            with severity WARN; None (the default): never ERROR.
     """
 
     table: str
@@ -178,6 +182,7 @@ class ApplyChanges:
     delete_when: tuple[str, str] | None = None
     except_fields: tuple[str, ...] = ()
     history: bool = False
+    max_rejected_share: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,6 +267,11 @@ class Feed:
                     self._fail(setting, unknown, f"use declared fields: {', '.join(names)}")
             if changes.history and not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
                 self._fail("silver.history", True, "history's valid_from is the first sequence field: make it a timestamp or date")
+            share = changes.max_rejected_share
+            if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1):
+                self._fail("silver.max_rejected_share", share,
+                           "give a share of the input rows from 0 to 1 (0.05: more than 5% rejected is an ERROR), "
+                           "or None for WARN only")
         elif isinstance(self.silver, Replace):
             unknown = [n for n in self.silver.keys if n not in names]
             if unknown:

@@ -20,17 +20,17 @@ from pydantic import Field
 from medallion_assets.io_manager import DeltaTableClient
 from medallion_assets.resources import LakeResource, SparkResource
 
-#: Bronze streams and the silver tables merged from them.
+#: Bronze streams and the silver tables merged from them (with their quarantines, written by the same steps).
 ingest_job = define_asset_job(
     "ingest",
-    selection=AssetSelection.groups("bronze", "silver"),
+    selection=AssetSelection.groups("bronze", "silver", "quarantine"),
     description="Take newly landed files into bronze and merge them into silver.",
 )
 #: Everything downstream of bronze, including asset checks. A partitioned gold
 #: table's run covers a range of its partitions (a single-run backfill).
 refresh_job = define_asset_job(
     "refresh",
-    selection=AssetSelection.groups("silver", "gold"),
+    selection=AssetSelection.groups("silver", "quarantine", "gold"),
     description="Bring silver and gold up to date with bronze (every partition of a partitioned gold table in one run).",
 )
 

@@ -9,6 +9,12 @@ with the reason. With ``history=True`` it also keeps ``silver.<table>_history``
 (type 2). A snapshot feed (``Replace``) gets a table with exactly its declared
 fields and types.
 
+Each run the step also reports what it set aside: the
+``<table>_rejected_rows`` check on ``silver.<table>`` (failed WARN when any row
+was rejected, ERROR above the declaration's ``max_rejected_share``) and the
+counts as numeric metadata of both materializations. The quarantine tables
+form their own asset group, ``quarantine``.
+
 The step writes its quarantine last. Its read position is the oldest of its
 tables' (:class:`~medallion_assets.io_manager.DeltaIOManager`), so a run
 killed after the merge and before the quarantine's append reads the same
@@ -16,18 +22,51 @@ increment again, merges it again (a no-op) and quarantines it once.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from dagster import AssetIn, AssetOut, AssetsDefinition, Output, asset, multi_asset
+from dagster import AssetIn, AssetKey, AssetOut, AssetsDefinition, MetadataValue, Output, asset, multi_asset
 from pyspark.sql import DataFrame
 
-from medallion_assets.expectations import apply_expectations, check_specs, rejects_to_quarantine
+from medallion_assets.expectations import (
+    apply_expectations,
+    check_specs,
+    count_rejected,
+    observed_row_count,
+    rejected_rows_check_spec,
+    rejected_rows_result,
+    rejects_to_quarantine,
+)
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.transforms import silver as T
 
 #: Every quarantine table: appended to, never merged.
 QUARANTINE = delta_table(write_mode="append")
+
+#: The asset group of the quarantine tables (their silver tables stay in ``silver``).
+QUARANTINE_GROUP = "quarantine"
+
+#: Definition metadata of a quarantine table: the silver table whose rejected rows it holds.
+GUARDS = "medallion/guards"
+
+
+def quarantine_out(*, key: AssetKey, source: str, guards: Sequence[AssetKey]) -> AssetOut:
+    """The output of a step's quarantine table, in the ``quarantine`` group, linked to the table(s) it guards.
+
+    Args:
+        key: the quarantine table (``quarantine.<table>``).
+        source: what its rows came from, for the description (the feed's name).
+        guards: the silver tables the step writes; the first one carries the rejected-rows check.
+    """
+    tables = " and ".join(".".join(g.path) for g in guards)
+    return AssetOut(
+        key=key, kinds=DELTA_KINDS, is_required=False, group_name=QUARANTINE_GROUP,
+        metadata={**QUARANTINE, GUARDS: MetadataValue.asset(guards[0])},
+        description=(
+            f"Rows of {source} rejected by {tables}: parse errors and failed drop/fail expectations, "
+            "with the reason; appended, never merged."
+        ),
+    )
 
 _HISTORY_DESCRIPTIONS = {
     "valid_from": "When this version of the row became current (the change's first sequence field).",
@@ -51,32 +90,38 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         name=f"{table}_from_{feed.name}",
         outs={
             table: AssetOut(
-                key=key, kinds=DELTA_KINDS, is_required=False,
+                key=key, kinds=DELTA_KINDS, is_required=False, group_name="silver",
                 description=f"Latest state per ({', '.join(changes.keys)}) of {feed.name}, deletes applied.",
                 metadata=delta_table(write_mode="merge", merge_keys=list(changes.keys), sequence_column="_sequence",
                                      delete_column="_deleted", column_descriptions=silver_descriptions(feed)),
             ),
-            quarantine_output: AssetOut(
-                key=quarantine_key, kinds=DELTA_KINDS, is_required=False, metadata=QUARANTINE,
-                description=f"Records of {feed.name} silver rejected, with the reason.",
-            ),
+            quarantine_output: quarantine_out(key=quarantine_key, source=feed.name, guards=[key]),
         },
         ins={"bronze_rows": AssetIn(key=feed.bronze_key, metadata={READ: "changes"})},
-        check_specs=check_specs(key, feed.expectations),
-        group_name="silver",
+        check_specs=[
+            *check_specs(key, feed.expectations),
+            rejected_rows_check_spec(key, table=table, max_rejected_share=changes.max_rejected_share),
+        ],
         can_subset=False,
     )
     def _apply_changes(bronze_rows: DataFrame):
+        # Counted as the parse reads them: the step's aggregations read every row.
+        bronze_rows, input_rows = observed_row_count(bronze_rows)
         records, rejects = T.parse_changes(bronze_rows, feed)
         latest = T.latest_changes(records, feed).cache()
         # Masked before the expectations, so quarantined records carry no PII either.
         outcome = apply_expectations(T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table)
-        quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined)
+        # Cached: counted here, then written from the cache by the IO manager.
+        quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined).cache()
+        rejected = count_rejected(quarantined, input_rows=input_rows)
         yield from outcome.check_results
         if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
-            yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table)
+            yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,
+                         metadata=rejected.metadata)
         # Last: see the module's docstring.
-        yield Output(quarantined, output_name=quarantine_output)
+        yield Output(quarantined, output_name=quarantine_output, metadata=rejected.metadata)
+        quarantined.unpersist()
+        yield rejected_rows_result(rejected, asset_key=key, table=table, max_rejected_share=changes.max_rejected_share)
 
     return _apply_changes
 
