@@ -172,7 +172,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     quarantined = (
         rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
     )
-    rejected = count_rejected(quarantined, input_lines)
+    rejected = count_rejected(quarantined, input_rows=input_lines)
     rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
                                           max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
     yield from orders.check_results
