@@ -10,7 +10,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The command's parser; each subcommand sets ``func``.
 
     ``simulate`` comes from the simulator; ``stream`` (continuous bronze
-    ingestion) is added next to it by the continuous runner.
+    ingestion) is added next to it by the continuous runner; ``check`` (the
+    asset checks as a CI gate, with JUnit XML) by :mod:`medallion_assets.check_gate`.
     """
     from medallion_assets.simulate import add_simulate_parser
 
@@ -20,6 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     from medallion_assets.continuous import add_stream_parser
 
     add_stream_parser(subcommands)
+    from medallion_assets.check_gate import add_check_parser
+
+    add_check_parser(subcommands)
     return parser
 
 
