@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from medallion_assets.settings import SettingsError
+
 if TYPE_CHECKING:
     from dagster import AssetSelection, Definitions, ExecuteInProcessResult
 
@@ -40,7 +42,8 @@ if TYPE_CHECKING:
 EXIT_PASSED = 0
 #: At least one check of severity ERROR failed; stderr names each.
 EXIT_CHECK_FAILED = 1
-#: The command was used wrongly (argparse's own code too): a bad option, a selection that selects nothing.
+#: The command was used wrongly (argparse's own code too): a bad option, a selection that selects nothing,
+#: a setting the project cannot use (named as the definitions name it).
 EXIT_USAGE = 2
 #: The run itself failed (a step raised, Spark did not start, the sample could not be built);
 #: the JUnit file is still written with what the run reported.
@@ -326,7 +329,7 @@ def gate(
     """Build a lake at ``lake_root`` from a sample landing and run the checks on it.
 
     The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
-    for ``MEDALLION_DEPLOYMENT``, without the demo's landing simulator asset, since
+    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
     the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
     ``lake_root``.
 
@@ -341,9 +344,13 @@ def gate(
         CheckGateUsageError: ``select`` selects nothing or cannot run in one run.
     """
     from medallion_assets.definitions import build_definitions
+    from medallion_assets.settings import read_settings
 
     with _environment(MEDALLION_LAKE_ROOT=str(lake_root)):
-        definitions = build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local"), simulator=False)
+        # The settings checked as the definitions check them (SettingsError names a wrong one);
+        # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
+        settings = read_settings()
+        definitions = build_definitions(settings.deployment, simulator=False, kafka=settings.kafka)
         selection = resolve_selection(definitions, select=select)
         partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
         lake_root.mkdir(parents=True, exist_ok=True)
@@ -517,7 +524,7 @@ def check_command(args: argparse.Namespace) -> int:
             scale_factor=args.scale_factor if args.scale_factor is not None else DEFAULT_SCALE_FACTOR,
             seed=args.seed if args.seed is not None else DEFAULT_SEED,
         )
-    except CheckGateUsageError as error:
+    except (CheckGateUsageError, SettingsError) as error:
         print(f"medallion-assets check: {error}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as error:  # noqa: BLE001 - the sample or the definitions failed: reported like a failed run

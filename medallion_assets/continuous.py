@@ -227,9 +227,11 @@ def add_stream_parser(subcommands) -> None:
                     "and stop cleanly on SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
-    streams = [feed.name for feed in stream_feeds()]
-    parser.add_argument("--streams", nargs="+", default=streams, choices=streams,
-                        help="Streams to run, by feed name (a Kafka feed where MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
+    # The feed names are checked when the command runs, not listed here: building the parser must not
+    # import the pipelines, or one broken pipeline module would break every subcommand (`check` too).
+    parser.add_argument("--streams", nargs="+", default=None, metavar="FEED",
+                        help="Streams to run, by feed name (default: every stream feed; a Kafka feed where "
+                             "MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
     parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
     parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
                         help="Per-stream cap on files per micro-batch (repeatable).")
@@ -241,6 +243,12 @@ def add_stream_parser(subcommands) -> None:
 
 def _stream_command(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    known = [feed.name for feed in stream_feeds()]
+    unknown = [name for name in args.streams or () if name not in known]
+    if unknown:
+        raise SystemExit(f"medallion-assets stream: --streams {' '.join(unknown)}: no such stream feed; "
+                         f"choose from {', '.join(known)}")
+    args.streams = args.streams or known
     files = {k: int(v) for k, v in _parse_pairs(args.max_files_per_trigger, "--max-files-per-trigger").items()}
     size = _parse_pairs(args.max_bytes_per_trigger, "--max-bytes-per-trigger")
     limits = {
