@@ -28,7 +28,6 @@ from dagster import (
     AssetKey,
     AssetsDefinition,
     Definitions,
-    build_sensor_for_freshness_checks,
     definitions,
     get_dagster_logger,
     in_process_executor,
@@ -78,7 +77,7 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
             ``MEDALLION_KAFKA_BOOTSTRAP_SERVERS``.
     """
     from medallion_assets.assets.bronze import bronze_assets
-    from medallion_assets.assets.checks import feed_checks, freshness_checks_among
+    from medallion_assets.assets.checks import feed_checks, freshness_sensor
     from medallion_assets.assets.silver import silver_assets
     from medallion_assets.continuous import bronze_streams_continuous
     from medallion_assets.feeds import KafkaTopic, pipeline_modules, project_feeds
@@ -114,7 +113,7 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
         sensors=[
             *stream_sensors(feeds),
             build_landing_sensor(ingest_job, feeds=feeds),
-            build_sensor_for_freshness_checks(freshness_checks=freshness_checks_among(checks)),
+            freshness_sensor(checks),
         ],
         resources=resources_for(deployment),
         # One process for the whole run: every asset shares one SparkSession (one JVM)

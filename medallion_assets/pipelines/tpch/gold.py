@@ -22,7 +22,6 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
 from collections.abc import Sequence
-from datetime import timedelta
 from decimal import Decimal
 
 from dagster import (
@@ -36,11 +35,11 @@ from dagster import (
     TableColumnDep,
     TableColumnLineage,
     asset,
-    build_last_update_freshness_checks,
 )
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from medallion_assets.assets.checks import last_update_freshness_checks
 from medallion_assets.io_manager import DELTA_KINDS, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
 
@@ -390,8 +389,6 @@ gold_assets = [
     customer_lifetime_value,
 ]
 
-# Dagster's own freshness check, as for silver (see ``checks.py``).
-gold_checks = build_last_update_freshness_checks(
-    assets=gold_assets, lower_bound_delta=timedelta(hours=GOLD_MAX_LAG_HOURS), severity=AssetCheckSeverity.WARN
-)
+# Dagster's own freshness check, as for silver.
+gold_checks = last_update_freshness_checks(gold_assets, max_lag_hours=GOLD_MAX_LAG_HOURS)
 
