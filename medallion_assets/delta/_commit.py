@@ -406,15 +406,33 @@ def already_committed(table: deltalake.DeltaTable, app_id: str | None, version: 
     return done is not None and done >= version
 
 
+def write_metrics(files: Iterable[WrittenFile]) -> dict[str, str]:
+    """A write's ``operationMetrics``: files, rows and bytes it wrote, in delta-spark's keys.
+
+    String values, as delta-spark records them, so either engine's history
+    reads alike. The files an overwrite removes are chosen by delta-rs inside
+    the transaction, so their number is not known here.
+    """
+    files = list(files)
+    return {
+        "numFiles": str(len(files)),
+        "numOutputRows": str(sum(f.num_records for f in files)),
+        "numOutputBytes": str(sum(f.size for f in files)),
+    }
+
+
 def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: Mapping[str, object] | None = None) -> int | None:
     """Commit the tasks' files as one transaction; returns the new version, or None if skipped.
 
     A write whose ``txnAppId`` already committed ``txnVersion`` (or a later one)
     is skipped and its files are deleted: that is how replays stay idempotent.
+    The commit records :func:`write_metrics` (delta-rs's transactions record
+    none of their own) unless ``extra_metadata`` brings its own ``operationMetrics``.
 
     Raises:
         ConcurrentWriteError: a concurrent commit conflicts with this one.
     """
+    extra_metadata = {"operationMetrics": write_metrics(files), **(extra_metadata or {})}
     created: list[WrittenFile] = list(files)
     committed = False
     try:
