@@ -99,12 +99,18 @@ def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
     client = DeltaTableClient(spark)
     gold_path = resources["lake"].table_path(["gold", "total"])
     version = client.latest_version(gold_path)
+    # What each step read: nothing (no entry), or the upstream and the version it read.
+    numbers_version = client.latest_version(resources["lake"].table_path(["bronze", "numbers"]))
+    assert "medallion/inputs" not in first.asset_materializations_for_node("bronze__numbers")[0].metadata
+    read = first.asset_materializations_for_node("gold__total")[0].metadata["medallion/inputs"].value
+    assert read == {"bronze/numbers": {"version": numbers_version}}
     # A new Dagster instance: what the table was computed from is in its own Delta log.
     result = materialize([total, numbers.to_source_asset()], resources=resources, selection=[AssetKey(["gold", "total"])])
     assert result.success
     assert client.latest_version(gold_path) == version  # inputs unchanged -> no new commit
     meta = result.asset_materializations_for_node("gold__total")[0].metadata
     assert "delta/skipped" in meta
+    assert meta["medallion/inputs"].value == {"bronze/numbers": {"version": numbers_version}}
     commit = client.last_commit_info(gold_path)
     assert commit.get("dagster_run_id") == first.run_id  # the last commit is still the first run's
 
@@ -189,8 +195,21 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             frame = frame.drop("_deleted")
         return client.write(frame, path, spec)
 
+    def added_by(version):
+        """Files, rows and bytes commit ``version`` added, from delta-rs's snapshots at it and before it."""
+        def files(at):
+            if at < 0:
+                return {}
+            actions = pa.table(deltalake.DeltaTable(path, version=at).get_add_actions(flatten=True)).to_pylist()
+            return {a["path"]: (a["num_records"], a["size_bytes"]) for a in actions}
+
+        before = files(version - 1)
+        added = [stats for name, stats in files(version).items() if name not in before]
+        return {"numFiles": len(added), "numOutputRows": sum(r for r, _ in added),
+                "numOutputBytes": sum(b for _, b in added)}
+
     def check(result, expected_rows):
-        metadata = table_metadata(client, path, commit=result.commit)
+        metadata = table_metadata(client, path, commit=result.commit, key_columns=["id"])
         table = deltalake.DeltaTable(path)
         actions = pa.table(table.get_add_actions(flatten=True))
         assert metadata["delta/version"] == result.version == table.version()
@@ -201,7 +220,18 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
         assert metadata["delta/size_bytes"] == sum(actions.column("size_bytes").to_pylist())
         assert metadata["delta/partition_columns"].value == ["part"]
         assert [c.name for c in metadata["dagster/column_schema"].columns] == ["id", "part", "seq"]
-        assert "| id | part | seq |" in metadata["preview"].value
+        preview = metadata["preview"].value
+        assert "| id | part | seq |" in preview
+        # The first five rows by key, of a table small enough to sort.
+        smallest = sorted(table.to_pyarrow_table().column("id").to_pylist())[:5]
+        assert [int(line.split("|")[1]) for line in preview.splitlines()[2:7]] == smallest
+        assert f"The first 5 of {expected_rows} rows by `id`." in preview
+        if result.commit.operation != "MERGE":
+            # A write's metrics are its commit's (delta-spark's DeltaTable.history, the delta-rs
+            # engine's commitInfo): files, rows and bytes it added, as delta-rs sees that commit.
+            metrics = metadata["delta/operation_metrics"].value
+            assert {name: metrics[name] for name in ("numFiles", "numOutputRows", "numOutputBytes")} == added_by(
+                result.version)
         if delta_engine == "delta-spark":
             # The Spark Connect route (DESCRIBE DETAIL and a count) describes the same version alike.
             state = DeltaSparkSqlEngine().table_state(spark, path, result.version)

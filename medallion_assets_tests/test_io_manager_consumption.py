@@ -128,9 +128,14 @@ def test_a_step_reads_each_upstream_commit_once_across_executors_and_instances(s
     # Run 2, a new instance (the first one's event log is gone): only good rows land.
     # The quarantine gets no row, and an empty commit records that it took version 1 in.
     _land(events, [(4, 40), (5, 50)])
-    assert materialize(_assets(), resources=_resources(lake)).success
+    result = materialize(_assets(), resources=_resources(lake))
+    assert result.success
     assert _ids(good) == [1, 3, 4, 5]
     assert _ids(bad) == [2]
+    # Each output names what the step read: the changes after version 0 (run 1's), up to version 1.
+    for node in ("silver__events", "quarantine__events"):
+        read = result.asset_materializations_for_node(node)[0].metadata["medallion/inputs"].value
+        assert read == {"bronze/events": {"changes_after_version": 0, "version": 1}}
 
     # Run 3, a new instance again: only a bad row lands.
     _land(events, [(6, 0)])

@@ -34,8 +34,9 @@ from medallion_assets.resources import LakeResource, SparkResource
 _CONSUMED_PREFIX = "medallion/consumed/"
 #: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
 _CONSUMED_COMMIT_PREFIX = "consumed."
+#: Output metadata: each upstream table the step read and the version(s) it read (absent when none).
 _INPUTS = "medallion/inputs"
-#: Commit metadata key of an overwrite's fingerprint (the same JSON as ``_INPUTS``).
+#: Commit metadata key of an overwrite's fingerprint (inputs' versions, partition, source) as JSON.
 _COMPUTED_FROM = "computed_from"
 
 
@@ -45,13 +46,22 @@ class _StepReads:
 
     Attributes:
         consumed: upstream -> the version a ``changes`` input read up to.
+        consumed_before: upstream -> the version a ``changes`` input read the changes after.
         advanced: whether a ``changes`` input read at least one new commit.
         inputs: upstream -> the version a whole-table input read.
     """
 
     consumed: dict[str, int] = field(default_factory=dict)
+    consumed_before: dict[str, int] = field(default_factory=dict)
     advanced: bool = False
     inputs: dict[str, int] = field(default_factory=dict)
+
+    def described(self) -> dict[str, dict[str, int]]:
+        """Upstream -> what was read of it: ``version`` (up to which) and, for changes, ``changes_after_version``."""
+        read: dict[str, dict[str, int]] = {table: {"version": version} for table, version in self.inputs.items()}
+        for table, version in self.consumed.items():
+            read[table] = {"changes_after_version": self.consumed_before[table], "version": version}
+        return dict(sorted(read.items()))
 
 
 #: Input metadata of each loaded input, read back when the step's outputs are handled.
@@ -91,7 +101,8 @@ class SparkDataFrameTypeHandler:
         )
         if not result.commit:
             return result, {"dagster/row_count": 0}
-        return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions)
+        return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions,
+                                      key_columns=spec.key_columns)
 
     def load_input(
         self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
@@ -185,8 +196,10 @@ class DeltaIOManager(ConfigurableIOManager):
                 continue
             table, version = str(loaded[_READ_TABLE].value), int(loaded[_READ_VERSION].value)
             if _READ_CHANGES_FROM in loaded:
+                first = int(loaded[_READ_CHANGES_FROM].value)
                 reads.consumed[table] = version
-                reads.advanced = reads.advanced or int(loaded[_READ_CHANGES_FROM].value) <= version
+                reads.consumed_before[table] = first - 1
+                reads.advanced = reads.advanced or first <= version
             else:
                 reads.inputs[table] = version
         return reads
@@ -233,6 +246,9 @@ class DeltaIOManager(ConfigurableIOManager):
         fingerprint_json = json.dumps(fingerprint, sort_keys=True)
 
         step_metadata: dict[str, Any] = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
+        read = reads.described()
+        if read:
+            step_metadata[_INPUTS] = MetadataValue.json(read)
         step_metadata["dagster/table_name"] = ".".join(key.path)
         if spec.delete_column:
             # The deleted keys live in a Delta table of their own next to this one (maintained with it).
@@ -250,9 +266,9 @@ class DeltaIOManager(ConfigurableIOManager):
             and client.exists(path)
             and _computed_from(client, path) == fingerprint_json
         ):
-            metadata = table_metadata(client, path, column_descriptions=descriptions)
+            metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
-            context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
+            context.add_output_metadata({**metadata, **step_metadata})
             return
 
         # A step retried after its append committed (a retry policy, a lost executor)
@@ -275,7 +291,7 @@ class DeltaIOManager(ConfigurableIOManager):
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
-        context.add_output_metadata({**metadata, _INPUTS: fingerprint_json, **step_metadata})
+        context.add_output_metadata({**metadata, **step_metadata})
 
 
 def _check_descriptions_before_writing(

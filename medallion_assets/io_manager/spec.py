@@ -84,6 +84,17 @@ class WriteSpec(BaseModel):
             raise ValueError("replace_group needs sequence_column and delete_column")
         return self
 
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The columns the declaration says identify a row (what output previews are sorted by).
+
+        The merge keys, else the partition columns and the time column of
+        ``partition_expr``; empty when the declaration names none.
+        """
+        if self.merge_keys:
+            return self.merge_keys
+        return tuple(dict.fromkeys(self.partition_columns + ((self.partition_expr,) if self.partition_expr else ())))
+
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> WriteSpec:
         """Build the spec from asset definition metadata (``delta/*`` keys)."""

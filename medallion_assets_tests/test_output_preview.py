@@ -1,0 +1,39 @@
+"""The output preview's order: by the table's key, with no scan of a large table."""
+
+from __future__ import annotations
+
+from medallion_assets.io_manager import WriteSpec, delta_table, markdown_preview
+from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS
+
+
+def _shown(preview: str) -> list[list[str]]:
+    """The cells of the preview's rows."""
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in preview.splitlines()[2:]
+            if line.startswith("| ")]
+
+
+def test_the_declared_key_is_what_previews_are_sorted_by():
+    assert WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["o_orderkey"],
+                                               partition_columns=["day"])).key_columns == ("o_orderkey",)
+    assert WriteSpec.from_metadata(delta_table(partition_columns=["day"], partition_expr="day")).key_columns == ("day",)
+    assert WriteSpec.from_metadata(delta_table(partition_expr="order_month")).key_columns == ("order_month",)
+    assert WriteSpec.from_metadata(delta_table()).key_columns == ()
+
+
+def test_a_small_table_shows_its_first_rows_by_key_and_a_large_one_the_rows_read_first_in_key_order(spark):
+    # One partition, in this order: the rows a limit reads first are the first three.
+    rows = [(5, "e", 2), (3, "c", 1), (None, "n", 1), (1, "a", 1), (4, "d", 2), (2, "b", 9)]
+    frame = spark.createDataFrame(rows, "k long, name string, tie long").coalesce(1)
+
+    small = markdown_preview(frame, 3, key_columns=["k"], total_rows=len(rows))
+    assert _shown(small) == [["None", "n", "1"], ["1", "a", "1"], ["2", "b", "9"]]  # nulls first, as Spark sorts
+    assert small.endswith("The first 3 of 6 rows by `k`.")
+
+    large = markdown_preview(frame, 3, key_columns=["k"], total_rows=SORTED_PREVIEW_MAX_ROWS + 1)
+    assert _shown(large) == [["None", "n", "1"], ["3", "c", "1"], ["5", "e", "2"]]
+    assert "the first read" in large and "`k`" in large
+
+    # No key declared: the first column, its ties broken by the others.
+    by_first = markdown_preview(frame.select("tie", "name"), 4, total_rows=len(rows))
+    assert _shown(by_first) == [["1", "a"], ["1", "c"], ["1", "n"], ["2", "d"]]
+    assert by_first.endswith("The first 4 of 6 rows by `tie`.")
