@@ -257,10 +257,16 @@ def observed_row_count(frame: DataFrame) -> tuple[DataFrame, Callable[[], int]]:
     observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
 
     def rows() -> int:
-        reported = observation.get.get("rows")
+        try:
+            reported = observation.get.get("rows")
+        except Exception:  # noqa: BLE001 - classic PySpark cannot convert the empty row of a lost observation
+            reported = None
         if reported is None:
-            # Spark Connect hands an observation to the client only with the result of a
-            # query; should none have carried it, the rows are counted (a second read).
+            # No count came back: adaptive execution replaces a stage that produced no
+            # rows with an empty relation, observed metrics and all (a run with nothing
+            # new, or nothing rejected), and Spark Connect hands an observation over
+            # only with a query's result. Counted instead: a second read of the input,
+            # of its Parquet footers only.
             return frame.count()
         return int(reported)
 
