@@ -22,7 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context, materialize
+from dagster import AssetCheckSeverity, AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context, materialize
 
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
@@ -132,10 +132,15 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert gold[1]["paid"] == Decimal("100.50") and gold[1]["outstanding"] == Decimal("99.50")
     assert gold[2]["paid"] == Decimal("100.00") and gold[2]["payment_count"] == 2
 
-    # Checks: the expectation reports the dropped row (WARN, handled as declared); the key is unique.
+    # Checks: the expectation fails amber with the dropped row (handled as declared, not good data);
+    # the rejected-rows check counts the four rows quarantined; the key is unique.
     evaluations = {(e.asset_key, e.check_name): e for e in result.get_asset_check_evaluations()}
     dropped = evaluations[(SILVER, "payments_amount_positive")]
-    assert dropped.passed and dropped.metadata["failing_rows"].value == 1
+    assert not dropped.passed and dropped.severity == AssetCheckSeverity.WARN
+    assert dropped.metadata["failing_rows"].value == 1
+    rejected = evaluations[(SILVER, "payments_rejected_rows")]
+    assert not rejected.passed and rejected.severity == AssetCheckSeverity.WARN
+    assert rejected.metadata["rejected_rows"].value == len(quarantine)
     assert evaluations[(SILVER, "payments_key_unique")].passed
     assert evaluations[(BRONZE, "stream_health")].passed
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster import AssetKey
+from dagster import AssetCheckSeverity, AssetKey
 
 from medallion_assets.expectations import (
     apply_expectations,
@@ -29,7 +29,8 @@ def test_warn_keeps_rows_and_reports_counts(spark):
     assert outcome.kept.count() == 4
     assert outcome.quarantined.count() == 0
     [result] = outcome.check_results
-    assert result.passed
+    # Kept as declared, but not green: failed with severity WARN (amber), with the count.
+    assert not result.passed and result.severity == AssetCheckSeverity.WARN
     assert result.metadata["failing_rows"].value == 2  # -1.0 and null (null counts as failing)
     assert result.metadata["passing_rows"].value == 2
     assert not outcome.blocked
@@ -49,8 +50,21 @@ def test_drop_sends_rows_to_quarantine_with_reason(spark):
     assert any("id_present" in r for r in reasons)
     assert sum("amount_positive" in r for r in reasons) == 2
     assert {r.table_name for r in outcome.quarantined.collect()} == {"things"}
-    assert all(r.passed for r in outcome.check_results)
+    by_name = {r.check_name: r for r in outcome.check_results}
+    assert all(r.severity == AssetCheckSeverity.WARN and not r.passed for r in by_name.values())
+    assert by_name["id_present"].metadata["failing_rows"].value == 1
+    assert by_name["amount_positive"].metadata["failing_rows"].value == 2
     assert not outcome.blocked
+
+
+def test_expectations_that_no_row_fails_pass(spark):
+    outcome = apply_expectations(
+        _frame(spark).where("id = 1"),
+        [expect("amount_positive", "amount > 0"), expect_or_drop("id_present", "id IS NOT NULL")],
+        asset_key=KEY,
+        table_name="things",
+    )
+    assert all(r.passed and r.metadata["failing_rows"].value == 0 for r in outcome.check_results)
 
 
 def test_fail_blocks(spark):
@@ -58,7 +72,7 @@ def test_fail_blocks(spark):
     outcome = apply_expectations(_frame(spark), expectations, asset_key=KEY, table_name="things")
     assert outcome.blocked
     [result] = outcome.check_results
-    assert not result.passed
+    assert not result.passed and result.severity == AssetCheckSeverity.ERROR
     assert result.metadata["failing_rows"].value == 1
     assert outcome.quarantined.count() == 1
     [spec] = check_specs(KEY, expectations)

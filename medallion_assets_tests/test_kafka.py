@@ -203,7 +203,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
     from medallion_assets_tests.test_end_to_end import (
-        assert_checks_pass,
+        assert_no_check_errs,
         assert_gold_matches_duckdb,
         assert_silver_matches_contract,
         materialize_everything,
@@ -234,7 +234,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     batch1 = simulate.land_next_batch(lake / "landing", **land)
     assert not list((lake / "landing" / "orders").glob("*.json")) if (lake / "landing" / "orders").exists() else True
     run1 = materialize_everything(defs, instance)
-    assert_checks_pass(run1)
+    assert_no_check_errs(run1)
     assert_silver_matches_contract(lake, landing=contract_view)
     assert_gold_matches_duckdb(lake)
     first_version = deltalake.DeltaTable(table).version()
@@ -242,7 +242,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
 
     batch2 = simulate.land_next_batch(lake / "landing", **land)
     run2 = materialize_everything(defs, instance)
-    assert_checks_pass(run2)
+    assert_no_check_errs(run2)
     assert_silver_matches_contract(lake, landing=contract_view)
     assert_gold_matches_duckdb(lake)
 
