@@ -169,6 +169,10 @@ def prepare_landing(lake_root: Path, *, landing: Path | None, scale_factor: floa
 def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetSelection:
     """``select`` (Dagster's asset selection syntax) as an :class:`AssetSelection`; every asset when ``None``.
 
+    The selection is widened to whole steps: an asset of a step that writes several
+    tables at once (a silver table and its quarantine) brings the step's other tables,
+    since Dagster cannot run part of such a step.
+
     Raises:
         CheckGateUsageError: The text does not parse, or selects no asset of the definitions.
     """
@@ -189,7 +193,7 @@ def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetS
             f"--select {select!r} selects no asset of the definitions; `dagster asset list -m "
             "medallion_assets.definitions` lists their keys"
         )
-    return selection
+    return selection | selection.required_multi_asset_neighbors()
 
 
 def partition_range_tags(definitions: Definitions, *, selection: AssetSelection) -> dict[str, str]:

@@ -172,3 +172,16 @@ def test_a_step_error_outranks_failed_checks_and_is_a_junit_error(tmp_path):
         "ERROR check failed: failing_rows=2, top_reasons=| reason | |---| | bad |")
     root = ET.parse(tmp_path / "checks.xml").getroot()
     assert (root.get("failures"), root.get("errors"), root.get("skipped")) == ("1", "1", "1")
+
+
+def test_a_selection_is_widened_to_whole_steps():
+    from dagster import AssetKey
+
+    from medallion_assets.definitions import build_definitions
+
+    definitions = build_definitions("local", simulator=False, kafka=False)
+    graph = definitions.get_repository_def().asset_graph
+    selected = check_gate.resolve_selection(definitions, select='key:"silver/orders"').resolve(graph)
+    # silver/orders is written by the step that also writes silver/lineitem and quarantine/orders.
+    assert {AssetKey(["silver", "lineitem"]), AssetKey(["quarantine", "orders"])} <= selected
+    assert AssetKey(["gold", "pricing_summary"]) not in selected

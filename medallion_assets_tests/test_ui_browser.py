@@ -146,7 +146,7 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check(dagster_dev)
         page.get_by_role("dialog").wait_for(state="detached", timeout=20_000)
         page.wait_for_timeout(2000)
         page.screenshot(path=shots / "1-lineage.png")
-        for group in ("landing", "bronze", "silver", "gold"):
+        for group in ("landing", "bronze", "silver", "quarantine", "gold"):
             assert page.get_by_text(group, exact=True).first.is_visible(), f"asset group {group} not shown"
 
         materialize_all.click(timeout=120_000)
