@@ -9,8 +9,11 @@ Split the way dagster-deltalake splits its IO manager:
 * ``metadata``: a table's description as Dagster output metadata.
 * ``manager``: :class:`DeltaIOManager` (the configuration and the Dagster
   side) and :class:`SparkDataFrameTypeHandler`.
+* ``arrow_handlers``: pandas, polars and Arrow in and out through delta-rs
+  (:class:`ArrowDeltaClient`, one handler per library), without Spark.
 """
 
+from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 from medallion_assets.io_manager.client import DeltaTableClient, TableDescription, WriteResult
 from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler
 from medallion_assets.io_manager.metadata import markdown_preview, spark_table_schema, table_metadata
@@ -50,6 +53,7 @@ __all__ = [
     "TABLE_PROPERTIES",
     "VERSION",
     "WRITE_MODE",
+    "ArrowDeltaClient",
     "DeltaIOManager",
     "DeltaTableClient",
     "SparkDataFrameTypeHandler",

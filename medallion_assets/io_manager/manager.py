@@ -1,4 +1,8 @@
-"""The Dagster side of the Delta IO manager: :class:`DeltaIOManager` and :class:`SparkDataFrameTypeHandler`."""
+"""The Dagster side of the Delta IO manager: :class:`DeltaIOManager` and :class:`SparkDataFrameTypeHandler`.
+
+Inputs annotated, and outputs returned, as pandas, polars or Arrow objects go
+to the handlers of :mod:`.arrow_handlers` instead: delta-rs, no SparkSession.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,13 @@ from dagster import (
 from pydantic import Field
 from pyspark.sql import DataFrame
 
+from medallion_assets.io_manager.arrow_handlers import (
+    ENGINE_NAME,
+    ArrowDeltaClient,
+    TimeWindowFilter,
+    handler_for_object,
+    handler_for_type,
+)
 from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
 from medallion_assets.io_manager.metadata import check_column_descriptions, table_metadata
 from medallion_assets.io_manager.spec import (
@@ -73,8 +84,8 @@ _READ_CHANGES_FROM = "delta/changes_from_version"
 class SparkDataFrameTypeHandler:
     """Spark DataFrames in and out of the Delta IO manager.
 
-    The only type the lake stores; a second engine (pyarrow, pandas) would be a
-    second handler next to this one.
+    pandas, polars and Arrow objects have their own handlers
+    (:mod:`.arrow_handlers`), which do not start Spark.
     """
 
     supported_types = (DataFrame,)
@@ -94,7 +105,10 @@ class SparkDataFrameTypeHandler:
     ) -> tuple[WriteResult, dict[str, Any]]:
         """Write ``frame`` and describe the table afterwards (its columns with ``column_descriptions``)."""
         if not isinstance(frame, DataFrame):
-            raise TypeError(f"the Delta IO manager stores Spark DataFrames, got {type(frame).__name__}")
+            raise TypeError(
+                f"the Delta IO manager stores Spark, pandas, polars and Arrow frames, got {type(frame).__name__}: "
+                "return one of those from the asset"
+            )
         result = client.write(
             frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction,
             empty_commit=empty_commit,
@@ -142,7 +156,10 @@ class DeltaIOManager(ConfigurableIOManager):
         return self.lake.table_path(key.path)
 
     # ---- inputs --------------------------------------------------------
-    def load_input(self, context: InputContext) -> DataFrame:
+    def load_input(self, context: InputContext) -> Any:
+        handler = handler_for_type(getattr(context.dagster_type, "typing_type", None))
+        if handler is not None:
+            return self._load_without_spark(context, handler)
         client = self._client()
         key = context.asset_key
         path = self._path(key)
@@ -173,6 +190,35 @@ class DeltaIOManager(ConfigurableIOManager):
             if partition_expr:
                 frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
         return frame
+
+    def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
+        """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""
+        key = context.asset_key
+        path = self._path(key)
+        metadata = dict(context.definition_metadata or {})
+        kind = context.dagster_type.typing_type
+        if metadata.get(READ) == "changes":
+            raise ValueError(
+                f"input {key.to_user_string()} of {context.op_def.name}: delta/read 'changes' needs Spark "
+                f"(the change data feed); annotate the input as a Spark DataFrame, not {kind.__name__}, "
+                "or read the whole table"
+            )
+        client = ArrowDeltaClient()
+        if not client.exists(path):
+            raise FileNotFoundError(
+                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
+            )
+        version = metadata.get(VERSION)
+        window = None
+        if context.has_asset_partitions and context.upstream_output is not None:
+            partition_expr = (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
+            if partition_expr:
+                span = context.asset_partitions_time_window
+                window = TimeWindowFilter(column=partition_expr, start=span.start, end=span.end)
+        read = int(version) if version is not None else client.latest_version(path)
+        context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read, "delta/engine": ENGINE_NAME})
+        dataset = client.dataset(path, version=read, columns=metadata.get(COLUMNS), window=window)
+        return handler.from_dataset(dataset, kind)
 
     @staticmethod
     def _step_reads(context: OutputContext) -> _StepReads:
@@ -224,8 +270,7 @@ class DeltaIOManager(ConfigurableIOManager):
         return min(versions, default=-1)
 
     # ---- outputs -------------------------------------------------------
-    def handle_output(self, context: OutputContext, obj: DataFrame) -> None:
-        client = self._client()
+    def handle_output(self, context: OutputContext, obj: Any) -> None:
         key = context.asset_key
         path = self._path(key)
         spec = WriteSpec.from_metadata(context.definition_metadata or {})
@@ -252,13 +297,23 @@ class DeltaIOManager(ConfigurableIOManager):
         step_metadata["dagster/table_name"] = ".".join(key.path)
         if spec.delete_column:
             # The deleted keys live in a Delta table of their own next to this one (maintained with it).
-            step_metadata["delta/tombstones"] = MetadataValue.path(client.tombstone_path(path))
+            step_metadata["delta/tombstones"] = MetadataValue.path(DeltaTableClient.tombstone_path(path))
         # Spark lowercases writer option keys: snake_case keeps them readable in the commit.
         commit_metadata = {"dagster_run_id": context.run_id, "dagster_asset_key": _key_name(key)}
         commit_metadata.update({_CONSUMED_COMMIT_PREFIX + k: str(v) for k, v in reads.consumed.items()})
         if spec.mode == "overwrite":
             commit_metadata[_COMPUTED_FROM] = fingerprint_json
 
+        handler = handler_for_object(obj)
+        if handler is not None:
+            context.log.info(f"{key.to_user_string()}: Delta engine {ENGINE_NAME} (a {type(obj).__name__} output, no Spark)")
+            self._store_without_spark(
+                context, handler.to_arrow(obj), path, spec, descriptions=descriptions, replace_where=replace_where,
+                commit_metadata=commit_metadata, step_metadata=step_metadata,
+                unchanged=bool(reads.inputs or source is not None) and fingerprint_json,
+            )
+            return
+        client = self._client()
         if (
             self.skip_unchanged
             and spec.mode == "overwrite"
@@ -291,6 +346,54 @@ class DeltaIOManager(ConfigurableIOManager):
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
+        context.add_output_metadata({**metadata, **step_metadata})
+
+
+    def _store_without_spark(
+        self,
+        context: OutputContext,
+        data: Any,
+        path: str,
+        spec: WriteSpec,
+        *,
+        descriptions: Mapping[str, str],
+        replace_where: str | None,
+        commit_metadata: Mapping[str, str],
+        step_metadata: Mapping[str, Any],
+        unchanged: str | bool,
+    ) -> None:
+        """Store a pandas, polars or Arrow output with delta-rs (no SparkSession).
+
+        ``unchanged``: the overwrite's fingerprint when it has inputs to compare, else false.
+        """
+        key = context.asset_key
+        asset = key.to_user_string()
+        client = ArrowDeltaClient()
+        if self.skip_unchanged and spec.mode == "overwrite" and unchanged and client.exists(path) \
+                and client.computed_from(path) == unchanged:
+            metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
+            metadata["delta/skipped"] = "inputs unchanged since the last materialization"
+            context.add_output_metadata({**metadata, **step_metadata})
+            return
+        if descriptions:
+            columns = list(data.column_names)
+            if set(descriptions) - set(columns) and client.exists(path):
+                columns += [name for name in client.dataset(path).schema.names if name not in columns]
+            check_column_descriptions(descriptions, columns, table=f"asset {asset} (Delta table {path})")
+        run_output = f"dagster:{_key_name(key)}:{context.run_id}"
+        if replace_where:
+            window = context.asset_partitions_time_window
+            run_output += f":{window.start.isoformat()}"
+        skipped = client.write(
+            data, path, spec, asset=asset, replace_where=replace_where, commit_metadata=commit_metadata,
+            transaction=(run_output, 0) if spec.mode == "append" else None,
+        )
+        if skipped and not client.exists(path):
+            context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
+            return
+        metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
+        if skipped:
+            metadata["delta/skipped"] = skipped
         context.add_output_metadata({**metadata, **step_metadata})
 
 

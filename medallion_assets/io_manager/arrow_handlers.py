@@ -1,0 +1,384 @@
+"""Delta tables as pandas, polars and Arrow objects, through delta-rs alone (no Spark).
+
+The IO manager's second family of type handlers, next to
+:class:`~medallion_assets.io_manager.manager.SparkDataFrameTypeHandler`, split
+as dagster-deltalake splits its own: :class:`ArrowDeltaClient` reads and writes
+a table with ``deltalake`` and knows nothing of Dagster or of DataFrame
+libraries; one handler per library converts between its objects and Arrow.
+An asset input annotated ``pandas.DataFrame``, ``polars.DataFrame``,
+``polars.LazyFrame``, ``pyarrow.Table`` or ``pyarrow.dataset.Dataset`` is
+loaded by these, and such an output is stored by them, without a SparkSession.
+
+polars is imported only when an asset uses it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import deltalake
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from dagster import MetadataValue, TableColumn, TableSchema
+
+from medallion_assets.engine import user_metadata
+from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS, check_column_descriptions
+from medallion_assets.io_manager.spec import WriteSpec
+
+#: What output metadata names as the engine of these writes (the Spark path names the session's).
+ENGINE_NAME = "delta-rs"
+_PREVIEW_ROWS = 5
+
+
+@dataclass(frozen=True)
+class TimeWindowFilter:
+    """Rows of one time-window partition: ``start <= column < end``.
+
+    Attributes:
+        column: the upstream's ``partition_expr`` column.
+        start: the window's start (inclusive).
+        end: the window's end (exclusive).
+    """
+
+    column: str
+    start: Any
+    end: Any
+
+    def expression(self, schema: pa.Schema) -> ds.Expression:
+        """The filter as a pyarrow dataset expression, with bounds cast to the column's type."""
+        kind = schema.field(self.column).type
+        if pa.types.is_date(kind):
+            start, end = self.start.date(), self.end.date()
+        else:
+            # Compare in the column's own time zone (or none): Arrow refuses to mix them.
+            start, end = (_as_zone(moment, getattr(kind, "tz", None)) for moment in (self.start, self.end))
+        low, high = pa.scalar(start, type=kind), pa.scalar(end, type=kind)
+        return (pc.field(self.column) >= low) & (pc.field(self.column) < high)
+
+
+def _as_zone(moment: Any, tz: str | None) -> Any:
+    if tz is None:
+        return moment.replace(tzinfo=None) if moment.tzinfo else moment
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+
+
+class ArrowDeltaClient:
+    """Reads and writes Delta tables with delta-rs (``deltalake``), without Spark.
+
+    Args:
+        storage_options: passed to ``deltalake`` (object-store credentials); none for local paths.
+    """
+
+    def __init__(self, storage_options: Mapping[str, str] | None = None) -> None:
+        self.storage_options = dict(storage_options) if storage_options else None
+
+    def _open(self, path: str, version: int | None = None) -> deltalake.DeltaTable:
+        return deltalake.DeltaTable(path, version=version, storage_options=self.storage_options)
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` holds a Delta table."""
+        return deltalake.DeltaTable.is_deltatable(path, storage_options=self.storage_options)
+
+    def latest_version(self, path: str) -> int:
+        """The table's current version."""
+        return self._open(path).version()
+
+    def dataset(
+        self,
+        path: str,
+        *,
+        version: int | None = None,
+        columns: Sequence[str] | None = None,
+        window: TimeWindowFilter | None = None,
+    ) -> ds.Dataset:
+        """The table (at ``version``) as a lazy pyarrow dataset, pruned to ``columns`` and ``window``.
+
+        Nothing is read yet: the filter on a partition column skips whole
+        files, and the selected columns are the only ones a scan reads.
+        """
+        dataset = self._open(path, version).to_pyarrow_dataset()
+        if window is not None:
+            dataset = dataset.filter(window.expression(dataset.schema))
+        if columns:
+            missing = [name for name in columns if name not in dataset.schema.names]
+            if missing:
+                raise ValueError(
+                    f"delta/columns names {missing}, which the Delta table {path} does not have "
+                    f"(its columns: {', '.join(dataset.schema.names)}): fix the input's metadata"
+                )
+            dataset = dataset.replace_schema(pa.schema([dataset.schema.field(name) for name in columns]))
+        return dataset
+
+    def computed_from(self, path: str) -> str | None:
+        """The ``computed_from`` fingerprint of the table's newest commit, if it has one."""
+        return self.newest_commit(path)[1].get("computed_from")
+
+    def newest_commit(self, path: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """The newest commit's ``history()`` entry and its custom metadata."""
+        history = self._open(path).history(1)
+        info = history[0] if history else {}
+        return info, user_metadata(info.get("userMetadata"))
+
+    def write(
+        self,
+        data: pa.Table,
+        path: str,
+        spec: WriteSpec,
+        *,
+        asset: str,
+        replace_where: str | None,
+        commit_metadata: Mapping[str, str],
+        transaction: tuple[str, int] | None,
+    ) -> str | None:
+        """Write ``data`` as ``spec`` says: overwrite, append, or merge on the merge keys.
+
+        Args:
+            data: the rows.
+            path: the table's location.
+            spec: the asset's declaration.
+            asset: names the asset in errors.
+            replace_where: the partition an overwrite replaces (SQL, as the Spark path's).
+            commit_metadata: custom keys of the commit (each key, and all as ``userMetadata``
+                JSON, which both engines read back).
+            transaction: ``(application id, version)`` of an append: a retry of a
+                step whose append committed does not append again.
+
+        Returns:
+            Why nothing was written, or ``None`` when a commit was made.
+
+        Raises:
+            ValueError: a merge the delta-rs route does not do (deletes, replace groups).
+        """
+        custom = {**{key: str(value) for key, value in commit_metadata.items()},
+                  "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
+        exists = self.exists(path)
+        if spec.mode == "merge":
+            return self._merge(data, path, spec, asset=asset, exists=exists, custom=custom)
+        if transaction is not None and exists:
+            app_id, version = transaction
+            done = self._open(path).transaction_version(app_id)
+            if done is not None and done >= version:
+                return f"already appended by this run (transaction {app_id})"
+        if spec.mode == "append" and data.num_rows == 0:
+            return "no new rows"
+        transactions = [deltalake.Transaction(*transaction)] if transaction is not None else None
+        deltalake.write_deltalake(
+            path,
+            data,
+            mode=spec.mode,
+            partition_by=list(spec.partition_columns) or None,
+            configuration=_table_properties(spec) or None,
+            schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
+            predicate=replace_where,
+            storage_options=self.storage_options,
+            commit_properties=deltalake.CommitProperties(custom_metadata=custom, app_transactions=transactions),
+        )
+        return None
+
+    def _merge(
+        self, data: pa.Table, path: str, spec: WriteSpec, *, asset: str, exists: bool, custom: dict[str, str]
+    ) -> str | None:
+        if spec.delete_column or spec.replace_group:
+            raise ValueError(
+                f"asset {asset}: write mode 'merge' with delete_column or replace_group is not supported for "
+                "pandas, polars and Arrow outputs (delta-rs route); return a Spark DataFrame from the asset, "
+                "or declare a plain merge on merge_keys"
+            )
+        if data.num_rows == 0:
+            return "no new rows"
+        if not exists:
+            deltalake.write_deltalake(
+                path, data, mode="append", partition_by=list(spec.partition_columns) or None,
+                configuration=_table_properties(spec) or None, storage_options=self.storage_options,
+                commit_properties=deltalake.CommitProperties(custom_metadata=custom),
+            )
+            return None
+        predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in spec.merge_keys)
+        newer = f"s.`{spec.sequence_column}` > t.`{spec.sequence_column}`" if spec.sequence_column else None
+        (
+            self._open(path)
+            .merge(data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
+                   commit_properties=deltalake.CommitProperties(custom_metadata=custom))
+            .when_matched_update_all(predicate=newer)
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return None
+
+    def metadata(
+        self, path: str, *, column_descriptions: Mapping[str, str] | None = None, key_columns: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Output metadata of the table's current version, with the Spark path's keys.
+
+        Rows, files and bytes come from the Delta log's add actions; the preview
+        reads at most the first :data:`~.metadata.SORTED_PREVIEW_MAX_ROWS` rows.
+
+        Raises:
+            ValueError: a description names a column the table does not have.
+        """
+        table = self._open(path)
+        info, _ = self.newest_commit(path)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        records = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
+        rows = sum(n for n in records if n is not None) if records and None not in records else table.count()
+        schema = pa.schema(table.schema())
+        descriptions = dict(column_descriptions or {})
+        check_column_descriptions(descriptions, schema.names, table=f"Delta table {path}")
+        partitions = list(table.metadata().partition_columns)
+        metrics = info.get("operationMetrics") or {}
+        return {
+            "delta/engine": ENGINE_NAME,
+            "dagster/column_schema": arrow_table_schema(schema, descriptions),
+            "dagster/row_count": rows,
+            "dagster/uri": MetadataValue.path(path),
+            "delta/version": table.version(),
+            "delta/operation": str(info.get("operation", "")),
+            "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
+            "delta/num_files": actions.num_rows,
+            "delta/size_bytes": sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0,
+            "delta/partition_columns": MetadataValue.json(partitions),
+            "preview": MetadataValue.md(arrow_markdown_preview(
+                table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
+            )),
+        }
+
+
+def _table_properties(spec: WriteSpec) -> dict[str, str]:
+    return {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+
+
+def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:
+    """An Arrow schema as Dagster's table schema (Arrow's type names).
+
+    Args:
+        schema: the table's schema.
+        column_descriptions: column name -> description; other columns have none.
+    """
+    descriptions = column_descriptions or {}
+    return TableSchema(columns=[
+        TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name)) for f in schema
+    ])
+
+
+def arrow_markdown_preview(
+    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int
+) -> str:
+    """A few rows as Markdown, by key when the table is small (as :func:`~.metadata.markdown_preview`)."""
+    sortable = [f.name for f in dataset.schema
+                if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))]
+    key = [name for name in key_columns if name in sortable] or sortable[:1]
+    order = key + [name for name in sortable if name not in key]
+    whole = total_rows <= SORTED_PREVIEW_MAX_ROWS
+    picked = dataset.to_table() if whole else dataset.head(rows)
+    if order:
+        picked = picked.sort_by([(name, "ascending") for name in order])
+    picked = picked.slice(0, rows)
+    columns = picked.column_names
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in picked.to_pylist():
+        lines.append("| " + " | ".join(str(row[c]).replace("|", "\\|").replace("\n", " ")[:60] for c in columns) + " |")
+    by = ", ".join(f"`{name}`" for name in key)
+    if not picked.num_rows or not key:
+        caption = f"{picked.num_rows} of {total_rows:,} rows."
+    elif whole:
+        caption = f"The first {picked.num_rows} of {total_rows:,} rows by {by}."
+    else:
+        caption = f"{picked.num_rows} of {total_rows:,} rows, the first read (not the first by key), ordered by {by}."
+    return "\n".join(lines) + "\n\n" + caption
+
+
+# ---- one handler per DataFrame library ------------------------------------------------------
+
+
+class ArrowTypeHandler:
+    """``pyarrow.Table`` and ``pyarrow.dataset.Dataset`` (lazy: the asset decides what it scans)."""
+
+    def handles(self, kind: Any) -> bool:
+        """Whether an input annotated ``kind`` is loaded by this handler."""
+        return isinstance(kind, type) and issubclass(kind, (pa.Table, ds.Dataset))
+
+    def handles_object(self, obj: Any) -> bool:
+        """Whether an output value is stored by this handler."""
+        return isinstance(obj, (pa.Table, pa.RecordBatchReader, ds.Dataset))
+
+    def from_dataset(self, dataset: ds.Dataset, kind: type) -> Any:
+        """The loaded input as ``kind``."""
+        return dataset if issubclass(kind, ds.Dataset) else dataset.to_table()
+
+    def to_arrow(self, obj: Any) -> pa.Table:
+        """The output as an Arrow table."""
+        return obj.to_table() if isinstance(obj, ds.Dataset) else obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
+
+
+class PandasTypeHandler:
+    """``pandas.DataFrame`` (the index is not stored)."""
+
+    def handles(self, kind: Any) -> bool:
+        """Whether an input annotated ``kind`` is loaded by this handler."""
+        import pandas as pd
+
+        return isinstance(kind, type) and issubclass(kind, pd.DataFrame)
+
+    def handles_object(self, obj: Any) -> bool:
+        """Whether an output value is stored by this handler."""
+        import pandas as pd
+
+        return isinstance(obj, pd.DataFrame)
+
+    def from_dataset(self, dataset: ds.Dataset, kind: type) -> Any:
+        """The loaded input as a pandas DataFrame."""
+        return dataset.to_table().to_pandas()
+
+    def to_arrow(self, obj: Any) -> pa.Table:
+        """The output as an Arrow table."""
+        return pa.Table.from_pandas(obj, preserve_index=False)
+
+
+class PolarsTypeHandler:
+    """``polars.DataFrame`` and ``polars.LazyFrame`` (scans the dataset lazily)."""
+
+    @staticmethod
+    def _polars() -> Any:
+        import sys
+
+        # Only an asset that uses polars has imported it: no import here for the others.
+        return sys.modules.get("polars")
+
+    def handles(self, kind: Any) -> bool:
+        """Whether an input annotated ``kind`` is loaded by this handler."""
+        pl = self._polars()
+        return pl is not None and isinstance(kind, type) and issubclass(kind, (pl.DataFrame, pl.LazyFrame))
+
+    def handles_object(self, obj: Any) -> bool:
+        """Whether an output value is stored by this handler."""
+        pl = self._polars()
+        return pl is not None and isinstance(obj, (pl.DataFrame, pl.LazyFrame))
+
+    def from_dataset(self, dataset: ds.Dataset, kind: type) -> Any:
+        """The loaded input as a polars DataFrame or LazyFrame."""
+        pl = self._polars()
+        frame = pl.scan_pyarrow_dataset(dataset)
+        return frame if issubclass(kind, pl.LazyFrame) else frame.collect()
+
+    def to_arrow(self, obj: Any) -> pa.Table:
+        """The output as an Arrow table."""
+        pl = self._polars()
+        return (obj.collect() if isinstance(obj, pl.LazyFrame) else obj).to_arrow()
+
+
+HANDLERS = (PandasTypeHandler(), PolarsTypeHandler(), ArrowTypeHandler())
+
+
+def handler_for_type(kind: Any) -> PandasTypeHandler | PolarsTypeHandler | ArrowTypeHandler | None:
+    """The handler loading inputs annotated ``kind``, or ``None`` (the Spark path's)."""
+    return next((handler for handler in HANDLERS if handler.handles(kind)), None)
+
+
+def handler_for_object(obj: Any) -> PandasTypeHandler | PolarsTypeHandler | ArrowTypeHandler | None:
+    """The handler storing output ``obj``, or ``None`` (the Spark path's)."""
+    return next((handler for handler in HANDLERS if handler.handles_object(obj)), None)

@@ -1,0 +1,194 @@
+"""pandas, polars and Arrow through the Delta IO manager: delta-rs only, no SparkSession.
+
+Inputs are Delta tables written by ``write_deltalake`` (not by the IO manager);
+outputs the IO manager writes are read back with DuckDB's delta extension.
+The SparkResource is configured as in the other tests: it is lazy, and a
+subprocess proves that loading and storing these types starts no SparkContext.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from decimal import Decimal
+
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from dagster import AssetIn, AssetKey, AssetSpec, asset, materialize
+from deltalake import write_deltalake
+
+from medallion_assets.io_manager import DeltaIOManager, delta_table
+from medallion_assets.pipelines.tpch.reports import pricing_summary_report
+from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets_tests.delta.readers import read_with_duckdb, rows
+
+SOURCE = AssetKey(["silver", "numbers"])
+
+
+def _resources(root: str) -> dict:
+    lake = LakeResource(root=root)
+    spark = SparkResource(master="local[1]")
+    return {"spark": spark, "lake": lake, "io_manager": DeltaIOManager(spark=spark, lake=lake)}
+
+
+def _write_source(root: str) -> None:
+    """Version 0: ids 1..3; version 1: id 4 appended (written by delta-rs directly)."""
+    path = f"{root}/silver/numbers"
+    write_deltalake(path, pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"], "amount": [1.5, 2.5, 3.5]}))
+    write_deltalake(path, pa.table({"id": [4], "name": ["d"], "amount": [4.5]}), mode="append")
+
+
+def load_every_type(root: str) -> dict:
+    """Materialize one asset per input type over the source table; what each saw, and whether Spark started.
+
+    Run in a subprocess by the test (a fresh interpreter, so no earlier test's SparkContext counts).
+    """
+    from pyspark import SparkContext
+
+    pinned = {"delta/version": 0, "delta/columns": ["id", "name"]}
+    seen: dict[str, dict] = {}
+
+    def remember(name: str, table: pa.Table, kind: type) -> None:
+        seen[name] = {"type": kind.__name__, "rows": sorted(table.to_pylist(), key=lambda r: r["id"])}
+
+    @asset(key=["gold", "as_pandas"], ins={"numbers": AssetIn(key=SOURCE, metadata=pinned)})
+    def as_pandas(numbers: pd.DataFrame) -> pd.DataFrame:
+        remember("pandas", pa.Table.from_pandas(numbers, preserve_index=False), type(numbers))
+        return numbers.assign(doubled=numbers["id"] * 2)
+
+    @asset(ins={"numbers": AssetIn(key=SOURCE, metadata=pinned)})
+    def as_polars(numbers: pl.DataFrame) -> None:
+        remember("polars", numbers.to_arrow(), type(numbers))
+
+    @asset(ins={"numbers": AssetIn(key=SOURCE, metadata={"delta/columns": ["id", "amount"]})})
+    def as_lazy(numbers: pl.LazyFrame) -> None:
+        remember("lazy", numbers.filter(pl.col("id") > 1).collect().to_arrow(), type(numbers))
+
+    @asset(ins={"numbers": AssetIn(key=SOURCE)})
+    def as_table(numbers: pa.Table) -> None:
+        remember("table", numbers.select(["id"]), type(numbers))
+
+    @asset(ins={"numbers": AssetIn(key=SOURCE, metadata=pinned)})
+    def as_dataset(numbers: ds.Dataset) -> None:
+        remember("dataset", numbers.to_table(), type(numbers))
+
+    result = materialize(
+        [AssetSpec(SOURCE), as_pandas, as_polars, as_lazy, as_table, as_dataset], resources=_resources(root),
+        selection=[AssetKey(["gold", "as_pandas"]), *(AssetKey(n) for n in ("as_polars", "as_lazy", "as_table", "as_dataset"))],
+    )
+    [stored] = result.asset_materializations_for_node("gold__as_pandas")
+    return {
+        "seen": seen,
+        "stored_engine": stored.metadata["delta/engine"].value,
+        "stored_rows": stored.metadata["dagster/row_count"].value,
+        "spark_started": SparkContext._active_spark_context is not None,
+    }
+
+
+def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spark(tmp_path):
+    root = str(tmp_path / "lake")
+    _write_source(root)
+    code = ("import json, sys; from medallion_assets_tests.test_io_manager_arrow import load_every_type; "
+            "print('RESULT ' + json.dumps(load_every_type(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    report = json.loads(line.removeprefix("RESULT "))
+    assert report["spark_started"] is False
+    seen = report["seen"]
+    version_0 = [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}, {"id": 3, "name": "c"}]
+    assert seen["pandas"] == {"type": "DataFrame", "rows": version_0}
+    assert seen["polars"] == {"type": "DataFrame", "rows": version_0}
+    assert seen["dataset"]["rows"] == version_0 and seen["dataset"]["type"] == "FileSystemDataset"
+    # Latest version, two columns, the asset's own filter on the lazy scan.
+    assert seen["lazy"] == {"type": "LazyFrame", "rows": [{"id": i, "amount": i + 0.5} for i in (2, 3, 4)]}
+    assert seen["table"] == {"type": "Table", "rows": [{"id": i} for i in (1, 2, 3, 4)]}
+    # The pandas output was stored by delta-rs too, and an independent reader sees it.
+    assert (report["stored_engine"], report["stored_rows"]) == ("delta-rs", 3)
+    assert rows(read_with_duckdb(f"{root}/gold/as_pandas"), sort_by="id") == [
+        {"id": i, "name": n, "doubled": 2 * i} for i, n in ((1, "a"), (2, "b"), (3, "c"))
+    ]
+
+
+def _frames(kind: str, ids: list[int]):
+    data = {"id": ids, "label": [f"n{i}" for i in ids]}
+    return {"pandas": lambda: pd.DataFrame(data), "polars": lambda: pl.DataFrame(data),
+            "lazy": lambda: pl.LazyFrame(data), "arrow": lambda: pa.table(data)}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "lazy", "arrow"])
+def test_outputs_append_then_overwrite_read_back_by_duckdb(tmp_path, kind):
+    root = str(tmp_path / "lake")
+    batches = iter([[1, 2], [3], [7]])
+
+    def run(mode: str):
+        @asset(key=["silver", "labels"], metadata=delta_table(write_mode=mode))
+        def labels():
+            return _frames(kind, next(batches))
+
+        result = materialize([labels], resources=_resources(root))
+        [materialization] = result.asset_materializations_for_node("silver__labels")
+        return materialization.metadata
+
+    run("append")
+    appended = run("append")
+    path = f"{root}/silver/labels"
+    assert [r["id"] for r in rows(read_with_duckdb(path), sort_by="id")] == [1, 2, 3]
+    assert (appended["delta/version"].value, appended["dagster/row_count"].value) == (1, 3)
+    assert appended["delta/engine"].value == "delta-rs"
+    assert [c.name for c in appended["dagster/column_schema"].schema.columns] == ["id", "label"]
+    overwritten = run("overwrite")
+    assert rows(read_with_duckdb(path)) == [{"id": 7, "label": "n7"}]
+    assert (overwritten["delta/version"].value, overwritten["dagster/row_count"].value) == (2, 1)
+    assert overwritten["delta/operation"].value == "WRITE"
+
+
+def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
+    root = str(tmp_path / "lake")
+    batches = iter([
+        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"]},
+        {"id": [1, 2, 3], "seq": [6, 4, 1], "v": ["new1", "stale2", "new3"]},
+    ])
+
+    @asset(key=["silver", "states"], metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq"))
+    def states() -> pa.Table:
+        return pa.table(next(batches))
+
+    for _ in range(2):
+        materialize([states], resources=_resources(root))
+    assert rows(read_with_duckdb(f"{root}/silver/states"), sort_by="id") == [
+        {"id": 1, "seq": 6, "v": "new1"}, {"id": 2, "seq": 5, "v": "old2"}, {"id": 3, "seq": 1, "v": "new3"},
+    ]
+
+
+def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
+    @asset(key=["silver", "gone"], metadata=delta_table(write_mode="merge", merge_keys=["id"], delete_column="deleted"))
+    def gone() -> pd.DataFrame:
+        return pd.DataFrame({"id": [1], "deleted": [True]})
+
+    with pytest.raises(Exception, match=r"silver/gone.*'merge' with delete_column.*return a Spark DataFrame"):
+        materialize([gone], resources=_resources(str(tmp_path / "lake")))
+
+
+def test_pricing_summary_report_shares_of_a_gold_table_written_by_delta_rs(tmp_path):
+    root = str(tmp_path / "lake")
+    money = pa.decimal128(38, 4)
+    write_deltalake(f"{root}/gold/pricing_summary", pa.table({
+        "l_returnflag": ["R", "A", "N"],
+        "l_linestatus": ["F", "F", "O"],
+        "sum_qty": pa.array([Decimal("10"), Decimal("20"), Decimal("30")], pa.decimal128(25, 2)),
+        "sum_disc_price": pa.array([Decimal("250.0000"), Decimal("500.0000"), Decimal("250.0000")], money),
+        "count_order": pa.array([2, 3, 5], pa.int64()),
+    }))
+    result = materialize([AssetSpec(["gold", "pricing_summary"]), pricing_summary_report], resources=_resources(root),
+                         selection=[AssetKey(["gold", "pricing_summary_report"])])
+    assert result.success
+    assert rows(read_with_duckdb(f"{root}/gold/pricing_summary_report")) == [
+        {"l_returnflag": "A", "l_linestatus": "F", "line_items": 3, "revenue": 500.0, "revenue_share": 0.5},
+        {"l_returnflag": "N", "l_linestatus": "O", "line_items": 5, "revenue": 250.0, "revenue_share": 0.25},
+        {"l_returnflag": "R", "l_linestatus": "F", "line_items": 2, "revenue": 250.0, "revenue_share": 0.25},
+    ]
