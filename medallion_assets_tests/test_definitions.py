@@ -20,6 +20,7 @@ def test_definitions_hold_layers_jobs_and_checks():
     gold = {
         "gold/pricing_summary", "gold/shipping_priority", "gold/local_supplier_volume",
         "gold/forecasting_revenue_change", "gold/daily_revenue", "gold/monthly_revenue", "gold/customer_lifetime_value",
+        "gold/pricing_summary_report",
     }
     assert gold <= keys
     checks = {(k.asset_key.to_user_string(), k.name) for k in defs.resolve_asset_graph().asset_check_keys}

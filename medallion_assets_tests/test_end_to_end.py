@@ -20,6 +20,7 @@ from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, materialize
 
 from medallion_assets import simulate
 from medallion_assets.pipelines.tpch.gold import gold_assets
+from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import delta_extension_path, read_with_deltalake, rows
 
@@ -162,7 +163,7 @@ def assert_gold_lineage_matches_schemas(result) -> None:
         if "dagster/column_schema" in m.metadata:
             schemas.setdefault(m.asset_key, {c.name for c in m.metadata["dagster/column_schema"].value.columns})
     gold = [m for m in events if m.asset_key.path[0] == "gold"]
-    assert {m.asset_key for m in gold} == {k for a in gold_assets for k in a.keys}
+    assert {m.asset_key for m in gold} == {k for a in [*gold_assets, pricing_summary_report] for k in a.keys}
     for m in gold:
         what = m.asset_key.to_user_string() + (f" [{m.partition}]" if m.partition else "")
         assert "dagster/column_lineage" in m.metadata, f"{what}: no column lineage"
