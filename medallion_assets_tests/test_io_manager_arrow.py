@@ -8,6 +8,7 @@ subprocess proves that loading and storing these types starts no SparkContext.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from dagster import AssetIn, AssetKey, AssetSpec, asset, materialize
+from dagster import AssetIn, AssetKey, AssetSpec, MonthlyPartitionsDefinition, asset, materialize
 from deltalake import write_deltalake
 
 from medallion_assets.io_manager import DeltaIOManager, delta_table
@@ -184,11 +185,43 @@ def test_pricing_summary_report_shares_of_a_gold_table_written_by_delta_rs(tmp_p
         "sum_disc_price": pa.array([Decimal("250.0000"), Decimal("500.0000"), Decimal("250.0000")], money),
         "count_order": pa.array([2, 3, 5], pa.int64()),
     }))
-    result = materialize([AssetSpec(["gold", "pricing_summary"]), pricing_summary_report], resources=_resources(root),
-                         selection=[AssetKey(["gold", "pricing_summary_report"])])
-    assert result.success
+    report = AssetKey(["gold", "pricing_summary_report"])
+    runs = [materialize([AssetSpec(["gold", "pricing_summary"]), pricing_summary_report], resources=_resources(root),
+                        selection=[report]) for _ in range(2)]
+    first, second = (run.asset_materializations_for_node("gold__pricing_summary_report")[0].metadata for run in runs)
+    assert first["delta/version"].value == second["delta/version"].value == 0
+    # Its input's version did not change: the second run rewrote nothing (as on the Spark path).
+    assert "delta/skipped" in second and "delta/skipped" not in first
     assert rows(read_with_duckdb(f"{root}/gold/pricing_summary_report")) == [
         {"l_returnflag": "A", "l_linestatus": "F", "line_items": 3, "revenue": 500.0, "revenue_share": 0.5},
         {"l_returnflag": "N", "l_linestatus": "O", "line_items": 5, "revenue": 250.0, "revenue_share": 0.25},
         {"l_returnflag": "R", "l_linestatus": "F", "line_items": 2, "revenue": 250.0, "revenue_share": 0.25},
+    ]
+
+
+def test_time_window_partition_is_replaced_and_read_alone(tmp_path):
+    months = MonthlyPartitionsDefinition(start_date="2024-01-01", end_date="2024-04-01")
+    runs = iter([10, 20, 30])
+    seen = {}
+
+    @asset(key=["silver", "daily"], partitions_def=months, metadata=delta_table(partition_expr="day"))
+    def daily(context) -> pd.DataFrame:
+        start, run = context.partition_time_window.start, next(runs)
+        return pd.DataFrame({"day": [dt.date(start.year, start.month, d) for d in (1, 2)], "n": [run, run]})
+
+    @asset(partitions_def=months, ins={"daily": AssetIn(key=["silver", "daily"])})
+    def monthly(daily: pa.Table) -> None:
+        seen["rows"] = daily.to_pylist()
+
+    resources = _resources(str(tmp_path / "lake"))
+    for month in ("2024-01-01", "2024-02-01", "2024-01-01"):
+        materialize([daily], resources=resources, partition_key=month)
+    materialize([daily, monthly], resources=resources, partition_key="2024-02-01", selection=[monthly.key])
+    assert sorted(seen["rows"], key=lambda r: r["day"]) == [
+        {"day": dt.date(2024, 2, 1), "n": 20}, {"day": dt.date(2024, 2, 2), "n": 20},
+    ]
+    # January was replaced by its second run; February kept.
+    assert rows(read_with_duckdb(str(tmp_path / "lake" / "silver" / "daily")), sort_by="day") == [
+        {"day": dt.date(2024, 1, 1), "n": 30}, {"day": dt.date(2024, 1, 2), "n": 30},
+        {"day": dt.date(2024, 2, 1), "n": 20}, {"day": dt.date(2024, 2, 2), "n": 20},
     ]
