@@ -225,3 +225,15 @@ def test_time_window_partition_is_replaced_and_read_alone(tmp_path):
         {"day": dt.date(2024, 1, 1), "n": 30}, {"day": dt.date(2024, 1, 2), "n": 30},
         {"day": dt.date(2024, 2, 1), "n": 20}, {"day": dt.date(2024, 2, 2), "n": 20},
     ]
+
+
+def test_a_changes_input_as_pandas_is_refused_naming_the_input_and_fix(tmp_path):
+    root = str(tmp_path / "lake")
+    _write_source(root)
+
+    @asset(ins={"numbers": AssetIn(key=SOURCE, metadata={"delta/read": "changes"})})
+    def increments(numbers: pd.DataFrame) -> None:
+        raise AssertionError("the input must not load")
+
+    with pytest.raises(Exception, match=r"silver/numbers of increments: delta/read 'changes' needs Spark.*annotate"):
+        materialize([AssetSpec(SOURCE), increments], resources=_resources(root), selection=[AssetKey("increments")])

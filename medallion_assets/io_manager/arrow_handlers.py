@@ -74,7 +74,7 @@ class ArrowDeltaClient:
         storage_options: passed to ``deltalake`` (object-store credentials); none for local paths.
     """
 
-    def __init__(self, storage_options: Mapping[str, str] | None = None) -> None:
+    def __init__(self, *, storage_options: Mapping[str, str] | None = None) -> None:
         self.storage_options = dict(storage_options) if storage_options else None
 
     def _open(self, path: str, version: int | None = None) -> deltalake.DeltaTable:
