@@ -23,6 +23,7 @@ from dagster import AssetIn, AssetKey, AssetSpec, MonthlyPartitionsDefinition, a
 from deltalake import write_deltalake
 
 from medallion_assets.io_manager import DeltaIOManager, delta_table
+from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets_tests.delta.readers import read_with_duckdb, rows
@@ -109,7 +110,7 @@ def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spar
     assert seen["lazy"] == {"type": "LazyFrame", "rows": [{"id": i, "amount": i + 0.5} for i in (2, 3, 4)]}
     assert seen["table"] == {"type": "Table", "rows": [{"id": i} for i in (1, 2, 3, 4)]}
     # The pandas output was stored by delta-rs too, and an independent reader sees it.
-    assert (report["stored_engine"], report["stored_rows"]) == ("delta-rs", 3)
+    assert (report["stored_engine"], report["stored_rows"]) == (ENGINE_NAME, 3)
     assert rows(read_with_duckdb(f"{root}/gold/as_pandas"), sort_by="id") == [
         {"id": i, "name": n, "doubled": 2 * i} for i, n in ((1, "a"), (2, "b"), (3, "c"))
     ]
@@ -140,7 +141,7 @@ def test_outputs_append_then_overwrite_read_back_by_duckdb(tmp_path, kind):
     path = f"{root}/silver/labels"
     assert [r["id"] for r in rows(read_with_duckdb(path), sort_by="id")] == [1, 2, 3]
     assert (appended["delta/version"].value, appended["dagster/row_count"].value) == (1, 3)
-    assert appended["delta/engine"].value == "delta-rs"
+    assert appended["delta/engine"].value == ENGINE_NAME
     assert [c.name for c in appended["dagster/column_schema"].schema.columns] == ["id", "label"]
     overwritten = run("overwrite")
     assert rows(read_with_duckdb(path)) == [{"id": 7, "label": "n7"}]

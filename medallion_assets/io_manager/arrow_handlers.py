@@ -30,8 +30,9 @@ from medallion_assets.engine import user_metadata
 from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS, check_column_descriptions
 from medallion_assets.io_manager.spec import WriteSpec
 
-#: What output metadata names as the engine of these writes (the Spark path names the session's).
-ENGINE_NAME = "delta-rs"
+#: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
+#: Spark session runs (the Spark path names the session's: delta-spark or delta-rs).
+ENGINE_NAME = "deltalake (no Spark)"
 _PREVIEW_ROWS = 5
 
 
