@@ -134,15 +134,16 @@ class SparkResource(LazyPySparkResource):
         # Overrides dagster-pyspark's builder: master/remote first, then enable_delta.
         if self._spark_session is not None:
             return
-        from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
         from medallion_assets.engine import merged_session_config, plan_engine, start_engine
         from medallion_assets.kafka import kafka_connector_config
 
-        # A Connect client's jars are its server's, and a running session (getOrCreate returns it)
-        # takes no new jars: neither is worth a Maven probe.
-        probe_useless = bool(self.remote) or SparkContext._active_spark_context is not None
+        # A Connect client's jars are its server's: no Maven probe. A session already running in
+        # this process (Dagster builds this resource twice, for the assets and inside the IO manager)
+        # gets the same plan as the one that started it: the probe's answer is cached per process,
+        # so the run log gives the same reason for both instead of "Maven is not used".
+        probe_useless = bool(self.remote)
         plan = plan_engine(
             self.delta_engine,  # type: ignore[arg-type]
             jars=self.delta_spark_jars or None,
