@@ -27,7 +27,11 @@ import pyarrow.dataset as ds
 from dagster import MetadataValue, TableColumn, TableSchema
 
 from medallion_assets.engine import user_metadata
-from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS, check_column_descriptions
+from medallion_assets.io_manager.metadata import (
+    SORTED_PREVIEW_MAX_ROWS,
+    check_column_descriptions,
+    preview_markdown,
+)
 from medallion_assets.io_manager.spec import WriteSpec
 
 #: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
@@ -280,17 +284,8 @@ def arrow_markdown_preview(
         picked = picked.sort_by([(name, "ascending") for name in order])
     picked = picked.slice(0, rows)
     columns = picked.column_names
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in picked.to_pylist():
-        lines.append("| " + " | ".join(str(row[c]).replace("|", "\\|").replace("\n", " ")[:60] for c in columns) + " |")
-    by = ", ".join(f"`{name}`" for name in key)
-    if not picked.num_rows or not key:
-        caption = f"{picked.num_rows} of {total_rows:,} rows."
-    elif whole:
-        caption = f"The first {picked.num_rows} of {total_rows:,} rows by {by}."
-    else:
-        caption = f"{picked.num_rows} of {total_rows:,} rows, the first read (not the first by key), ordered by {by}."
-    return "\n".join(lines) + "\n\n" + caption
+    values = [[row[c] for c in columns] for row in picked.to_pylist()]
+    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows)
 
 
 # ---- one handler per DataFrame library ------------------------------------------------------

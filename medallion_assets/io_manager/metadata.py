@@ -174,18 +174,35 @@ def markdown_preview(
         # Nulls first, as Spark sorts ascending.
         picked = sorted(frame.limit(rows).collect(),
                         key=lambda row: tuple((row[name] is not None, row[name]) for name in order))
-    columns = frame.columns
+    return preview_markdown(frame.columns, picked, key=key, whole_order=whole_order, total_rows=total_rows)
+
+
+def preview_markdown(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, key: Sequence[str], whole_order: bool,
+    total_rows: int | None,
+) -> str:
+    """A preview's rows (values in column order) as a Markdown table, with a caption saying how they were picked.
+
+    Shared by the Spark and the delta-rs (pandas, polars, Arrow) routes, so both read alike.
+
+    Args:
+        columns: the column names.
+        rows: the rows shown, in order.
+        key: the columns they are ordered by.
+        whole_order: whether they are the table's first rows by key (else the first read, then ordered).
+        total_rows: the table's rows, when known.
+    """
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in picked:
+    for row in rows:
         cells = [str(v).replace("|", "\\|").replace("\n", " ")[:60] for v in row]
         lines.append("| " + " | ".join(cells) + " |")
     by = ", ".join(f"`{name}`" for name in key)
     of = f" of {total_rows:,}" if total_rows is not None else ""
-    if not picked or not key:
-        caption = f"{len(picked)}{of} rows."
+    if not rows or not key:
+        caption = f"{len(rows)}{of} rows."
     elif whole_order:
-        caption = f"The first {len(picked)}{of} rows by {by}."
+        caption = f"The first {len(rows)}{of} rows by {by}."
     else:
         # Sorting a large table would scan it: say these are not its first rows by key.
-        caption = f"{len(picked)}{of} rows, the first read (not the first by key), ordered by {by}."
+        caption = f"{len(rows)}{of} rows, the first read (not the first by key), ordered by {by}."
     return "\n".join(lines) + "\n\n" + caption
