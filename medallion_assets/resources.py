@@ -17,6 +17,8 @@ from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from medallion_assets.catalog import LakeCatalog
+
 
 if TYPE_CHECKING:
     from medallion_assets.engine import DeltaEngine
@@ -90,6 +92,13 @@ class SparkResource(LazyPySparkResource):
         default=False,
         description="Fetch Spark's Kafka connector from Maven (spark.jars.packages) when no jars are named.",
     )
+    catalog: LakeCatalog = Field(
+        default_factory=LakeCatalog,
+        description=(
+            "Where the lake's tables are registered by name (medallion_assets.catalog): the session's catalog, "
+            "filled from catalog.lake_root when the session starts (default), a shared Hive metastore, or none."
+        ),
+    )
     python_workers_use_driver_interpreter: bool = Field(
         default=True,
         description=(
@@ -155,6 +164,8 @@ class SparkResource(LazyPySparkResource):
         connector = kafka_connector_config(jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven)
         # A Connect client starts no JVM: its server carries the jars.
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
+        if not self.remote:
+            config = merged_session_config(config, self.catalog.spark_config())
         if plan.source and not self.remote and str(self.master).startswith("local"):
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, sized for
             # clusters; an embedded session has its cores. Clusters keep Delta's default.
@@ -185,6 +196,7 @@ class SparkResource(LazyPySparkResource):
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
+        self.catalog.attach(session, self._engine)
 
 
 def embedded_driver_memory() -> str:
@@ -426,9 +438,34 @@ def kafka_resource(*, resolved: bool = False):
     })
 
 
+#: Environment variables of the catalog -> LakeCatalog fields (all strings).
+CATALOG_VARIABLES = {
+    "MEDALLION_CATALOG": "kind",
+    "MEDALLION_CATALOG_DATABASE_PREFIX": "database_prefix",
+    "MEDALLION_METASTORE_URL": "metastore_url",
+    "MEDALLION_METASTORE_USER": "metastore_user",
+    "MEDALLION_METASTORE_PASSWORD": "metastore_password",
+    "MEDALLION_METASTORE_DRIVER": "metastore_driver",
+    "MEDALLION_METASTORE_JARS": "metastore_jars",
+    "MEDALLION_METASTORE_URIS": "metastore_uris",
+    "MEDALLION_WAREHOUSE_DIR": "warehouse_dir",
+}
+
+
+def lake_catalog() -> LakeCatalog:
+    """The catalog of the deployment: the ``MEDALLION_CATALOG*``/``MEDALLION_METASTORE_*`` variables that are set,
+    over the lake of ``MEDALLION_LAKE_ROOT`` (or ``./lakehouse``). Unset: the session catalog."""
+    fields: dict[str, Any] = {field: EnvVar(name) for name, field in CATALOG_VARIABLES.items() if os.environ.get(name)}
+    return LakeCatalog(lake_root=lake_resource().root, **fields)
+
+
 def spark_resource(deployment: str) -> SparkResource:
-    """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``."""
-    engine = engine_settings()
+    """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``.
+
+    Outside Dagster (a notebook, a script), ``spark_resource("local").process_config_and_initialize()``
+    resolves its settings; its ``spark_session`` then finds the lake's tables by name.
+    """
+    engine = {**engine_settings(), "catalog": lake_catalog()}
     if deployment == "local":
         return SparkResource(**engine)
     if deployment == "cluster":

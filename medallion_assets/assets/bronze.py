@@ -47,15 +47,26 @@ class BronzeStreamConfig(Config):
     )
 
 
-def _run_to_end(query, client: DeltaTableClient, path: str, feed: Feed) -> tuple[dict, list[dict]]:
+def _run_to_end(query, client: DeltaTableClient, path: str, feed: Feed,
+                spark: SparkResource) -> tuple[dict, list[dict]]:
     """Wait for an ``availableNow`` query; the table's metadata with what this run took in, and its progress."""
     query.awaitTermination()
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
     metadata = (
-        table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed))
+        {**table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed)),
+         **_catalog_entry(spark, client, feed, path)}
         if client.exists(path) else {"dagster/row_count": 0}
     )
     return {**metadata, "new_rows": sum(int(p["numInputRows"]) for p in progress), "micro_batches": len(progress)}, progress
+
+
+def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, path: str) -> dict:
+    """Registers the stream's table by name (the stream sink writes by path); its name as metadata."""
+    catalog = spark.catalog
+    if not catalog.enabled:
+        return {}
+    catalog.register(client.spark, client.engine, feed.bronze_key.path, path)
+    return {"dagster/table_name": catalog.qualified_name(feed.bronze_key.path)}
 
 
 def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
@@ -74,7 +85,7 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
         session = spark.spark_session
         query = start_bronze_stream(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
-        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed)
+        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark)
         return MaterializeResult(metadata=metadata)
 
     return _bronze_stream
@@ -97,13 +108,14 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
         if not kafka.configured:
             path = ensure_bronze_table(session, lake, feed)
             return MaterializeResult(metadata={
-                **table_metadata(client, path, column_descriptions=descriptions), "new_rows": 0,
+                **table_metadata(client, path, column_descriptions=descriptions),
+                **_catalog_entry(spark, client, feed, path), "new_rows": 0,
                 "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
             })
         kafka = kafka.for_feed(feed)
         context.log.info(f"reading {kafka.describe()}")
         query = start_kafka_stream(session, lake, kafka, feed, commit_metadata={"dagster_run_id": context.run_id})
-        metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed)
+        metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed, spark)
         ends = progress[-1]["sources"][0].get("endOffset") if progress else None
         return MaterializeResult(metadata={
             **metadata, "kafka_topic": kafka.topic, "kafka_end_offsets": MetadataValue.json(ends or {}),

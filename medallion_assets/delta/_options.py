@@ -15,6 +15,10 @@ from medallion_assets.delta.errors import DeltaOptionError
 
 # Options Spark or common tooling may pass through that carry no meaning here.
 _PASS_THROUGH = {"path", "paths", "queryname", "checkpointlocation", "__checkpointlocation"}
+#: What Spark's session catalog adds to the options of a table read by name: its
+#: reserved table properties, which say nothing about how to read the Delta log.
+_CATALOG_PROPERTIES = {"owner", "provider", "location", "external", "comment", "is_managed_location", "collation",
+                       "transient_lastddltime", "spark.sql.create.version"}
 
 WRITE_OPTIONS = {
     "replacewhere": "replaceWhere",
@@ -143,7 +147,7 @@ def split_options(options: Mapping[str, str], known: dict[str, str], *, table: s
         elif lower.startswith("commitinfo."):
             # Spark hands keys over lowercased: use snake_case keys, e.g. commitInfo.dagster_run_id.
             commit_info[key[len("commitInfo."):]] = value
-        elif lower in _PASS_THROUGH:
+        elif lower in _PASS_THROUGH or lower in _CATALOG_PROPERTIES or lower.startswith("spark.sql.sources."):
             continue
         else:
             raise DeltaOptionError(

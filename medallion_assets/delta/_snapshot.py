@@ -32,7 +32,8 @@ def normalize_path(path: str) -> str:
     """A table location as delta-rs wants it: local paths absolute, URIs as given."""
     if "://" in path and not path.startswith("file://"):
         return path.rstrip("/")
-    if path.startswith("file://"):
+    if path.startswith("file:"):
+        # Spark's catalog hands a table's location over as file:/abs/path (one slash).
         path = unquote(urlparse(path).path)
     return os.path.abspath(os.path.expanduser(path))
 
@@ -216,7 +217,9 @@ def resolve_snapshot(
 
 def table_path(options) -> str:
     """The normalized table location of a reader's or writer's options (``load(path)``/``save(path)``)."""
-    path = options.get("path")
+    # A table read by name: Spark's catalog passes its location instead of a path.
+    path = options.get("path") or options.get("location")
     if not path:
-        raise DeltaOptionError("no table path: use .load(path) or .save(path) (tables by name need a catalog)")
+        raise DeltaOptionError(f"no table path: use .load(path) or .save(path), or a table registered with a "
+                               f"LOCATION (options given: {sorted(options.keys())})")
     return normalize_path(path)

@@ -47,6 +47,7 @@ from medallion_assets.delta._snapshot import (
     resolve_snapshot,
     table_path,
 )
+from medallion_assets.delta._catalog import LOCATION_METADATA
 from medallion_assets.delta.errors import DeltaOptionError
 
 # Columns a change data feed read adds, as delta-spark names them.
@@ -68,8 +69,35 @@ class DeltaDataSource(DataSource):
     def _read_options(self) -> ReadOptions:
         return ReadOptions.parse({k: v for k, v in self.options.items() if k.lower() != "path"}, table=table_path(self.options))
 
+    def _registering(self) -> bool:
+        # CREATE TABLE ... USING delta LOCATION hands over the catalog's own properties too.
+        return "provider" in {key.lower() for key in self.options}
+
+    def _locate(self, schema: T.StructType) -> None:
+        """A table read by name: Spark 4.2 gives the reader no options, only the catalog's schema."""
+        if self.options.get("path") or self.options.get("location"):
+            return
+        location = (schema.fields[0].metadata or {}).get(LOCATION_METADATA) if schema.fields else None
+        if not location:
+            raise DeltaOptionError(
+                "a table read by name whose catalog entry holds no location for the delta-rs engine (it was "
+                "registered by a delta-spark session): re-register it from a delta-rs session (the project's "
+                "SparkResource does at start), read it by path, or use delta-spark"
+            )
+        self.options["path"] = location
+
     def schema(self) -> T.StructType:
         location = table_path(self.options)
+        if self._registering():
+            snapshot = resolve_snapshot(location)
+            fields = snapshot.schema.fields
+            if not fields:
+                return snapshot.schema
+            first = fields[0]
+            # The catalog keeps this schema and hands it back on every read by name (see _locate).
+            marked = T.StructField(first.name, first.dataType, first.nullable,
+                                   {**(first.metadata or {}), LOCATION_METADATA: location})
+            return T.StructType([marked, *fields[1:]])
         opts = self._read_options()
         snapshot = resolve_snapshot(
             location,
@@ -81,6 +109,7 @@ class DeltaDataSource(DataSource):
         return snapshot.schema
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
+        self._locate(schema)
         location = table_path(self.options)
         opts = self._read_options()
         if opts.read_change_feed:
@@ -89,6 +118,8 @@ class DeltaDataSource(DataSource):
         return DeltaBatchReader(snapshot, opts)
 
     def writer(self, schema: T.StructType, overwrite: bool) -> DeltaBatchWriter:
+        self._locate(schema)
+        schema = _without_location(schema)
         location = table_path(self.options)
         options = {k: v for k, v in self.options.items() if k.lower() != "path"}
         plan = plan_write(location, schema, mode="overwrite" if overwrite else "append", options=options)
@@ -103,6 +134,15 @@ class DeltaDataSource(DataSource):
         from medallion_assets.delta._streaming import DeltaStreamReader
 
         return DeltaStreamReader.create(self.options, schema)
+
+
+def _without_location(schema: T.StructType) -> T.StructType:
+    """The schema without the catalog's location mark, so a write by name does not store it in the log."""
+    if not schema.fields or LOCATION_METADATA not in (schema.fields[0].metadata or {}):
+        return schema
+    first = schema.fields[0]
+    metadata = {k: v for k, v in first.metadata.items() if k != LOCATION_METADATA}
+    return T.StructType([T.StructField(first.name, first.dataType, first.nullable, metadata), *schema.fields[1:]])
 
 
 # ---------------------------------------------------------------- batch read

@@ -43,10 +43,11 @@ def use_driver_interpreter(spark: SparkSession) -> None:
     """
     if not _is_classic(spark):
         return
+    # The registered source carries the context's interpreter, which PySpark takes from
+    # PYSPARK_PYTHON only: a session configured with spark.pyspark.python would otherwise
+    # plan a table read by name (CREATE TABLE ... USING delta) with whatever python3 is.
     explicit = os.environ.get("PYSPARK_PYTHON") or spark.conf.get("spark.pyspark.python", None)
-    if explicit:
-        return
-    spark.sparkContext.pythonExec = sys.executable
+    spark.sparkContext.pythonExec = explicit or sys.executable
 
 
 def enable_delta(spark: SparkSession) -> SparkSession:

@@ -230,11 +230,26 @@ class DeltaTable:
 
     @classmethod
     def forName(cls, sparkSession: SparkSession, tableOrViewName: str) -> DeltaTable:
-        """Not available: there is no catalog of Delta tables here; use :meth:`forPath`."""
-        raise DeltaError(
-            f"DeltaTable.forName('{tableOrViewName}') needs a catalog of Delta tables, which this "
-            "package does not have; use DeltaTable.forPath(spark, path)."
-        )
+        """The Delta table registered in the session's catalog as ``tableOrViewName``.
+
+        The catalog entry only points at the table: its location is looked up
+        (``DESCRIBE FORMATTED``, or the delta-rs engine's mark in the stored schema) and the table opened as
+        :meth:`forPath` does.
+
+        Raises:
+            DeltaError: the name is not in the catalog, or its entry has no location.
+
+        Example:
+            >>> DeltaTable.forName(spark, "gold.pricing_summary").toDF().count()  # doctest: +SKIP
+            4
+        """
+        from medallion_assets.delta._catalog import table_location
+
+        try:
+            location = table_location(sparkSession, tableOrViewName)
+        except LookupError as error:
+            raise DeltaError(f"DeltaTable.forName('{tableOrViewName}'): {error}; or use DeltaTable.forPath") from None
+        return cls.forPath(sparkSession, location)
 
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:

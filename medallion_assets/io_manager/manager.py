@@ -294,7 +294,8 @@ class DeltaIOManager(ConfigurableIOManager):
         read = reads.described()
         if read:
             step_metadata[_INPUTS] = MetadataValue.json(read)
-        step_metadata["dagster/table_name"] = ".".join(key.path)
+        catalog = self.spark.catalog
+        step_metadata["dagster/table_name"] = catalog.qualified_name(key.path) if catalog.enabled else ".".join(key.path)
         if spec.delete_column:
             # The deleted keys live in a Delta table of their own next to this one (maintained with it).
             step_metadata["delta/tombstones"] = MetadataValue.path(DeltaTableClient.tombstone_path(path))
@@ -323,6 +324,7 @@ class DeltaIOManager(ConfigurableIOManager):
         ):
             metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
+            self._register(client, key, path)
             context.add_output_metadata({**metadata, **step_metadata})
             return
 
@@ -346,7 +348,13 @@ class DeltaIOManager(ConfigurableIOManager):
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason
+        self._register(client, key, path)
         context.add_output_metadata({**metadata, **step_metadata})
+
+    def _register(self, client: DeltaTableClient, key: AssetKey, path: str) -> None:
+        # After the commit: the entry follows the table (first write, new columns, a re-created table).
+        if self.spark.catalog.enabled and client.exists(path):
+            self.spark.catalog.register(client.spark, client.engine, key.path, path)
 
 
     def _store_without_spark(

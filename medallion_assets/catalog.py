@@ -1,0 +1,377 @@
+"""Tables by name: the lake's Delta tables registered in the Spark session's catalog.
+
+Every table of the lake is an external Delta table at its lake path, named
+``<database>.<table>`` where the database is the asset key's layer
+(``bronze``, ``silver``, ``gold``, ``quarantine``), optionally prefixed
+(``team_`` gives ``team_gold.pricing_summary``). The path stays the truth:
+delta-rs and DuckDB read the same tables by path, and a catalog entry only
+points at it.
+
+Three kinds of catalog (:class:`LakeCatalog.kind`):
+
+``session`` (the default)
+    Spark's in-memory catalog, filled from the lake each time a session
+    starts: every folder ``<root>/<layer>/<table>`` holding a Delta log is
+    registered. Nothing to run, nothing to lock: Spark's embedded Hive
+    metastore (Derby) allows one process at a time, so a sensor's run and a
+    schedule's run at once would fail on it, where each process here has its
+    own catalog, rebuilt from the lake it shares.
+``hive``
+    A Hive metastore shared by every Spark session of a team: a database
+    (PostgreSQL, MySQL) reached by JDBC with Spark's own Hive client, or a
+    metastore service (``thrift://``). Tables registered by one session are
+    found by every other, by the Spark Thrift server and by Trino.
+``none``
+    Tables by path only.
+
+Writers keep the entries true (:meth:`LakeCatalog.register`): the IO manager
+after each write and the bronze streams after each run register a new table,
+re-point an entry whose location moved, and on the delta-rs engine re-register
+an entry whose columns changed (delta-spark reads a table's columns from its
+log; a Python data source's are the ones the catalog stored).
+
+Spark 4.2 hands a Python data source the options of a table read by name only
+when the table is created, not when it is read: the delta-rs engine keeps the
+location in the catalog's copy of the schema (metadata of the first column,
+:data:`LOCATION_METADATA`), where its reader finds it.
+
+Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dagster import Config
+from pydantic import Field, field_validator
+
+from medallion_assets.delta._catalog import LOCATION_METADATA, quoted, stored_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from medallion_assets.engine import DeltaEngine
+
+log = logging.getLogger(__name__)
+
+CATALOG_KINDS = ("session", "hive", "none")
+#: Folders of the lake root that are not layers of tables.
+_NOT_LAYERS = ("landing", "_checkpoints", "_warehouse")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class CatalogError(RuntimeError):
+    """A table cannot be registered or found by name (the message names the table and the fix)."""
+
+
+class LakeCatalog(Config):
+    """Where the lake's tables are registered by name: the session's catalog, a shared Hive metastore, or nowhere.
+
+    Example:
+        >>> LakeCatalog(kind="hive", metastore_url="jdbc:postgresql://db:5432/metastore",
+        ...             metastore_user="hive").spark_config()["spark.sql.catalogImplementation"]
+        'hive'
+    """
+
+    kind: str = Field(
+        default="session",
+        description="session (each Spark session registers the lake's tables in its in-memory catalog), hive "
+        "(a shared Hive metastore: metastore_url or metastore_uris) or none (tables by path only).",
+    )
+    lake_root: str | None = Field(
+        default=None,
+        description="The lake whose tables a new session registers (kind session), and under which a hive "
+        "catalog's default warehouse folder lies. Unset: a session registers only what it writes.",
+    )
+    database_prefix: str = Field(
+        default="",
+        description="Prefix of the layer databases: 'team_' names gold's tables team_gold.<table>.",
+    )
+    metastore_url: str | None = Field(
+        default=None,
+        description="JDBC URL of the Hive metastore's database (kind hive), e.g. jdbc:postgresql://host:5432/metastore.",
+    )
+    metastore_user: str | None = Field(default=None, description="User of the metastore database.")
+    metastore_password: str | None = Field(
+        default=None, description="Password of the metastore database (read through EnvVar; never logged)."
+    )
+    metastore_driver: str = Field(
+        default="org.postgresql.Driver",
+        description="JDBC driver class of the metastore database (com.mysql.cj.jdbc.Driver for MySQL).",
+    )
+    metastore_jars: str | None = Field(
+        default=None,
+        description="The JDBC driver's jar(s): a jar file, a folder of jars or a comma list (Debian's "
+        "libpostgresql-jdbc-java installs /usr/share/java/postgresql.jar).",
+    )
+    metastore_uris: str | None = Field(
+        default=None,
+        description="A Hive metastore service to use instead of a JDBC database (kind hive), e.g. thrift://host:9083.",
+    )
+    warehouse_dir: str | None = Field(
+        default=None,
+        description="Spark's warehouse folder (managed tables; the lake's tables are all external). "
+        "Default: <lake_root>/_warehouse.",
+    )
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if type(value) is str and value not in CATALOG_KINDS:
+            raise ValueError(f"LakeCatalog.kind={value!r} is not a catalog: use session, hive or none "
+                             "(MEDALLION_CATALOG sets it in the deployed definitions)")
+        return value
+
+    @field_validator("database_prefix", mode="before")
+    @classmethod
+    def _database_prefix(cls, value: str) -> str:
+        if type(value) is str and value and not _NAME.match(value):
+            raise ValueError(f"LakeCatalog.database_prefix={value!r} cannot start a database name: use letters, "
+                             "digits and _ (MEDALLION_CATALOG_DATABASE_PREFIX sets it in the deployed definitions)")
+        return value
+
+    # ------------------------------------------------------------ names
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "none"
+
+    def database(self, layer: str) -> str:
+        """The database of a layer: ``gold`` or, with a prefix, ``<prefix>gold``."""
+        return f"{self.database_prefix}{layer}"
+
+    def table_name(self, key: Sequence[str]) -> str:
+        """The name of an asset key's table: ``silver.orders`` for ``["silver", "orders"]``."""
+        layer, table = _layer_and_table(key)
+        return f"{self.database(layer)}.{table}"
+
+    def qualified_name(self, key: Sequence[str]) -> str:
+        """The fully qualified name, catalog first: ``spark_catalog.silver.orders``."""
+        return f"spark_catalog.{self.table_name(key)}"
+
+    # ------------------------------------------------------------ session
+
+    def spark_config(self) -> dict[str, str]:
+        """The Spark settings of this catalog, applied when the session is built.
+
+        Raises:
+            CatalogError: kind hive without metastore_url or metastore_uris.
+        """
+        if self.kind != "hive":
+            return {}
+        if not self.metastore_url and not self.metastore_uris:
+            raise CatalogError("MEDALLION_CATALOG=hive needs the metastore: set MEDALLION_METASTORE_URL (a JDBC URL "
+                               "of its database) or MEDALLION_METASTORE_URIS (thrift://host:9083)")
+        config = {"spark.sql.catalogImplementation": "hive"}
+        warehouse = self.warehouse_dir or (_join(self.lake_root, "_warehouse") if self.lake_root else None)
+        if warehouse:
+            config["spark.sql.warehouse.dir"] = warehouse
+        if self.metastore_uris:
+            config["spark.hadoop.hive.metastore.uris"] = self.metastore_uris
+            return config
+        config.update({
+            "spark.hadoop.javax.jdo.option.ConnectionURL": str(self.metastore_url),
+            "spark.hadoop.javax.jdo.option.ConnectionDriverName": self.metastore_driver,
+            # The first session on an empty database creates the metastore's tables; Spark's
+            # Hive 2.3 client then skips its schema-version check (no schematool needed).
+            # Tables and columns, not foreign keys: DataNucleus adds a table's keys on another
+            # connection while the first still holds its insert into TBLS, and on PostgreSQL
+            # the two wait on each other for ever (the first CREATE TABLE hangs). A schema made
+            # by Hive's schematool has them. (autoCreateAll would switch the keys back on.)
+            "spark.hadoop.datanucleus.schema.autoCreateSchema": "true",
+            "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
+            "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
+            "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
+            "spark.hadoop.hive.metastore.schema.verification": "false",
+        })
+        if self.metastore_user:
+            config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
+        if self.metastore_password:
+            config["spark.hadoop.javax.jdo.option.ConnectionPassword"] = self.metastore_password
+        jars = _jar_list(self.metastore_jars)
+        if jars:
+            # Hive's client loads the JDBC driver through the JVM's class path, not spark.jars.
+            config["spark.driver.extraClassPath"] = os.pathsep.join(jars)
+        return config
+
+    def attach(self, spark: SparkSession, engine: DeltaEngine) -> list[str]:
+        """Register, in a session that just started, the lake's tables its catalog lacks.
+
+        Kind ``session``: every table under ``lake_root``. Kind ``hive``: those the
+        shared metastore does not list yet (a table written without Spark, by a
+        pandas asset, is registered by the next session). Returns the names registered.
+        """
+        if not self.enabled or not self.lake_root:
+            return []
+        from medallion_assets.resources import LakeResource
+
+        lake = LakeResource(root=self.lake_root)
+        layers = [name for name in lake._list(lake.root_path, directories=True) if name not in _NOT_LAYERS]
+        registered = []
+        for layer in layers:
+            if not _NAME.match(layer):
+                continue
+            tables = [path for path in lake.table_paths(layer) if _is_delta_table(path)]
+            if not tables:
+                continue
+            known = _tables_of(spark, self.database(layer))
+            for path in tables:
+                table = path.rstrip("/").rsplit("/", 1)[-1]
+                if _NAME.match(table) and table.lower() not in known:
+                    registered.append(self.register(spark, engine, [layer, table], path))
+        if registered:
+            log.info("catalog: registered %d tables of %s (%s)", len(registered), lake.root_path, self.kind)
+        return registered
+
+    def register(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
+        """Keep ``key``'s catalog entry true to the Delta table at ``path``; returns the table's name.
+
+        Creates the database and the entry when missing; re-creates an entry that
+        points elsewhere or, on the delta-rs engine, whose columns are not the
+        table's. A race with another session creating the same entry is won by
+        either (the entry is the same).
+
+        Raises:
+            CatalogError: the catalog refused the entry (message names the table, the path and the fix).
+        """
+        name = self.table_name(key)
+        if self.kind == "hive" and engine.name == "delta-rs":
+            _say_once(f"catalog: the delta-rs engine does not register tables in a shared Hive metastore "
+                      f"({name} and the rest stay as they are): Spark 4.2 keeps no location for a Python "
+                      "data source's table, so its entry would mislead delta-spark readers; run delta-spark to "
+                      "register them")
+            return name
+        database = name.split(".", 1)[0]
+        location = _location_uri(path)
+        known = _registered(spark)
+        if known.get(name) == (location, engine.name, _schema_token(spark, engine, path)):
+            return name
+        try:
+            if database not in known.get("__databases__", ()):
+                spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+                known.setdefault("__databases__", set()).add(database)
+            entry = _entry(spark, name)
+            if entry is not None and (entry["location"] != location or engine.name == "delta-rs"
+                                      and not _columns_match(spark, engine, name, path)):
+                spark.sql(f"DROP TABLE IF EXISTS {quoted(name)}")  # external: the data stays
+                entry = None
+            if entry is None:
+                _create(spark, name, location)
+        except CatalogError:
+            raise
+        except Exception as error:
+            raise CatalogError(
+                f"table {name} (Delta table {path}) could not be registered in the {self.kind} catalog: "
+                f"{str(error).splitlines()[0]} — check MEDALLION_CATALOG and the metastore settings, or set "
+                "MEDALLION_CATALOG=none to use tables by path only"
+            ) from error
+        known[name] = (location, engine.name, _schema_token(spark, engine, path))
+        return name
+
+
+# ---------------------------------------------------------------- helpers
+
+
+_said: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    if line not in _said:
+        _said.add(line)
+        log.warning(line)
+
+
+def _layer_and_table(key: Sequence[str]) -> tuple[str, str]:
+    parts = list(key)
+    if len(parts) != 2 or not all(_NAME.match(part) for part in parts):
+        raise CatalogError(f"asset key {parts} has no table name: lake tables are [layer, table] of letters, "
+                           "digits and _")
+    return parts[0], parts[1]
+
+
+def _join(root: str, *parts: str) -> str:
+    if "://" in root:
+        return "/".join([root.rstrip("/"), *parts])
+    return os.path.join(os.path.abspath(os.path.expanduser(root)), *parts)
+
+
+def _jar_list(value: str | None) -> list[str]:
+    entries = [entry.strip() for entry in (value or "").split(",") if entry.strip()]
+    if len(entries) == 1 and os.path.isdir(entries[0]):
+        return sorted(os.path.join(entries[0], name) for name in os.listdir(entries[0]) if name.endswith(".jar"))
+    return entries
+
+
+def _location_uri(path: str) -> str:
+    """A location as Spark's catalog stores it (``file:/abs/path`` for a local folder)."""
+    if "://" in path:
+        return path.rstrip("/")
+    return "file:" + os.path.abspath(path)
+
+
+def _is_delta_table(path: str) -> bool:
+    if "://" in path:
+        from medallion_assets.resources import LakeResource
+
+        return "_delta_log" in LakeResource._list(path, directories=True)
+    return os.path.isdir(os.path.join(path, "_delta_log"))
+
+
+def _registered(spark: SparkSession) -> dict[str, Any]:
+    # What this process registered, per session: each write then costs a dict look-up,
+    # not a catalog round trip, unless the table moved or (delta-rs) its columns changed.
+    cache = getattr(spark, "_medallion_catalog", None)
+    if cache is None:
+        cache = {}
+        try:
+            spark._medallion_catalog = cache  # type: ignore[attr-defined]
+        except AttributeError:
+            return cache
+    return cache
+
+
+def _schema_token(spark: SparkSession, engine: DeltaEngine, path: str) -> str:
+    # delta-spark reads the columns from the log at query time; only delta-rs entries hold them.
+    if engine.name != "delta-rs":
+        return ""
+    return engine.schema(spark, path).json()
+
+
+def _tables_of(spark: SparkSession, database: str) -> set[str]:
+    try:
+        return {row.name.lower() for row in spark.catalog.listTables(database)}
+    except Exception:  # the database does not exist yet
+        return set()
+
+
+def _entry(spark: SparkSession, name: str) -> dict[str, str] | None:
+    """The catalog's entry of ``name`` (its location), or ``None``."""
+    if not spark.catalog.tableExists(name):
+        return None
+    return {"location": _location_uri(stored_location(spark, name))}
+
+
+def _columns_match(spark: SparkSession, engine: DeltaEngine, name: str, path: str) -> bool:
+    from pyspark.sql import types as T
+
+    stored = spark.table(name).schema
+    fields = stored.fields
+    if not fields or LOCATION_METADATA not in (fields[0].metadata or {}):
+        return False
+    plain = T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in fields])
+    table = engine.schema(spark, path)
+    return plain == T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in table.fields])
+
+
+def _create(spark: SparkSession, name: str, location: str) -> None:
+    escaped = location.replace("\\", "\\\\").replace("'", "\\'")
+    try:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {quoted(name)} USING delta LOCATION '{escaped}'")
+    except Exception as error:
+        # Another session created it between our look and our create: the entry is the same.
+        if "TABLE_OR_VIEW_ALREADY_EXISTS" not in str(error) and "AlreadyExists" not in str(error):
+            raise

@@ -1,0 +1,111 @@
+"""A throwaway PostgreSQL cluster for tests: ``initdb`` and ``pg_ctl`` in a temporary folder, on 127.0.0.1.
+
+PostgreSQL refuses to run as root; when the tests do (a CI container), the
+cluster runs as the ``postgres`` system user that Debian's package creates,
+through ``runuser``. The server is stopped by its process id when the context ends.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from medallion_assets_tests.deployments import free_port
+
+#: Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java), which .ci/run installs.
+DEBIAN_JDBC_JAR = "/usr/share/java/postgresql.jar"
+
+
+@dataclass(frozen=True)
+class Postgres:
+    """A running cluster: where to reach it and the database made for the test."""
+
+    port: int
+    database: str
+    user: str
+    password: str
+
+    @property
+    def jdbc_url(self) -> str:
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"
+
+
+def postgres_bin() -> str | None:
+    """The folder of the server's programs (``initdb``, ``postgres``, ``pg_isready``): Debian's newest, else PATH's."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if candidates:
+        return os.path.dirname(candidates[-1])
+    found = shutil.which("initdb")
+    return os.path.dirname(found) if found and os.path.exists(os.path.join(os.path.dirname(found), "pg_isready")) else None
+
+
+def jdbc_jar() -> str | None:
+    """The PostgreSQL JDBC driver's jar: ``MEDALLION_TEST_POSTGRES_JDBC_JAR``, else Debian's."""
+    jar = os.environ.get("MEDALLION_TEST_POSTGRES_JDBC_JAR") or DEBIAN_JDBC_JAR
+    return jar if os.path.isfile(jar) else None
+
+
+@contextmanager
+def postgres_cluster(folder: Path, *, database: str = "metastore") -> Iterator[Postgres]:
+    """Start a PostgreSQL cluster in ``folder`` with a database and a password user; stop it after."""
+    binaries = postgres_bin()
+    if binaries is None:
+        raise FileNotFoundError("PostgreSQL's initdb is not installed (Debian: apt-get install postgresql)")
+    as_root = os.geteuid() == 0
+    run_as = ["runuser", "-u", "postgres", "--"] if as_root else []
+    folder.mkdir(parents=True, exist_ok=True)
+    data, sockets = folder / "data", folder / "sockets"
+    sockets.mkdir(exist_ok=True)
+    if as_root:
+        shutil.chown(folder, "postgres")
+        shutil.chown(sockets, "postgres")
+        folder.chmod(0o755)
+        # runuser keeps the caller's working directory; postgres must be able to stand in it.
+        for parent in folder.parents:
+            if parent == Path("/"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o011)
+    user, password, port = "medallion", "medallion-secret", free_port()
+    subprocess.run([*run_as, f"{binaries}/initdb", "-D", str(data), "--auth-local=trust",
+                    "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
+                   check=True, capture_output=True, cwd=folder)
+    log = folder / "postgres.log"
+    server = subprocess.Popen(
+        [*run_as, f"{binaries}/postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
+         "-k", str(sockets), "-c", "fsync=off"],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ready = subprocess.run([f"{binaries}/pg_isready", "-h", "127.0.0.1", "-p", str(port)],
+                                   capture_output=True)
+            if ready.returncode == 0:
+                break
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        # The admin talks over the socket (trusted); the metastore over TCP, with its password.
+        psql = [*run_as, f"{binaries}/psql", "-h", str(sockets), "-p", str(port), "-U", "postgres", "-v", "ON_ERROR_STOP=1"]
+        subprocess.run([*psql, "-c", f"CREATE USER {user} PASSWORD '{password}'"], check=True, capture_output=True)
+        subprocess.run([*psql, "-c", f"CREATE DATABASE {database} OWNER {user}"], check=True, capture_output=True)
+        yield Postgres(port=port, database=database, user=user, password=password)
+    finally:
+        # postgres itself (runuser execs it in the same process group); SIGINT is its fast shutdown.
+        try:
+            os.killpg(server.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
