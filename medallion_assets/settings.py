@@ -75,6 +75,24 @@ VARIABLES: tuple[Variable, ...] = (
              "on/off (also true/false, yes/no, 1/0)", "on"),
     Variable("MEDALLION_PIPELINES", "More pipeline packages besides medallion_assets.pipelines.",
              "a comma list of importable Python packages", "none"),
+    Variable("MEDALLION_CATALOG", "Where the lake's tables are registered by name: the session's own catalog "
+             "(filled from the lake when a session starts), a shared Hive metastore, or nowhere.",
+             "session, hive, none", "session"),
+    Variable("MEDALLION_CATALOG_DATABASE_PREFIX", "Prefix of the layer databases (team_ gives team_gold.<table>).",
+             "letters, digits and _, starting with a letter or _", "none"),
+    Variable("MEDALLION_METASTORE_URL", "JDBC URL of the Hive metastore's database, with MEDALLION_CATALOG=hive.",
+             "jdbc:postgresql://host:port/db (or another JDBC URL)", "none"),
+    Variable("MEDALLION_METASTORE_USER", "User of the metastore database.", "any text", "none"),
+    Variable("MEDALLION_METASTORE_PASSWORD", "Password of the metastore database (never logged or shown).",
+             "any text", "none"),
+    Variable("MEDALLION_METASTORE_DRIVER", "JDBC driver class of the metastore database.",
+             "a Java class name", "org.postgresql.Driver"),
+    Variable("MEDALLION_METASTORE_JARS", "The metastore database's JDBC driver jar(s).",
+             "a jar file, a folder of .jar files, or a comma list of .jar files", "none"),
+    Variable("MEDALLION_METASTORE_URIS", "A Hive metastore service, instead of MEDALLION_METASTORE_URL.",
+             "thrift://host:port[,thrift://host:port]", "none"),
+    Variable("MEDALLION_WAREHOUSE_DIR", "Spark's warehouse folder (managed tables; the lake's are all external).",
+             "a folder or URI", "<lake root>/_warehouse"),
     Variable("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "The Kafka broker; unset leaves the Kafka feeds out of the "
              "definitions.", "host:port[,host:port]", "unset: no Kafka feeds"),
     Variable("MEDALLION_KAFKA_TOPIC", "The topic to read instead of the one the Kafka feed declares.",
@@ -90,6 +108,7 @@ VARIABLES: tuple[Variable, ...] = (
 )
 
 DEPLOYMENTS = ("local", "cluster", "connect")
+CATALOGS = ("session", "hive", "none")
 DELTA_ENGINES = ("auto", "delta-spark", "delta-rs")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -274,6 +293,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         if problem:
             problems.append(f"MEDALLION_PIPELINES={env['MEDALLION_PIPELINES']!r} names {package!r}, {problem}")
 
+    catalog = choice("MEDALLION_CATALOG", CATALOGS, "session", "a catalog")
+    problems.extend(_catalog_problems(env, catalog))
+
     kafka = bool(env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
     problems.extend(_kafka_problems(env))
     problems.extend(_unknown_names(env))
@@ -340,6 +362,35 @@ def _package_problem(package: str) -> str | None:
     if found is None:
         return f"which cannot be imported{reason}: install it or put its folder on PYTHONPATH"
     return None
+
+
+def _catalog_problems(env: Mapping[str, str], catalog: str) -> list[str]:
+    problems = []
+    prefix = env.get("MEDALLION_CATALOG_DATABASE_PREFIX", "")
+    if prefix and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", prefix):
+        problems.append(f"MEDALLION_CATALOG_DATABASE_PREFIX={prefix!r} cannot start a database name: use letters, "
+                        "digits and _ (e.g. team_), or unset it")
+    url, uris = env.get("MEDALLION_METASTORE_URL", ""), env.get("MEDALLION_METASTORE_URIS", "")
+    if catalog == "hive" and not url.strip() and not uris.strip():
+        problems.append("MEDALLION_CATALOG=hive needs its metastore: set MEDALLION_METASTORE_URL to the JDBC URL of "
+                        "its database (jdbc:postgresql://host:5432/metastore) or MEDALLION_METASTORE_URIS to a "
+                        "metastore service (thrift://host:9083), or use MEDALLION_CATALOG=session")
+    if url and not url.startswith("jdbc:"):
+        problems.append(f"MEDALLION_METASTORE_URL={url!r} is not a JDBC URL: use jdbc:postgresql://host:5432/metastore")
+    if uris and not all(entry.strip().startswith("thrift://") for entry in uris.split(",")):
+        problems.append(f"MEDALLION_METASTORE_URIS={uris!r} is not a list of metastore services: use "
+                        "thrift://host:9083[,thrift://host:9083]")
+    jars = env.get("MEDALLION_METASTORE_JARS", "")
+    if jars.strip():
+        problem = jar_location_problem("MEDALLION_METASTORE_JARS", jars, holds="the database's JDBC driver")
+        if problem:
+            problems.append(problem)
+    if catalog != "hive":
+        stray = [name for name in ("MEDALLION_METASTORE_URL", "MEDALLION_METASTORE_URIS") if env.get(name, "").strip()]
+        if stray:
+            problems.append(f"{' and '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but MEDALLION_CATALOG is "
+                            f"{catalog}: set MEDALLION_CATALOG=hive to use the metastore, or unset {stray[0]}")
+    return problems
 
 
 def _kafka_problems(env: Mapping[str, str]) -> list[str]:
