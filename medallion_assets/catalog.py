@@ -43,7 +43,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dagster import Config
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_KINDS = ("session", "hive", "none")
-#: Folders of the lake root that are not layers of tables.
-_NOT_LAYERS = ("landing", "_checkpoints", "_warehouse")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -84,8 +83,8 @@ class LakeCatalog(Config):
     )
     lake_root: str | None = Field(
         default=None,
-        description="The lake whose tables a new session registers (kind session), and under which a hive "
-        "catalog's default warehouse folder lies. Unset: a session registers only what it writes.",
+        description="The lake whose tables the Spark resource registers when it starts a session, and under "
+        "which a hive catalog's default warehouse folder lies. Unset: a session registers only what it writes.",
     )
     database_prefix: str = Field(
         default="",
@@ -198,33 +197,36 @@ class LakeCatalog(Config):
             config["spark.driver.extraClassPath"] = os.pathsep.join(jars)
         return config
 
-    def attach(self, spark: SparkSession, engine: DeltaEngine) -> list[str]:
+    def attach(self, spark: SparkSession, engine: DeltaEngine, tables: Iterable[tuple[str, str, str]]) -> list[str]:
         """Register, in a session that just started, the lake's tables its catalog lacks.
 
-        Kind ``session``: every table under ``lake_root``. Kind ``hive``: those the
-        shared metastore does not list yet (a table written without Spark, by a
-        pandas asset, is registered by the next session). Returns the names registered.
-        """
-        if not self.enabled or not self.lake_root:
-            return []
-        from medallion_assets.resources import LakeResource
+        Kind ``session``: every table given. Kind ``hive``: those the shared
+        metastore does not list yet (a table written without Spark, by a pandas
+        asset, is registered by the next session).
 
-        lake = LakeResource(root=self.lake_root)
-        layers = [name for name in lake._list(lake.root_path, directories=True) if name not in _NOT_LAYERS]
-        registered = []
-        for layer in layers:
-            if not _NAME.match(layer):
+        Args:
+            spark: the session.
+            engine: its Delta engine.
+            tables: ``(layer, table, path)`` of each Delta table of the lake
+                (:meth:`medallion_assets.resources.LakeResource.delta_tables`).
+
+        Returns:
+            The names registered.
+        """
+        if not self.enabled:
+            return []
+        started = time.monotonic()
+        registered, known = [], {}
+        for layer, table, path in tables:
+            if not (_NAME.match(layer) and _NAME.match(table)):
                 continue
-            tables = [path for path in lake.table_paths(layer) if _is_delta_table(path)]
-            if not tables:
-                continue
-            known = _tables_of(spark, self.database(layer))
-            for path in tables:
-                table = path.rstrip("/").rsplit("/", 1)[-1]
-                if _NAME.match(table) and table.lower() not in known:
-                    registered.append(self.register(spark, engine, [layer, table], path))
+            if layer not in known:
+                known[layer] = _tables_of(spark, self.database(layer))
+            if table.lower() not in known[layer]:
+                registered.append(self.register(spark, engine, [layer, table], path))
         if registered:
-            log.info("catalog: registered %d tables of %s (%s)", len(registered), lake.root_path, self.kind)
+            log.info("catalog: registered %d tables in the %s catalog in %.1f s", len(registered), self.kind,
+                     time.monotonic() - started)
         return registered
 
     def register(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
@@ -311,14 +313,6 @@ def _location_uri(path: str) -> str:
     if "://" in path:
         return path.rstrip("/")
     return "file:" + os.path.abspath(path)
-
-
-def _is_delta_table(path: str) -> bool:
-    if "://" in path:
-        from medallion_assets.resources import LakeResource
-
-        return "_delta_log" in LakeResource._list(path, directories=True)
-    return os.path.isdir(os.path.join(path, "_delta_log"))
 
 
 def _registered(spark: SparkSession) -> dict[str, Any]:

@@ -196,7 +196,8 @@ class SparkResource(LazyPySparkResource):
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
-        self.catalog.attach(session, self._engine)
+        if self.catalog.enabled and self.catalog.lake_root:
+            self.catalog.attach(session, self._engine, LakeResource(root=self.catalog.lake_root).delta_tables())
 
 
 def embedded_driver_memory() -> str:
@@ -220,6 +221,10 @@ def _local_cores(master: str) -> int:
     inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
     count = inside.split(",")[0]
     return os.cpu_count() or 1 if count == "*" else max(int(count), 1)
+
+
+#: Folders of the lake root that hold no tables.
+_NOT_LAYERS = ("landing", "_checkpoints", "_warehouse")
 
 
 class LakeResource(ConfigurableResource):
@@ -294,6 +299,17 @@ class LakeResource(ConfigurableResource):
         """The folders directly under ``<root>/<layer>`` (candidate tables), sorted."""
         folder = self._join(layer)
         return [self._join(layer, name) for name in self._list(folder, directories=True)]
+
+    def delta_tables(self) -> list[tuple[str, str, str]]:
+        """``(layer, table, path)`` of every Delta table ``<root>/<layer>/<table>`` (a folder with a ``_delta_log``)."""
+        found = []
+        for layer in self._list(self.root_path, directories=True):
+            if layer in _NOT_LAYERS:
+                continue
+            for path in self.table_paths(layer):
+                if "_delta_log" in self._list(path, directories=True):
+                    found.append((layer, path.rstrip("/").rsplit("/", 1)[-1], path))
+        return found
 
     def files(self, folder: str, suffix: str) -> list[str]:
         """The files directly in ``folder`` whose names end with ``suffix``, as full paths, sorted."""

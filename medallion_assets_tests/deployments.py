@@ -1,4 +1,4 @@
-"""Local Spark deployments for tests: the pyspark wheel's own standalone cluster and Connect server.
+"""Local Spark deployments for tests: the pyspark wheel's own standalone cluster, Connect server and Thrift server.
 
 Each runs on 127.0.0.1 in processes of its own, started from the wheel's
 ``bin/spark-class``, and is stopped by the context manager that started it.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -94,11 +95,63 @@ def connect_server(folder: Path, *, spark_config: dict[str, str], python: str) -
     log = folder / "connect.log"
     server = _start(args + ["spark-internal"], log, env={"PYSPARK_PYTHON": python})
     try:
-        def listening() -> bool:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return True
-
-        _wait_for(listening, "the Spark Connect server", server, log)
+        _wait_for_port(port, "the Spark Connect server", server, log)
         yield f"sc://127.0.0.1:{port}"
     finally:
         stop_group(server)
+
+
+def _wait_for_port(port: int, what: str, server: subprocess.Popen, log: Path) -> None:
+    def listening() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+
+    _wait_for(listening, what, server, log)
+
+
+@contextlib.contextmanager
+def thrift_server(folder: Path, *, spark_config: dict[str, str]) -> Iterator[str]:
+    """Spark's Thrift JDBC/ODBC server (``HiveThriftServer2`` from the pyspark wheel) on 127.0.0.1; yields its JDBC URL.
+
+    Args:
+        folder: where its log goes.
+        spark_config: settings of its session: the metastore and delta-spark go here.
+    """
+    port = free_port()
+    args = ["org.apache.spark.deploy.SparkSubmit", "--class", "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
+            "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
+            "--conf", "spark.driver.memory=1g"]
+    config = dict(spark_config)
+    if config.get("spark.jars"):
+        # The server opens each JDBC session's catalog with the JVM's class path, not spark.jars'.
+        jars = config.pop("spark.jars").split(",")
+        config["spark.driver.extraClassPath"] = os.pathsep.join(
+            [*jars, *filter(None, [config.get("spark.driver.extraClassPath")])])
+    for key, value in config.items():
+        args += ["--conf", f"{key}={value}"]
+    args += ["spark-internal", "--hiveconf", f"hive.server2.thrift.port={port}",
+             "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]
+    log = folder / "thrift.log"
+    server = _start(args, log)
+    try:
+        _wait_for_port(port, "the Spark Thrift server", server, log)
+        yield f"jdbc:hive2://127.0.0.1:{port}/default"
+    finally:
+        stop_group(server)
+
+
+def beeline(url: str, query: str, *, timeout: float = 300) -> list[dict[str, str]]:
+    """``query``'s rows through the pyspark wheel's ``beeline``, as text by column name."""
+    import csv
+    import io
+
+    done = subprocess.run(
+        [os.path.join(spark_home(), "bin", "beeline"), "-u", url, "-n", "medallion", "--silent=true",
+         "--showHeader=true", "--outputformat=csv2", "-e", query],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"beeline failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    # beeline echoes its prompt ("0: jdbc:hive2://...> ") in front of the header line.
+    lines = [re.sub(r"^\d+: jdbc:hive2://\S*> ", "", line) for line in done.stdout.splitlines() if line.strip()]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))

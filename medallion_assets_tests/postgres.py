@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,35 +55,45 @@ def jdbc_jar() -> str | None:
 
 
 @contextmanager
-def postgres_cluster(folder: Path, *, database: str = "metastore") -> Iterator[Postgres]:
-    """Start a PostgreSQL cluster in ``folder`` with a database and a password user; stop it after."""
+def postgres_cluster(*, database: str = "metastore") -> Iterator[Postgres]:
+    """Start a PostgreSQL cluster in a temporary folder with a database and a password user; stop it and
+    remove the folder after.
+
+    The folder is not under pytest's ``tmp_path``: pytest makes its base folder private
+    (0700) again whenever another test session starts (the nested session of the other
+    engine), which would lock the ``postgres`` user out of its running cluster.
+    """
     binaries = postgres_bin()
     if binaries is None:
         raise FileNotFoundError("PostgreSQL's initdb is not installed (Debian: apt-get install postgresql)")
+    folder = Path(tempfile.mkdtemp(prefix="medallion-postgres-"))
+    try:
+        with _cluster(binaries, folder, database) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def _cluster(binaries: str, folder: Path, database: str) -> Iterator[Postgres]:
     as_root = os.geteuid() == 0
     run_as = ["runuser", "-u", "postgres", "--"] if as_root else []
-    folder.mkdir(parents=True, exist_ok=True)
     data, sockets = folder / "data", folder / "sockets"
-    sockets.mkdir(exist_ok=True)
+    sockets.mkdir()
     if as_root:
         shutil.chown(folder, "postgres")
         shutil.chown(sockets, "postgres")
-        folder.chmod(0o755)
-        # runuser keeps the caller's working directory; postgres must be able to stand in it.
-        for parent in folder.parents:
-            if parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o011)
     user, password, port = "medallion", "medallion-secret", free_port()
     subprocess.run([*run_as, f"{binaries}/initdb", "-D", str(data), "--auth-local=trust",
                     "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
                    check=True, capture_output=True, cwd=folder)
     log = folder / "postgres.log"
-    server = subprocess.Popen(
-        [*run_as, f"{binaries}/postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
-         "-k", str(sockets), "-c", "fsync=off"],
-        stdout=open(log, "ab"), stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
-    )
+    with open(log, "ab") as output:
+        server = subprocess.Popen(
+            [*run_as, f"{binaries}/postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
+             "-k", str(sockets), "-c", "fsync=off"],
+            stdout=output, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -281,4 +281,39 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert _metadata(run3, ["quarantine", "orders"])["medallion/rejected_rows"] == 0
     assert_gold_lineage_matches_schemas(run3)
     assert table_versions(lake) == before
+    assert _metadata(run3, ["gold", "pricing_summary"])["dagster/table_name"] == "spark_catalog.gold.pricing_summary"
+    started = time.monotonic()
+    assert_new_sessions_find_gold_by_name(lake, tmp_path)
+    timings["new sessions reading gold by name"] = time.monotonic() - started
     print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "checks_per_run": checks1}))
+
+
+def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
+    """New sessions of the project's resource, one per engine and at once, find gold.pricing_summary by name
+    (the session catalog, filled from the lake when each starts) and read TPC-H's Q1 answer."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from medallion_assets_tests.test_engines import _delta_spark_jars
+
+    jars = _delta_spark_jars()
+    engines = ["delta-rs", *(["delta-spark"] if jars else [])]
+    sessions = {}
+    for engine in engines:
+        out = tmp_path / f"by_name_{engine}"
+        out.mkdir()
+        env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), MEDALLION_DELTA_ENGINE=engine, SPARK_DRIVER_MEMORY="1g",
+                   **({"DELTA_SPARK_JARS": jars} if jars else {}))
+        env.pop("MEDALLION_CATALOG", None)
+        command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "project", str(out),
+                   "gold.pricing_summary"]
+        sessions[engine] = (out, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
+    answer = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
+    for engine, (out, proc) in sessions.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"a new {engine} session could not read gold.pricing_summary by name:\n{err[-6000:]}"
+        rows = pq.read_table(out / "gold.pricing_summary.parquet").to_pylist()
+        _assert_same_rows(rows, answer, f"gold.pricing_summary by name in a new {engine} session vs TPC-H Q1")

@@ -6,6 +6,12 @@ computed independently and gold equals DuckDB's TPC-H answers; at the end
 bronze holds every landed line once: the increments, the checkpoints and the
 tombstones of one engine are carried on by the other without reprocessing or
 losing a row.
+
+The runs share a Hive metastore on a real PostgreSQL (``MEDALLION_CATALOG=hive``):
+the delta-spark run registers the lake's tables; then two runs at once read
+``gold.pricing_summary`` by name and register a table each; a plain PySpark
+session configured only with the metastore and delta-spark, and Spark's Thrift
+server through ``beeline``, read the tables by name and get DuckDB's TPC-H answer.
 """
 
 from __future__ import annotations
@@ -19,10 +25,17 @@ from pathlib import Path
 
 import pytest
 
+from medallion_assets.catalog import LakeCatalog
+from medallion_assets.engine import plan_engine
 from medallion_assets_tests import contract_reference
+from medallion_assets_tests.deployments import beeline, thrift_server
+from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
     SEED,
+    TPCH_GOLD,
+    _assert_same_rows,
+    _duckdb_tpch_answers,
     assert_gold_matches_duckdb,
     assert_history_is_closed,
     assert_silver_matches_contract,
@@ -41,12 +54,23 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     jars = _delta_spark_jars()
     if jars is None:
         pytest.skip("engine switch not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+    if postgres_bin() is None or jdbc_jar() is None:
+        pytest.skip("needs PostgreSQL's server and its JDBC driver (Debian: postgresql, libpostgresql-jdbc-java; "
+                    ".ci/run installs the driver)")
+    with postgres_cluster() as metastore:
+        _alternate_engines_on_a_shared_metastore(tmp_path, jars, metastore)
+
+
+def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastore) -> None:
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir()
+    catalog = {"MEDALLION_CATALOG": "hive", "MEDALLION_METASTORE_URL": metastore.jdbc_url,
+               "MEDALLION_METASTORE_USER": metastore.user, "MEDALLION_METASTORE_PASSWORD": metastore.password,
+               "MEDALLION_METASTORE_JARS": jdbc_jar()}
     batches = len(ENGINE_PER_RUN)
     for run, engine in enumerate(ENGINE_PER_RUN, start=1):
         env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
-                   MEDALLION_DELTA_ENGINE=engine, DELTA_SPARK_JARS=jars)
+                   MEDALLION_DELTA_ENGINE=engine, DELTA_SPARK_JARS=jars, **catalog)
         command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), str(batches), str(SEED)]
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, f"run {run} on {engine} failed:\n{done.stderr[-6000:]}"
@@ -65,6 +89,58 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     # Silver took each increment in once: every rejected line is quarantined exactly once,
     # although each run read what the one before, on the other engine, had consumed.
     assert _quarantined_rejects(lake) == sorted(contract_reference.expected_reject_reasons(lake / "landing"))
+    # The password reached the metastore and no log.
+    assert metastore.password not in done.stderr + done.stdout
+
+    _tables_by_name_from_every_client(tmp_path, lake, jars, metastore,
+                                      dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
+                                           MEDALLION_DELTA_ENGINE="delta-spark", DELTA_SPARK_JARS=jars, **catalog))
+
+
+def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, jars: str, metastore, env: dict) -> None:
+    q1 = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
+    expected = sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in q1)
+
+    # Two runs at once: each reads gold.pricing_summary by name and registers a table of its own.
+    command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "run"]
+    runs = {name: subprocess.Popen([*command, name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("run_a", "run_b")}
+    for name, proc in runs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"concurrent run {name} failed:\n{err[-6000:]}"
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["table_name"] == f"spark_catalog.gold.{name}"
+        assert [tuple(row) for row in report["rows"]] == expected
+
+    # A plain PySpark session: the metastore's settings and delta-spark, nothing of this project.
+    settings = {
+        **plan_engine("delta-spark", jars=jars).spark_config,
+        **{key: value for key, value in LakeCatalog(
+            kind="hive", metastore_url=metastore.jdbc_url, metastore_user=metastore.user,
+            metastore_password=metastore.password, metastore_jars=jdbc_jar(),
+            warehouse_dir=str(tmp_path / "warehouse"),
+        ).spark_config().items()},
+    }
+    out = tmp_path / "plain"
+    out.mkdir()
+    plain = subprocess.run(
+        [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "plain", str(out),
+         "gold.pricing_summary", "gold.run_a", "gold.run_b"],
+        env={**env, "METASTORE_SPARK_CONF": json.dumps(settings)}, capture_output=True, text=True, timeout=600,
+    )
+    assert plain.returncode == 0, plain.stderr[-6000:]
+    import pyarrow.parquet as pq
+
+    _assert_same_rows(pq.read_table(out / "gold.pricing_summary.parquet").to_pylist(), q1,
+                      "gold.pricing_summary by name in a plain PySpark session vs TPC-H Q1")
+    for name in ("run_a", "run_b"):
+        rows = pq.read_table(out / f"gold.{name}.parquet").to_pylist()
+        assert sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in rows) == expected
+
+    # Spark's Thrift JDBC server over the same metastore, asked through beeline.
+    with thrift_server(tmp_path, spark_config=settings) as url:
+        answered = beeline(url, "SELECT l_returnflag, l_linestatus, count_order FROM gold.pricing_summary")
+    assert sorted((r["l_returnflag"], r["l_linestatus"], int(r["count_order"])) for r in answered) == expected
 
 
 def _quarantined_rejects(lake: Path) -> list[tuple[str, str]]:

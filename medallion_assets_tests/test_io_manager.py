@@ -48,7 +48,7 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
     assert metadata["dagster/row_count"].value == 2
     assert "dagster/column_schema" in metadata
     assert metadata["delta/operation"].value == "MERGE"
-    assert metadata["dagster/table_name"].value == "silver.things"
+    assert metadata["dagster/table_name"].value == "spark_catalog.silver.things"
     # The deleted keys are a Delta table of their own, named in the metadata.
     tombstones = metadata["delta/tombstones"].value
     assert tombstones == DeltaTableClient.tombstone_path(path)

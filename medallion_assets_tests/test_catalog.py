@@ -1,0 +1,115 @@
+"""Tables by name in the session's catalog, on the session's engine (and, marked both_engines, on the other).
+
+The IO manager keeps each table's entry true through what it does to the table;
+a session registers a lake written by another writer (delta-rs) when it attaches.
+Every read by name is compared with delta-rs's read of the table's path.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+
+import pytest
+from dagster import asset, materialize
+from pyspark.testing import assertDataFrameEqual
+
+from medallion_assets.catalog import LakeCatalog
+from medallion_assets.io_manager import DeltaIOManager, delta_table
+from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets_tests.delta.readers import read_with_deltalake
+
+pytestmark = pytest.mark.both_engines
+
+
+def _prefix() -> str:
+    # The session's catalog lives as long as the JVM: each test names its own databases.
+    return f"t{uuid.uuid4().hex[:8]}_"
+
+
+def _by_name(spark, name: str):
+    return spark.sql(f"SELECT * FROM {name}")
+
+
+def _same_as_path(spark, name: str, path) -> None:
+    expected = spark.createDataFrame(read_with_deltalake(path).to_pandas())
+    actual = _by_name(spark, name)
+    assert sorted(actual.columns) == sorted(expected.columns), (actual.columns, expected.columns)
+    assertDataFrameEqual(actual.select(*sorted(actual.columns)), expected.select(*sorted(expected.columns)))
+
+
+def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, tmp_path):
+    prefix = _prefix()
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    resource = SparkResource(master="local[2]", catalog=LakeCatalog(database_prefix=prefix))
+    resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
+    state = {"frame": "id, id * 2 AS twice"}
+
+    @asset(key=["gold", "things"], metadata=delta_table(write_mode="append", schema_mode="merge"))
+    def things():
+        return spark.range(3).selectExpr(*state["frame"].split(", "))
+
+    @asset(key=["gold", "from_sql"], deps=[things], metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"))
+    def from_sql(spark: SparkResource):
+        # Asset code that wants SQL names the upstream table.
+        return spark.spark_session.sql(f"SELECT id, twice + 1 AS later FROM {prefix}gold.things WHERE id > 0")
+
+    name, path = f"{prefix}gold.things", lake.table_path(["gold", "things"])
+    # First write, and SQL by name downstream in the same run.
+    result = materialize([things, from_sql], resources=resources)
+    metadata = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
+    assert metadata["things"]["dagster/table_name"].value == f"spark_catalog.{name}"
+    _same_as_path(spark, name, path)
+    _same_as_path(spark, f"{prefix}gold.from_sql", lake.table_path(["gold", "from_sql"]))
+    assert sorted(r.later for r in _by_name(spark, f"{prefix}gold.from_sql").collect()) == [3, 5]
+
+    # Schema evolution: a new column is seen by name.
+    state["frame"] = "id, id * 2 AS twice, 'new' AS label"
+    assert materialize([things], resources=resources).success
+    assert "label" in _by_name(spark, name).columns
+    _same_as_path(spark, name, path)
+
+    # The table deleted and written again with another schema (a full refresh).
+    shutil.rmtree(path)
+    state["frame"] = "id + 100 AS key, 'again' AS label"
+    assert materialize([things], resources=resources).success
+    assert sorted(_by_name(spark, name).columns) == ["key", "label"]
+    _same_as_path(spark, name, path)
+
+    # Another lake's table of the same name: the entry follows the table the IO manager wrote.
+    other = LakeResource(root=str(tmp_path / "other"))
+    state["frame"] = "id AS only"
+    assert materialize([things], resources={**resources, "lake": other,
+                                            "io_manager": DeltaIOManager(spark=resource, lake=other)}).success
+    _same_as_path(spark, name, other.table_path(["gold", "things"]))
+
+
+def test_a_session_attaching_a_lake_names_every_table_and_for_name_opens_it(spark, delta_engine, tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from medallion_assets.engine import engine_for
+
+    root = tmp_path / "lake"
+    # Written by delta-rs, not by the engine under test; a folder without a Delta log is not a table.
+    write_deltalake(str(root / "silver" / "orders"), pa.table({"o_orderkey": [1, 2, 3], "o_status": ["F", "O", "F"]}))
+    write_deltalake(str(root / "gold" / "summary"), pa.table({"status": ["F", "O"], "orders": [2, 1]}))
+    (root / "gold" / "not_a_table").mkdir()
+    (root / "landing" / "orders").mkdir(parents=True)
+    catalog = LakeCatalog(database_prefix=_prefix())
+    tables = LakeResource(root=str(root)).delta_tables()
+
+    registered = catalog.attach(spark, engine_for(spark), tables)
+    assert sorted(registered) == [catalog.table_name(["gold", "summary"]), catalog.table_name(["silver", "orders"])]
+    for key in (["silver", "orders"], ["gold", "summary"]):
+        _same_as_path(spark, catalog.table_name(key), root / key[0] / key[1])
+    assert catalog.attach(spark, engine_for(spark), tables) == []  # nothing new to register
+
+    if delta_engine == "delta-spark":
+        from delta.tables import DeltaTable
+    else:
+        from medallion_assets.delta import DeltaTable
+    by_name = DeltaTable.forName(spark, catalog.table_name(["gold", "summary"])).toDF()
+    assertDataFrameEqual(by_name, _by_name(spark, catalog.table_name(["gold", "summary"])))
+    with pytest.raises(Exception, match="no_such_table|not found|cannot be found|NOT_FOUND|no table"):
+        DeltaTable.forName(spark, f"{catalog.database('gold')}.no_such_table")
