@@ -45,6 +45,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from dagster import Config
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_KINDS = ("session", "hive", "none")
+#: Tables a starting session registers at once.
+ATTACH_THREADS = 4
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -216,14 +219,18 @@ class LakeCatalog(Config):
         if not self.enabled:
             return []
         started = time.monotonic()
-        registered, known = [], {}
+        missing, known = [], {}
         for layer, table, path in tables:
             if not (_NAME.match(layer) and _NAME.match(table)):
                 continue
             if layer not in known:
                 known[layer] = _tables_of(spark, self.database(layer))
             if table.lower() not in known[layer]:
-                registered.append(self.register(spark, engine, [layer, table], path))
+                missing.append(([layer, table], path))
+        # delta-spark reads each table's log to register it (a small Spark job): a few at
+        # once keep both the driver and the executors busy instead of waiting in turn.
+        with ThreadPoolExecutor(max_workers=ATTACH_THREADS) as pool:
+            registered = list(pool.map(lambda entry: self.register(spark, engine, *entry), missing))
         if registered:
             log.info("catalog: registered %d tables in the %s catalog in %.1f s", len(registered), self.kind,
                      time.monotonic() - started)
@@ -250,7 +257,7 @@ class LakeCatalog(Config):
         database = name.split(".", 1)[0]
         location = _location_uri(path)
         known = _registered(spark)
-        if known.get(name) == (location, engine.name, _schema_token(spark, engine, path)):
+        if known.get(name) == (location, engine.name, _schema_token(engine, path)):
             return name
         try:
             if database not in known.get("__databases__", ()):
@@ -271,7 +278,7 @@ class LakeCatalog(Config):
                 f"{str(error).splitlines()[0]} — check MEDALLION_CATALOG and the metastore settings, or set "
                 "MEDALLION_CATALOG=none to use tables by path only"
             ) from error
-        known[name] = (location, engine.name, _schema_token(spark, engine, path))
+        known[name] = (location, engine.name, _schema_token(engine, path))
         return name
 
 
@@ -328,11 +335,16 @@ def _registered(spark: SparkSession) -> dict[str, Any]:
     return cache
 
 
-def _schema_token(spark: SparkSession, engine: DeltaEngine, path: str) -> str:
+def _schema_token(engine: DeltaEngine, path: str) -> str:
     # delta-spark reads the columns from the log at query time; only delta-rs entries hold them.
-    if engine.name != "delta-rs":
-        return ""
-    return engine.schema(spark, path).json()
+    return _delta_rs_schema(path).json() if engine.name == "delta-rs" else ""
+
+
+def _delta_rs_schema(path: str):
+    # Straight from the log with delta-rs: the engine's own schema() plans a Spark read (a Python worker).
+    from medallion_assets.delta._snapshot import normalize_path, resolve_snapshot
+
+    return resolve_snapshot(normalize_path(path)).schema
 
 
 def _tables_of(spark: SparkSession, database: str) -> set[str]:
@@ -357,7 +369,7 @@ def _columns_match(spark: SparkSession, engine: DeltaEngine, name: str, path: st
     if not fields or LOCATION_METADATA not in (fields[0].metadata or {}):
         return False
     plain = T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in fields])
-    table = engine.schema(spark, path)
+    table = _delta_rs_schema(path)
     return plain == T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in table.fields])
 
 
