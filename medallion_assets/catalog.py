@@ -194,8 +194,10 @@ class LakeCatalog(Config):
             config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
         if self.metastore_password:
             config["spark.hadoop.javax.jdo.option.ConnectionPassword"] = self.metastore_password
-        jars = _jar_list(self.metastore_jars)
-        if jars:
+        if self.metastore_jars:
+            from medallion_assets.engine import jar_files
+
+            jars = jar_files(self.metastore_jars, variable="MEDALLION_METASTORE_JARS", holds="the database's JDBC driver")
             # Hive's client loads the JDBC driver through the JVM's class path, not spark.jars.
             config["spark.driver.extraClassPath"] = os.pathsep.join(jars)
         return config
@@ -256,29 +258,30 @@ class LakeCatalog(Config):
             return name
         database = name.split(".", 1)[0]
         location = _location_uri(path)
+        # delta-spark reads a table's columns from its log at query time; only delta-rs entries hold them.
+        columns = _delta_rs_schema(path) if engine.name == "delta-rs" else None
+        state = (location, engine.name, columns.json() if columns is not None else "")
         known = _registered(spark)
-        if known.get(name) == (location, engine.name, _schema_token(engine, path)):
+        if known.get(name) == state:
             return name
         try:
             if database not in known.get("__databases__", ()):
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
                 known.setdefault("__databases__", set()).add(database)
-            entry = _entry(spark, name)
-            if entry is not None and (entry["location"] != location or engine.name == "delta-rs"
-                                      and not _columns_match(spark, engine, name, path)):
+            stored = _entry_location(spark, name)
+            if stored is not None and (stored != location or columns is not None
+                                       and not _columns_match(spark, name, columns)):
                 spark.sql(f"DROP TABLE IF EXISTS {quoted(name)}")  # external: the data stays
-                entry = None
-            if entry is None:
+                stored = None
+            if stored is None:
                 _create(spark, name, location)
-        except CatalogError:
-            raise
         except Exception as error:
             raise CatalogError(
                 f"table {name} (Delta table {path}) could not be registered in the {self.kind} catalog: "
                 f"{str(error).splitlines()[0]} — check MEDALLION_CATALOG and the metastore settings, or set "
                 "MEDALLION_CATALOG=none to use tables by path only"
             ) from error
-        known[name] = (location, engine.name, _schema_token(engine, path))
+        known[name] = state
         return name
 
 
@@ -308,13 +311,6 @@ def _join(root: str, *parts: str) -> str:
     return os.path.join(os.path.abspath(os.path.expanduser(root)), *parts)
 
 
-def _jar_list(value: str | None) -> list[str]:
-    entries = [entry.strip() for entry in (value or "").split(",") if entry.strip()]
-    if len(entries) == 1 and os.path.isdir(entries[0]):
-        return sorted(os.path.join(entries[0], name) for name in os.listdir(entries[0]) if name.endswith(".jar"))
-    return entries
-
-
 def _location_uri(path: str) -> str:
     """A location as Spark's catalog stores it (``file:/abs/path`` for a local folder)."""
     if "://" in path:
@@ -335,11 +331,6 @@ def _registered(spark: SparkSession) -> dict[str, Any]:
     return cache
 
 
-def _schema_token(engine: DeltaEngine, path: str) -> str:
-    # delta-spark reads the columns from the log at query time; only delta-rs entries hold them.
-    return _delta_rs_schema(path).json() if engine.name == "delta-rs" else ""
-
-
 def _delta_rs_schema(path: str):
     # Straight from the log with delta-rs: the engine's own schema() plans a Spark read (a Python worker).
     from medallion_assets.delta._snapshot import normalize_path, resolve_snapshot
@@ -354,23 +345,25 @@ def _tables_of(spark: SparkSession, database: str) -> set[str]:
         return set()
 
 
-def _entry(spark: SparkSession, name: str) -> dict[str, str] | None:
-    """The catalog's entry of ``name`` (its location), or ``None``."""
+def _entry_location(spark: SparkSession, name: str) -> str | None:
+    """The location the catalog's entry of ``name`` points at, or ``None`` without an entry."""
     if not spark.catalog.tableExists(name):
         return None
-    return {"location": _location_uri(stored_location(spark, name))}
+    return _location_uri(stored_location(spark, name))
 
 
-def _columns_match(spark: SparkSession, engine: DeltaEngine, name: str, path: str) -> bool:
+def _columns_match(spark: SparkSession, name: str, columns) -> bool:
+    """Whether a delta-rs entry holds ``columns`` (names, types, nullability) and its location mark."""
     from pyspark.sql import types as T
 
-    stored = spark.table(name).schema
-    fields = stored.fields
+    fields = spark.table(name).schema.fields
     if not fields or LOCATION_METADATA not in (fields[0].metadata or {}):
         return False
-    plain = T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in fields])
-    table = _delta_rs_schema(path)
-    return plain == T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in table.fields])
+
+    def plain(of) -> T.StructType:
+        return T.StructType([T.StructField(f.name, f.dataType, f.nullable) for f in of])
+
+    return plain(fields) == plain(columns.fields)
 
 
 def _create(spark: SparkSession, name: str, location: str) -> None:

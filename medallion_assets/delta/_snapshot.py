@@ -217,8 +217,7 @@ def resolve_snapshot(
 
 def table_path(options) -> str:
     """The normalized table location of a reader's or writer's options (``load(path)``/``save(path)``)."""
-    # A table read by name: Spark's catalog passes its location instead of a path.
-    path = options.get("path") or options.get("location")
+    path = options.get("path")
     if not path:
         raise DeltaOptionError(f"no table path: use .load(path) or .save(path), or a table registered with a "
                                f"LOCATION (options given: {sorted(options.keys())})")

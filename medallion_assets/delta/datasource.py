@@ -75,7 +75,7 @@ class DeltaDataSource(DataSource):
 
     def _locate(self, schema: T.StructType) -> None:
         """A table read by name: Spark 4.2 gives the reader no options, only the catalog's schema."""
-        if self.options.get("path") or self.options.get("location"):
+        if self.options.get("path"):
             return
         location = (schema.fields[0].metadata or {}).get(LOCATION_METADATA) if schema.fields else None
         if not location:
