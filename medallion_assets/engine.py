@@ -467,6 +467,17 @@ class MergeClause:
     assignments: Mapping[str, str] | None = None
 
 
+def _no_rows(frame: DataFrame) -> DataFrame:
+    """``frame``'s columns and no row, as a plan Spark knows is empty.
+
+    Spark's optimizer turns a zero limit into an empty relation and carries
+    the emptiness through joins and unions, so a step given nothing new
+    answers its counts and probes on the driver. An empty frame built from a
+    Python list would run a job, with a Python worker, for every one of them.
+    """
+    return frame.limit(0)
+
+
 def _append_stream_writer(frame: DataFrame, *, checkpoint_location: str, query_name: str,
                           trigger: Mapping[str, Any]) -> DataStreamWriter:
     """What every engine's append stream shares: mode, name, checkpoint and trigger."""
@@ -524,7 +535,9 @@ class DeltaEngine:
 
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         """Version, operation, metrics and custom metadata of the newest commit."""
-        raise NotImplementedError
+        [info] = self._commit_infos(spark, path, 1)
+        return CommitFacts(int(info["version"]), str(info.get("operation") or ""),
+                           dict(info.get("operationMetrics") or {}), _custom_metadata(info))
 
     def newest_commit_value(self, spark: SparkSession, path: str, key: str) -> str | None:
         """The value of custom commit metadata ``key`` in the newest commit that carries it.
@@ -544,8 +557,23 @@ class DeltaEngine:
 
     def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
         """Each commit's custom metadata, newest first (``limit``: the newest ``limit`` commits)."""
-        history = self._history(spark, path, limit)
-        return [user_metadata(row["userMetadata"]) for row in history.select("userMetadata").collect()]
+        return [_custom_metadata(info) for info in self._commit_infos(spark, path, limit)]
+
+    def _commit_infos(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, Any]]:
+        """The newest ``limit`` commits' info (``None``: every retained one), newest first.
+
+        Read from the log by delta-rs: these look-ups run for every input and
+        output of every step, and delta-rs answers one in milliseconds where
+        a history DataFrame costs a quarter of a second on delta-spark
+        (``benchmarks/materialize_all.py``). Where delta-rs cannot open the
+        location (a Hadoop-only scheme, a lake only the Spark server sees),
+        Spark's ``DESCRIBE HISTORY`` answers.
+        """
+        infos = _commit_infos_from_log(path, limit)
+        if infos is not None:
+            return infos
+        fields = ["version", "operation", "operationMetrics", "userMetadata"]
+        return [row.asDict() for row in self._history(spark, path, limit).select(*fields).collect()]
 
     def _history(self, spark: SparkSession, path: str, limit: int | None = 1) -> DataFrame:
         """``DESCRIBE HISTORY`` of the newest ``limit`` commits (``None``: every retained one), newest first."""
@@ -661,9 +689,10 @@ class DeltaSparkEngine(DeltaEngine):
         return frame.select(*columns) if columns else frame
 
     def read_inserts(self, spark: SparkSession, path: str, *, after_version: int, to_version: int) -> DataFrame:
-        columns = self.read(spark, path, version=to_version).schema
+        current = self.read(spark, path, version=to_version)
+        columns = current.schema
         if to_version <= after_version:
-            return spark.createDataFrame([], columns)
+            return _no_rows(current)
         changes = (
             spark.read.format("delta")
             .option("readChangeFeed", "true")
@@ -672,13 +701,6 @@ class DeltaSparkEngine(DeltaEngine):
             .load(path)
         )
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
-
-    def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
-        [row] = self._history(spark, path).select(
-            "version", "operation", "operationMetrics", "userMetadata"
-        ).collect()
-        return CommitFacts(int(row["version"]), str(row["operation"]), dict(row["operationMetrics"] or {}),
-                           user_metadata(row["userMetadata"]))
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         return {"userMetadata": json.dumps(dict(metadata), sort_keys=True)} if metadata else {}
@@ -773,9 +795,10 @@ class DeltaRsEngine(DeltaEngine):
     def read_inserts(self, spark: SparkSession, path: str, *, after_version: int, to_version: int) -> DataFrame:
         from medallion_assets.delta._read import read_added_rows
 
-        columns = self.read(spark, path, version=to_version).schema
+        current = self.read(spark, path, version=to_version)
+        columns = current.schema
         if to_version <= after_version:
-            return spark.createDataFrame([], columns)
+            return _no_rows(current)
         # An append-only range (bronze) is read from its new files by Spark; others need
         # the change data feed, which delta-rs builds on the driver.
         added = read_added_rows(spark, path, after_version=after_version, to_version=to_version)
@@ -802,20 +825,6 @@ class DeltaRsEngine(DeltaEngine):
         writer = _append_stream_writer(frame, checkpoint_location=checkpoint_location, query_name=query_name,
                                        trigger=trigger)
         return writer.foreachBatch(batches).start()
-
-    def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
-        import deltalake
-
-        table = deltalake.DeltaTable(path)
-        history = table.history(1)
-        info = history[0] if history else {}
-        return CommitFacts(int(info.get("version", table.version())), str(info.get("operation", "")),
-                           dict(info.get("operationMetrics") or {}), _delta_rs_custom_metadata(info))
-
-    def _custom_metadata_of_commits(self, spark: SparkSession, path: str, limit: int | None) -> list[dict[str, str]]:
-        import deltalake
-
-        return [_delta_rs_custom_metadata(info) for info in deltalake.DeltaTable(path).history(limit)]
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         # Each key on its own (what delta-rs readers show) and the JSON delta-spark reads.
@@ -847,16 +856,31 @@ class DeltaRsEngine(DeltaEngine):
         merge.execute()
 
 
-_DELTA_RS_COMMIT_FIELDS = frozenset({
+_COMMIT_INFO_FIELDS = frozenset({
     "version", "operation", "operationMetrics", "operationParameters", "timestamp", "clientVersion",
     "engineInfo", "readVersion", "isBlindAppend", "userMetadata", "isolationLevel", "txnId",
 })
 
 
-def _delta_rs_custom_metadata(info: Mapping[str, Any]) -> dict[str, str]:
-    """Custom metadata of a commit as delta-rs's ``history()`` gives it: its own keys, then ``userMetadata``."""
-    custom = {str(k): str(v) for k, v in info.items() if k not in _DELTA_RS_COMMIT_FIELDS}
+def _custom_metadata(info: Mapping[str, Any]) -> dict[str, str]:
+    """Custom metadata of a commit's info: keys of its own (delta-rs's ``history()``), then ``userMetadata``."""
+    custom = {str(k): str(v) for k, v in info.items() if k not in _COMMIT_INFO_FIELDS and v is not None}
     return {**custom, **user_metadata(info.get("userMetadata"))}
+
+
+def _commit_infos_from_log(path: str, limit: int | None) -> list[dict[str, Any]] | None:
+    """delta-rs's ``history(limit)`` of the table at ``path``; ``None`` when delta-rs cannot open it."""
+    import deltalake
+    from deltalake.exceptions import DeltaError
+
+    try:
+        table = deltalake.DeltaTable(path)
+        infos = table.history(limit)
+    except (DeltaError, OSError, ValueError) as error:
+        log.debug("delta-rs cannot read the log of %s (%s); asking Spark", path, error)
+        return None
+    # A log whose commit files were cleaned up down to a checkpoint has no info for its version.
+    return infos or [{"version": table.version()}]
 
 
 class DeltaSparkSqlEngine(DeltaSparkEngine):
