@@ -31,7 +31,14 @@ from medallion_assets.ingest import (
     start_bronze_stream,
     start_kafka_stream,
 )
-from medallion_assets.io_manager import DELTA_KINDS, SOURCE, DeltaTableClient, delta_table, table_metadata
+from medallion_assets.io_manager import (
+    DELTA_KINDS,
+    SOURCE,
+    DeltaTableClient,
+    delta_table,
+    latest_materialization_metadata,
+    table_metadata,
+)
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms.bronze import bronze_column_descriptions
@@ -48,12 +55,13 @@ class BronzeStreamConfig(Config):
 
 
 def _run_to_end(query, client: DeltaTableClient, path: str, feed: Feed,
-                spark: SparkResource) -> tuple[dict, list[dict]]:
+                spark: SparkResource, context: AssetExecutionContext) -> tuple[dict, list[dict]]:
     """Wait for an ``availableNow`` query; the table's metadata with what this run took in, and its progress."""
     query.awaitTermination()
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
     metadata = (
-        {**table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed)),
+        {**table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed),
+                          earlier=latest_materialization_metadata(context.instance, context.asset_key)),
          **_catalog_entry(spark, client, feed, path)}
         if client.exists(path) else {"dagster/row_count": 0}
     )
@@ -85,7 +93,8 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
         session = spark.spark_session
         query = start_bronze_stream(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
-        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark)
+        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark,
+                                  context)
         return MaterializeResult(metadata=metadata)
 
     return _bronze_stream
@@ -108,14 +117,14 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
         if not kafka.configured:
             path = ensure_bronze_table(session, lake, feed)
             return MaterializeResult(metadata={
-                **table_metadata(client, path, column_descriptions=descriptions),
+                **table_metadata(client, path, column_descriptions=descriptions, earlier=latest_materialization_metadata(context.instance, context.asset_key)),
                 **_catalog_entry(spark, client, feed, path), "new_rows": 0,
                 "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
             })
         kafka = kafka.for_feed(feed)
         context.log.info(f"reading {kafka.describe()}")
         query = start_kafka_stream(session, lake, kafka, feed, commit_metadata={"dagster_run_id": context.run_id})
-        metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed, spark)
+        metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed, spark, context)
         ends = progress[-1]["sources"][0].get("endOffset") if progress else None
         return MaterializeResult(metadata={
             **metadata, "kafka_topic": kafka.topic, "kafka_end_offsets": MetadataValue.json(ends or {}),

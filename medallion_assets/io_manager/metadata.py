@@ -30,6 +30,7 @@ def table_metadata(
     preview_rows: int = _PREVIEW_ROWS,
     column_descriptions: Mapping[str, str] | None = None,
     key_columns: Sequence[str] = (),
+    earlier: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dagster metadata describing the table's current version (:meth:`DeltaTableClient.describe`).
 
@@ -40,10 +41,19 @@ def table_metadata(
         preview_rows: rows of the Markdown preview.
         column_descriptions: column name -> description, for ``dagster/column_schema``.
         key_columns: the columns the preview is sorted by (see :func:`preview_order`).
+        earlier: the metadata of the asset's latest materialization. When it
+            described this same version, with this engine and these column
+            descriptions, its description is returned as it was: a run with
+            nothing new reads no table for its metadata.
 
     Raises:
         ValueError: a description names a column the table does not have.
     """
+    commit = commit or client.engine.latest_commit(client.spark, path)
+    reused = _same_description(earlier, version=commit.version, engine=client.engine.name,
+                               column_descriptions=column_descriptions or {}, preview_rows=preview_rows)
+    if reused is not None:
+        return reused
     return description_metadata(
         client.describe(path, commit=commit), preview_rows=preview_rows, column_descriptions=column_descriptions,
         key_columns=key_columns,
@@ -90,6 +100,40 @@ def description_metadata(
             total_rows=description.rows,
         )),
     }
+
+
+#: What :func:`description_metadata` records: the same for every look at one version of a table.
+_DESCRIPTION_KEYS = (
+    "delta/engine", "dagster/column_schema", "dagster/row_count", "dagster/uri", "delta/version", "delta/operation",
+    "delta/operation_metrics", "delta/num_files", "delta/size_bytes", "delta/partition_columns", "preview",
+)
+
+
+def _same_description(
+    earlier: Mapping[str, Any] | None, *, version: int, engine: str, column_descriptions: Mapping[str, str],
+    preview_rows: int,
+) -> dict[str, Any] | None:
+    """``earlier``'s description of the table when it described ``version`` as this call would, else None."""
+    if earlier is None or preview_rows != _PREVIEW_ROWS or any(key not in earlier for key in _DESCRIPTION_KEYS):
+        return None
+    if getattr(earlier["delta/version"], "value", None) != version \
+            or getattr(earlier["delta/engine"], "value", None) != engine:
+        return None
+    schema = getattr(earlier["dagster/column_schema"], "schema", None)
+    described = {c.name: c.description for c in schema.columns if c.description} if schema else None
+    if described != dict(column_descriptions):
+        return None
+    return {key: earlier[key] for key in _DESCRIPTION_KEYS}
+
+
+def latest_materialization_metadata(instance: Any, asset_key: Any) -> Mapping[str, Any] | None:
+    """The metadata of ``asset_key``'s latest materialization in a Dagster instance (None: never materialized).
+
+    What :func:`table_metadata` takes as ``earlier``.
+    """
+    entry = instance.get_latest_materialization_event(asset_key)
+    materialization = entry.asset_materialization if entry is not None else None
+    return materialization.metadata if materialization is not None else None
 
 
 def spark_table_schema(frame: DataFrame, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:
