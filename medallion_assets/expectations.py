@@ -132,6 +132,7 @@ def apply_expectations(
     *,
     asset_key: AssetKey | Sequence[str],
     table_name: str,
+    no_rows: bool = False,
 ) -> ExpectationOutcome:
     """Evaluate ``expectations`` on ``frame`` in one pass and split the rows.
 
@@ -140,6 +141,8 @@ def apply_expectations(
         expectations: the asset's expectations.
         asset_key: the guarded asset (the check results name it).
         table_name: written into quarantine rows.
+        no_rows: the caller knows ``frame`` is empty (its input had no row):
+            every count is 0 without running a query.
 
     Returns:
         Kept rows, quarantined rows with reasons, check results, and whether it is blocked.
@@ -151,15 +154,15 @@ def apply_expectations(
     flagged = frame.select(
         "*", *[(~e.met).alias(f"_reason_{i}") for i, e in enumerate(expectations)]
     ).cache()
-    counts = flagged.agg(
+    counts = {"rows": 0} if no_rows else flagged.agg(
         F.count(F.lit(1)).alias("rows"),
         *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],
-    ).first()
+    ).first().asDict()
     total = int(counts["rows"])
     results: list[AssetCheckResult] = []
     blocked = False
     for i, e in enumerate(expectations):
-        failing = int(counts[f"failed_{i}"] or 0)
+        failing = int(counts.get(f"failed_{i}") or 0)
         passed = failing == 0
         blocked = blocked or (e.action == "fail" and not passed)
         results.append(
@@ -245,6 +248,16 @@ def reason_kind(reason: Column) -> Column:
     return F.regexp_replace(reason, r": '.*'$", "")
 
 
+def has_no_rows(frame: DataFrame) -> bool:
+    """Whether a step's input is empty, asked once so that a run with nothing new runs no query.
+
+    The IO manager hands a ``changes`` input that gained no commit as an empty
+    relation, which Spark answers on the driver without a job; otherwise this
+    reads the first row of the input's first file.
+    """
+    return frame.isEmpty()
+
+
 def observed_row_count(frame: DataFrame) -> tuple[DataFrame, Callable[[], int]]:
     """``frame`` with an observation counting its rows, and a function reading that count.
 
@@ -302,7 +315,7 @@ class RejectedRows:
         }
 
 
-def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int]) -> RejectedRows:
+def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int], no_rows: bool = False) -> RejectedRows:
     """Count a step's quarantined rows by reason kind, and read its input rows.
 
     ``quarantined`` must be cached by the caller: the one query here computes
@@ -318,9 +331,13 @@ def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int]) -> 
             observed frame is under ``quarantined``'s rejects: this query reads every
             input row, so the count is reported by the time it ends.
 
+        no_rows: the caller knows the step's input had no row: nothing to count.
+
     Returns:
         The counts, the :data:`TOP_REASONS` most frequent reasons first.
     """
+    if no_rows:
+        return RejectedRows(input_rows=0, rejected_rows=0)
     # A rollup: the count of each kind and, first, the total (no row at all when nothing was rejected).
     counted = (
         quarantined.select(reason_kind(F.col("reason")).alias("kind"))

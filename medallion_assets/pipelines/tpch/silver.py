@@ -31,6 +31,7 @@ from medallion_assets.expectations import (
     expect,
     expect_or_drop,
     expect_or_fail,
+    has_no_rows,
     observed_row_count,
     rejected_rows_check_spec,
     rejected_rows_result,
@@ -140,7 +141,8 @@ def assets_without(left_out: Collection[AssetKey]) -> list[AssetsDefinition]:
 
 def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     """The step's outputs and check results from order event lines (``value``, ``_source_file``, ``_ingested_at``)."""
-    drifted = [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
+    no_rows = has_no_rows(lines)
+    drifted = [] if no_rows else [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
     if config.schema_drift == "evolve":
         kept, ignored = T.keep_order_fields(drifted)
     else:
@@ -162,17 +164,19 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     deletes = changes.where(F.col("op") == "delete")
 
     order_upserts = T.order_rows(upserts, kept).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
-    orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders")
+    orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders",
+                                no_rows=no_rows)
     lineitem_upserts = T.lineitem_rows(upserts, kept).join(
         upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence", "_source_file"), "l_orderkey"
     )
-    lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem")
+    lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem",
+                                  no_rows=no_rows)
 
     # Cached: counted here, then written from the cache by the IO manager.
     quarantined = (
         rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
     )
-    rejected = count_rejected(quarantined, input_rows=input_lines)
+    rejected = count_rejected(quarantined, input_rows=input_lines, no_rows=no_rows)
     rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
                                           max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
     yield from orders.check_results
