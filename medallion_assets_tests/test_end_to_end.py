@@ -19,6 +19,7 @@ import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, materialize
 
 from medallion_assets import simulate
+from medallion_assets.io_manager.manager import REUSED_FROM_RUN
 from medallion_assets.pipelines.tpch.gold import gold_assets
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets_tests import contract_reference
@@ -282,10 +283,36 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert_gold_lineage_matches_schemas(run3)
     assert table_versions(lake) == before
     assert _metadata(run3, ["gold", "pricing_summary"])["dagster/table_name"] == "spark_catalog.gold.pricing_summary"
+    assert_unchanged_tables_are_not_checked_again(run2, run3)
     started = time.monotonic()
     assert_new_sessions_find_gold_by_name(lake, tmp_path)
     timings["new sessions reading gold by name"] = time.monotonic() - started
     print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "checks_per_run": checks1}))
+
+
+def assert_unchanged_tables_are_not_checked_again(changed, unchanged) -> None:
+    """A run that finds nothing new repeats the previous run's check results and table descriptions.
+
+    Run 2 changed silver and gold, so it evaluated its checks; run 3 read the
+    same versions, so each check over whole tables is run 2's evaluation again,
+    naming run 2, and each table's metadata describes the same version as run 2's.
+    """
+    def evaluations(result) -> dict:
+        return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
+
+    before, after = evaluations(changed), evaluations(unchanged)
+    for check in [("silver/orders", "orders_key_unique"), ("silver/lineitem", "lineitem_references_orders"),
+                  ("gold/monthly_revenue", "revenue_reconciles_with_silver")]:
+        assert REUSED_FROM_RUN not in before[check].metadata, check
+        assert after[check].metadata[REUSED_FROM_RUN].value == changed.run_id, check
+        assert after[check].passed == before[check].passed
+        assert after[check].metadata["failing_rows"] == before[check].metadata["failing_rows"]
+    # The row expectations of a step that read no new row count none, without reading the tables.
+    assert after[("silver/orders", "orders_status_known")].metadata["passing_rows"].value == 0
+    for table in (["gold", "pricing_summary"], ["silver", "customers"], ["bronze", "orders_raw"]):
+        described, again = _metadata(changed, table), _metadata(unchanged, table)
+        for key in ("delta/version", "dagster/row_count", "preview", "delta/num_files"):
+            assert again[key] == described[key], (table, key)
 
 
 def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:

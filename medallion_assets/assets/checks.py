@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetChecksDefinition,
@@ -28,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.feeds import ApplyChanges, Feed
+from medallion_assets.io_manager import check_once_per_version
 
 def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
     """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing."""
@@ -58,25 +61,31 @@ def count_orphans(child: DataFrame, foreign_keys: Sequence[str], parent: DataFra
 def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     """A blocking check that ``keys`` identify one row of ``silver.<table>``."""
     key = AssetKey(["silver", table])
+    name = f"{table}_key_unique"
 
     @asset_check(
         asset=key,
-        name=f"{table}_key_unique",
+        name=name,
         description=f"({', '.join(keys)}) is present and unique in silver.{table}.",
         blocking=True,
     )
-    def _unique(stored: DataFrame) -> AssetCheckResult:
-        rows, failing, bad_keys = count_duplicate_keys(stored, keys)
-        return AssetCheckResult(
-            passed=failing == 0,
-            severity=AssetCheckSeverity.ERROR,
-            metadata={
-                "key": MetadataValue.json(list(keys)),
-                "passing_rows": rows - failing,
-                "failing_rows": failing,
-                "duplicated_or_null_keys": bad_keys,
-            },
-        )
+    def _unique(context: AssetCheckExecutionContext, stored: DataFrame) -> AssetCheckResult:
+        def evaluate() -> AssetCheckResult:
+            rows, failing, bad_keys = count_duplicate_keys(stored, keys)
+            return AssetCheckResult(
+                asset_key=key,
+                check_name=name,
+                passed=failing == 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "key": MetadataValue.json(list(keys)),
+                    "passing_rows": rows - failing,
+                    "failing_rows": failing,
+                    "duplicated_or_null_keys": bad_keys,
+                },
+            )
+
+        return check_once_per_version(context, AssetCheckKey(key, name), evaluate)
 
     return _unique
 
@@ -84,23 +93,32 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
 def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent_keys: Sequence[str]) -> AssetChecksDefinition:
     """Every ``silver.<child>`` row points at an existing ``silver.<parent>`` row."""
 
+    key = AssetKey(["silver", child])
+    name = f"{child}_references_{parent}"
+
     @asset_check(
-        asset=AssetKey(["silver", child]),
-        name=f"{child}_references_{parent}",
+        asset=key,
+        name=name,
         description=f"Every {child}.({', '.join(foreign_keys)}) exists in {parent}.({', '.join(parent_keys)}).",
         additional_ins={"parent_table": AssetIn(key=AssetKey(["silver", parent]))},
     )
-    def _references(child_table: DataFrame, parent_table: DataFrame) -> AssetCheckResult:
-        rows, orphans = count_orphans(child_table, foreign_keys, parent_table, parent_keys)
-        return AssetCheckResult(
-            passed=orphans == 0,
-            severity=AssetCheckSeverity.ERROR,
-            metadata={
-                "references": f"{child}.{','.join(foreign_keys)} -> {parent}.{','.join(parent_keys)}",
-                "passing_rows": rows - orphans,
-                "failing_rows": orphans,
-            },
-        )
+    def _references(context: AssetCheckExecutionContext, child_table: DataFrame,
+                    parent_table: DataFrame) -> AssetCheckResult:
+        def evaluate() -> AssetCheckResult:
+            rows, orphans = count_orphans(child_table, foreign_keys, parent_table, parent_keys)
+            return AssetCheckResult(
+                asset_key=key,
+                check_name=name,
+                passed=orphans == 0,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={
+                    "references": f"{child}.{','.join(foreign_keys)} -> {parent}.{','.join(parent_keys)}",
+                    "passing_rows": rows - orphans,
+                    "failing_rows": orphans,
+                },
+            )
+
+        return check_once_per_version(context, AssetCheckKey(key, name), evaluate)
 
     return _references
 

@@ -15,8 +15,13 @@ Split the way dagster-deltalake splits its IO manager:
 
 from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 from medallion_assets.io_manager.client import DeltaTableClient, TableDescription, WriteResult
-from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler
-from medallion_assets.io_manager.metadata import markdown_preview, spark_table_schema, table_metadata
+from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler, check_once_per_version
+from medallion_assets.io_manager.metadata import (
+    latest_materialization_metadata,
+    markdown_preview,
+    spark_table_schema,
+    table_metadata,
+)
 from medallion_assets.io_manager.spec import (
     COLUMN_DESCRIPTIONS,
     COLUMNS,
@@ -60,7 +65,9 @@ __all__ = [
     "TableDescription",
     "WriteResult",
     "WriteSpec",
+    "check_once_per_version",
     "delta_table",
+    "latest_materialization_metadata",
     "markdown_preview",
     "spark_table_schema",
     "table_metadata",

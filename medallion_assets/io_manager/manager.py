@@ -7,11 +7,14 @@ to the handlers of :mod:`.arrow_handlers` instead: delta-rs, no SparkSession.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckKey,
+    AssetCheckResult,
     AssetKey,
     ConfigurableIOManager,
     DagsterEventType,
@@ -30,7 +33,11 @@ from medallion_assets.io_manager.arrow_handlers import (
     handler_for_type,
 )
 from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
-from medallion_assets.io_manager.metadata import check_column_descriptions, table_metadata
+from medallion_assets.io_manager.metadata import (
+    check_column_descriptions,
+    latest_materialization_metadata,
+    table_metadata,
+)
 from medallion_assets.io_manager.spec import (
     COLUMNS,
     PARTITION_EXPR,
@@ -102,8 +109,13 @@ class SparkDataFrameTypeHandler:
         transaction: tuple[str, int] | None = None,
         empty_commit: tuple[str, int] | None = None,
         column_descriptions: Mapping[str, str] | None = None,
+        earlier: Mapping[str, Any] | None = None,
     ) -> tuple[WriteResult, dict[str, Any]]:
-        """Write ``frame`` and describe the table afterwards (its columns with ``column_descriptions``)."""
+        """Write ``frame`` and describe the table afterwards (its columns with ``column_descriptions``).
+
+        ``earlier``: the asset's latest materialization metadata, reused when
+        no row was written (:func:`~.metadata.table_metadata`).
+        """
         if not isinstance(frame, DataFrame):
             raise TypeError(
                 f"the Delta IO manager stores Spark, pandas, polars and Arrow frames, got {type(frame).__name__}: "
@@ -116,13 +128,85 @@ class SparkDataFrameTypeHandler:
         if not result.commit:
             return result, {"dagster/row_count": 0}
         return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions,
-                                      key_columns=spec.key_columns)
+                                      key_columns=spec.key_columns, earlier=earlier)
 
     def load_input(
         self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
     ) -> DataFrame:
         """The table as a DataFrame."""
         return client.read(path, version=version, columns=columns)
+
+
+def step_reads(instance: Any, run_id: str, step_key: str) -> _StepReads:
+    """What a step's inputs read in a run, from the ``LOADED_INPUT`` events the IO manager recorded.
+
+    The IO manager keeps no state between loading and storing, so it works
+    with any executor; a retried step loads its inputs again, and its later
+    events win.
+    """
+    records = instance.get_records_for_run(run_id=run_id, of_type=DagsterEventType.LOADED_INPUT).records
+    reads = _StepReads()
+    for record in records:
+        entry = record.event_log_entry
+        if entry.step_key != step_key or entry.dagster_event is None:
+            continue
+        loaded = entry.dagster_event.event_specific_data.metadata or {}
+        if _READ_TABLE not in loaded or _READ_VERSION not in loaded:
+            continue
+        table, version = str(loaded[_READ_TABLE].value), int(loaded[_READ_VERSION].value)
+        if _READ_CHANGES_FROM in loaded:
+            first = int(loaded[_READ_CHANGES_FROM].value)
+            reads.consumed[table] = version
+            reads.consumed_before[table] = first - 1
+            reads.advanced = reads.advanced or first <= version
+        else:
+            reads.inputs[table] = version
+    return reads
+
+
+#: Check metadata: each table the check's step read and the version it read.
+CHECKED_VERSIONS = "medallion/checked_versions"
+#: Check metadata of a result taken over from an earlier evaluation: that evaluation's run.
+REUSED_FROM_RUN = "medallion/reused_from_run"
+
+
+def check_once_per_version(
+    context: Any, check_key: AssetCheckKey, evaluate: Callable[[], AssetCheckResult]
+) -> AssetCheckResult:
+    """A check's result, evaluated only when a table it reads changed since its latest evaluation.
+
+    The step's inputs (read through this IO manager) name the versions they
+    read. When the check's latest evaluation recorded the same versions, its
+    result is returned again, marked with the run it came from: a run with
+    nothing new re-checks nothing. Otherwise ``evaluate()`` runs and its
+    result records the versions. A step that reads ``changes`` always
+    evaluates (its input is what is new, not a version).
+
+    Args:
+        context: the executing asset's or check's context.
+        check_key: the check.
+        evaluate: computes the result.
+    """
+    reads = step_reads(context.instance, context.run.run_id, context.get_step_execution_context().step.key)
+    versions: dict[str, Any] = reads.described()
+    if versions and context.has_partition_key:
+        # Another partition of the same tables is another check.
+        versions["partition"] = context.partition_key
+    if versions and not reads.consumed:
+        # This run's own record (planned) comes first; a few back is the latest evaluation.
+        history = context.instance.event_log_storage.get_asset_check_execution_history(check_key, limit=3)
+        evaluated = [record for record in history if isinstance(record.evaluation, AssetCheckEvaluation)]
+        earlier = evaluated[0].evaluation if evaluated else None
+        recorded = earlier.metadata.get(CHECKED_VERSIONS) if earlier is not None else None
+        if recorded is not None and recorded.value == versions:
+            return AssetCheckResult(
+                asset_key=check_key.asset_key, check_name=check_key.name, passed=earlier.passed,
+                severity=earlier.severity, description=earlier.description,
+                metadata={**earlier.metadata, REUSED_FROM_RUN: evaluated[0].run_id},
+            )
+    result = evaluate()
+    metadata = {key: value for key, value in (result.metadata or {}).items() if key != REUSED_FROM_RUN}
+    return result.with_metadata({**metadata, CHECKED_VERSIONS: MetadataValue.json(versions)})
 
 
 def _key_name(key: AssetKey) -> str:
@@ -220,36 +304,6 @@ class DeltaIOManager(ConfigurableIOManager):
         dataset = client.dataset(path, version=read, columns=metadata.get(COLUMNS), window=window)
         return handler.from_dataset(dataset, kind)
 
-    @staticmethod
-    def _step_reads(context: OutputContext) -> _StepReads:
-        """What this step's inputs read, from the ``LOADED_INPUT`` events of this run.
-
-        The IO manager keeps no state between loading and storing, so it works
-        with any executor; a retried step loads its inputs again, and its later
-        events win.
-        """
-        step_key = context.step_context.step.key
-        records = context.step_context.instance.get_records_for_run(
-            run_id=context.run_id, of_type=DagsterEventType.LOADED_INPUT
-        ).records
-        reads = _StepReads()
-        for record in records:
-            entry = record.event_log_entry
-            if entry.step_key != step_key or entry.dagster_event is None:
-                continue
-            loaded = entry.dagster_event.event_specific_data.metadata or {}
-            if _READ_TABLE not in loaded or _READ_VERSION not in loaded:
-                continue
-            table, version = str(loaded[_READ_TABLE].value), int(loaded[_READ_VERSION].value)
-            if _READ_CHANGES_FROM in loaded:
-                first = int(loaded[_READ_CHANGES_FROM].value)
-                reads.consumed[table] = version
-                reads.consumed_before[table] = first - 1
-                reads.advanced = reads.advanced or first <= version
-            else:
-                reads.inputs[table] = version
-        return reads
-
     def _consumed_version(self, client: DeltaTableClient, context: InputContext, upstream: AssetKey) -> int:
         """The newest upstream version every one of this step's tables has taken in (-1: none).
 
@@ -275,7 +329,7 @@ class DeltaIOManager(ConfigurableIOManager):
         path = self._path(key)
         spec = WriteSpec.from_metadata(context.definition_metadata or {})
         descriptions = column_descriptions(context.definition_metadata or {})
-        reads = self._step_reads(context)
+        reads = step_reads(context.step_context.instance, context.run_id, context.step_context.step.key)
 
         replace_where = None
         fingerprint: dict[str, Any] = {"inputs": dict(sorted(reads.inputs.items()))}
@@ -322,7 +376,8 @@ class DeltaIOManager(ConfigurableIOManager):
             and client.exists(path)
             and _computed_from(client, path) == fingerprint_json
         ):
-            metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns)
+            metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns,
+                                      earlier=latest_materialization_metadata(context.step_context.instance, key))
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             self._register(client, key, path)
             context.add_output_metadata({**metadata, **step_metadata})
@@ -345,6 +400,7 @@ class DeltaIOManager(ConfigurableIOManager):
         result, metadata = SparkDataFrameTypeHandler().handle_output(
             client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
             transaction=transaction, empty_commit=empty_commit, column_descriptions=descriptions,
+            earlier=latest_materialization_metadata(context.step_context.instance, key),
         )
         if result.skipped_reason:
             metadata["delta/skipped"] = result.skipped_reason

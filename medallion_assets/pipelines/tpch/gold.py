@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from decimal import Decimal
 
 from dagster import (
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
+    AssetExecutionContext,
     AssetIn,
     AssetKey,
     MetadataValue,
@@ -40,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.assets.checks import last_update_freshness_checks
-from medallion_assets.io_manager import DELTA_KINDS, delta_table
+from medallion_assets.io_manager import DELTA_KINDS, check_once_per_version, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
 
 GROUP = "gold"
@@ -74,13 +76,24 @@ def _net_price_sum(alias: str = "revenue") -> F.Column:
 
 
 def reconcile(
-    gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *, check_name: str, asset_key: AssetKey
+    context: AssetExecutionContext, gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *,
+    check_name: str, asset_key: AssetKey,
 ) -> AssetCheckResult:
     """Compare ``values`` per ``keys`` between a gold table and silver's own aggregate.
 
     A key present on one side only, or with a different value, is a failing row.
-    Decimal sums are compared exactly.
+    Decimal sums are compared exactly. Evaluated again only when a silver
+    table the step read changed (:func:`check_once_per_version`).
     """
+    return check_once_per_version(
+        context, AssetCheckKey(asset_key, check_name),
+        lambda: _reconciled(gold, silver, keys, values, check_name=check_name, asset_key=asset_key),
+    )
+
+
+def _reconciled(
+    gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *, check_name: str, asset_key: AssetKey
+) -> AssetCheckResult:
     g = gold.select(*keys, *[F.col(v).alias(f"_g_{v}") for v in values])
     s = silver.select(*keys, *[F.col(v).alias(f"_s_{v}") for v in values])
     joined = g.join(s, list(keys), "full_outer")
@@ -267,7 +280,7 @@ DAILY_REVENUE_COLUMNS = {
     metadata=delta_table(column_descriptions=DAILY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
 )
-def daily_revenue(orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
+def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
     frame = G.daily_revenue(orders, lineitem, customer).cache()
     yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
     silver_days = (
@@ -278,7 +291,8 @@ def daily_revenue(orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
     )
     gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
     yield reconcile(
-        gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver", asset_key=DAILY_REVENUE
+        context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
+        asset_key=DAILY_REVENUE,
     )
 
 
@@ -305,7 +319,7 @@ MONTHLY_REVENUE_COLUMNS = {
     metadata=delta_table(schema_mode="overwrite", column_descriptions=MONTHLY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
 )
-def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
+def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame):
     frame = G.monthly_revenue(orders, lineitem).cache()
     yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
     silver_months = (
@@ -316,6 +330,7 @@ def monthly_revenue(orders: DataFrame, lineitem: DataFrame):
     )
     gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
     yield reconcile(
+        context,
         gold_months,
         silver_months,
         ["month"],
@@ -358,7 +373,7 @@ CUSTOMER_LIFETIME_VALUE_COLUMNS = {
         _reconciliation_spec(CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders.")
     ],
 )
-def customer_lifetime_value(customer: DataFrame, orders: DataFrame):
+def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame, orders: DataFrame):
     frame = G.customer_lifetime_value(customer, orders).cache()
     yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
     per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
@@ -370,6 +385,7 @@ def customer_lifetime_value(customer: DataFrame, orders: DataFrame):
         F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
     )
     yield reconcile(
+        context,
         frame.select("c_custkey", "total_spend", "order_count"),
         silver_customers,
         ["c_custkey"],
