@@ -222,8 +222,13 @@ class LakeCatalog(Config):
             return []
         started = time.monotonic()
         missing, known = [], {}
+        # Dagster builds a run's resources more than once, on one session: what this session
+        # registered already is known without listing the catalog again.
+        registered_here = _registered(spark)
         for layer, table, path in tables:
             if not (_NAME.match(layer) and _NAME.match(table)):
+                continue
+            if registered_here.get(self.table_name([layer, table]), ("",))[0] == _location_uri(path):
                 continue
             if layer not in known:
                 known[layer] = _tables_of(spark, self.database(layer))
