@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
+from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 from medallion_assets.resources import LakeResource
 
 if TYPE_CHECKING:
@@ -225,7 +226,10 @@ def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, sc
     each engine spells differently.
     """
     if not engine.is_delta_table(spark, path):
-        engine.create_table(spark, path, schema, properties={"delta.enableChangeDataFeed": "true"})
+        # Statistics on the ingestion time only: no reader filters bronze's raw lines, whose
+        # min/max on every column cost a good part of each micro-batch's write.
+        stats = table_properties_for(WriteSpec(mode="append"), schema)
+        engine.create_table(spark, path, schema, properties={"delta.enableChangeDataFeed": "true", **stats})
 
 
 @dataclass(frozen=True)

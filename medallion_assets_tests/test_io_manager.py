@@ -256,3 +256,31 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             check(write(first, WriteSpec(mode="overwrite")), 100)
         finally:
             spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
+
+
+def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark, tmp_path, delta_engine):
+    """A new merge table keeps per-file min/max on its keys, sequence and dates only, as delta-rs reads its log."""
+    import deltalake
+    import pyarrow as pa
+
+    from medallion_assets.io_manager import WriteSpec
+
+    client = DeltaTableClient(spark)
+    path = str(tmp_path / "silver" / "events")
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
+    rows = [(i, i % 7, f"payload {i}", f"2024-01-{1 + i % 28:02d}", False) for i in range(200)]
+    frame = spark.createDataFrame(rows, "id long, seq long, payload string, day string, _deleted boolean")
+    client.write(frame.withColumn("day", F.to_date("day")), path, spec)
+
+    table = deltalake.DeltaTable(path)
+    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == "id,seq,day"
+    actions = pa.table(table.get_add_actions(flatten=True))
+    kept = {name.split(".", 1)[1] for name in actions.column_names if name.startswith("min.")}
+    if delta_engine == "delta-spark":
+        assert kept == {"id", "seq", "day"}
+    else:
+        # The delta-rs engine commits Spark's Parquet files with the statistics of their footers.
+        assert {"id", "seq", "day"} <= kept
+    for column in ("id", "day"):
+        assert all(value is not None for value in actions.column(f"min.{column}").to_pylist())
+    assert pa.table(table.to_pyarrow_table()).num_rows == 200

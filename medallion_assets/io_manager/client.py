@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
 from medallion_assets.io_manager import merges
-from medallion_assets.io_manager.spec import WriteSpec
+from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 
 
 @dataclass(frozen=True)
@@ -230,9 +230,9 @@ class DeltaTableClient:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return
-        properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
         self.engine.create_table(
-            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties
+            self.spark, path, schema, partition_columns=spec.partition_columns,
+            properties=table_properties_for(spec, schema),
         )
 
     #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.merges`).
