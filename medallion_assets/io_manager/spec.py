@@ -6,7 +6,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
-from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 #: Metadata keys an asset declares its storage with (see :func:`delta_table`).
 WRITE_MODE = "delta/write_mode"
@@ -117,6 +127,7 @@ class WriteSpec(BaseModel):
         )
 
 
+_SKIPPING_TYPES = (IntegralType, FloatType, DoubleType, DecimalType, StringType, DateType, TimestampType, TimestampNTZType)
 #: Table properties that choose the columns Delta keeps per-file statistics of.
 _STATS_PROPERTIES = ("delta.dataSkippingStatsColumns", "delta.dataSkippingNumIndexedCols")
 
@@ -136,7 +147,8 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
         spec: the table's declaration.
         schema: the rows it is created with.
     """
-    stored = set(schema.fieldNames())
+    # Delta keeps min/max of these types only; it refuses a table naming another type here.
+    stored = {f.name for f in schema.fields if isinstance(f.dataType, _SKIPPING_TYPES)}
     declared = [*spec.merge_keys, spec.sequence_column, spec.replace_group, spec.partition_expr]
     dated = [f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))]
     excluded = set(spec.partition_columns) | {spec.delete_column}
