@@ -10,11 +10,6 @@
     A new session of the project's Spark resource, as a notebook makes it
     (``spark_resource("local").process_config_and_initialize()``): each table,
     read with ``spark.sql("SELECT * FROM TABLE")``, is written as Parquet under ``OUT``.
-
-``python -m medallion_assets_tests.metastore_clients plain OUT TABLE...``
-    A plain PySpark session that knows nothing of this project: the metastore's
-    settings and delta-spark only (from ``METASTORE_SPARK_CONF``, a JSON object
-    of Spark settings). Writes each table, read by name, as Parquet under ``OUT``.
 """
 
 import json
@@ -53,22 +48,8 @@ def project(out: str, tables: list[str]) -> None:
         spark.sql(f"SELECT * FROM {table}").toPandas().to_parquet(os.path.join(out, f"{table}.parquet"))
 
 
-def plain(out: str, tables: list[str]) -> None:
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master("local[1]").appName("plain-metastore-reader")
-    for key, value in json.loads(os.environ["METASTORE_SPARK_CONF"]).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    for table in tables:
-        spark.table(table).toPandas().to_parquet(os.path.join(out, f"{table}.parquet"))
-    spark.stop()
-
-
 if __name__ == "__main__":
     if sys.argv[1] == "run":
         print(json.dumps(run(sys.argv[2])))
-    elif sys.argv[1] == "project":
-        project(sys.argv[2], sys.argv[3:])
     else:
-        plain(sys.argv[2], sys.argv[3:])
+        project(sys.argv[2], sys.argv[3:])
