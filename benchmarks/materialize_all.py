@@ -106,7 +106,7 @@ class JavaWatcher(threading.Thread):
         return self.seen
 
 
-def _step_seconds(records) -> dict[str, float]:
+def step_seconds(records) -> dict[str, float]:
     """Seconds from each step's start to its success or failure, from the run's event log."""
     started: dict[str, float] = {}
     seconds: dict[str, float] = {}
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 profiler.dump_stats(args.profile)
             elapsed = time.monotonic() - started
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
-            durations = _step_seconds(instance.all_logs(result.run_id))
+            durations = step_seconds(instance.all_logs(result.run_id))
             runs.append(
                 {
                     "run": number + 1,
