@@ -199,10 +199,12 @@ def check_once_per_version(
         earlier = evaluated[0].evaluation if evaluated else None
         recorded = earlier.metadata.get(CHECKED_VERSIONS) if earlier is not None else None
         if recorded is not None and recorded.value == versions:
+            # A repeated result names the run that computed it, however many runs repeated it since.
+            origin = earlier.metadata.get(REUSED_FROM_RUN)
             return AssetCheckResult(
                 asset_key=check_key.asset_key, check_name=check_key.name, passed=earlier.passed,
                 severity=earlier.severity, description=earlier.description,
-                metadata={**earlier.metadata, REUSED_FROM_RUN: evaluated[0].run_id},
+                metadata={**earlier.metadata, REUSED_FROM_RUN: origin.value if origin else evaluated[0].run_id},
             )
     result = evaluate()
     metadata = {key: value for key, value in (result.metadata or {}).items() if key != REUSED_FROM_RUN}
