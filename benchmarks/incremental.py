@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -97,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2))
     warm.spark_session.stop()
     if not args.folder:
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
     return 0
 

@@ -690,9 +690,9 @@ class DeltaSparkEngine(DeltaEngine):
 
     def read_inserts(self, spark: SparkSession, path: str, *, after_version: int, to_version: int) -> DataFrame:
         current = self.read(spark, path, version=to_version)
-        columns = current.schema
         if to_version <= after_version:
             return _no_rows(current)
+        columns = current.schema
         changes = (
             spark.read.format("delta")
             .option("readChangeFeed", "true")
@@ -796,9 +796,9 @@ class DeltaRsEngine(DeltaEngine):
         from medallion_assets.delta._read import read_added_rows
 
         current = self.read(spark, path, version=to_version)
-        columns = current.schema
         if to_version <= after_version:
             return _no_rows(current)
+        columns = current.schema
         # An append-only range (bronze) is read from its new files by Spark; others need
         # the change data feed, which delta-rs builds on the driver.
         added = read_added_rows(spark, path, after_version=after_version, to_version=to_version)

@@ -226,8 +226,8 @@ def _create_bronze_table(spark: SparkSession, engine: DeltaEngine, path: str, sc
     each engine spells differently.
     """
     if not engine.is_delta_table(spark, path):
-        # Statistics on the ingestion time only: no reader filters bronze's raw lines, whose
-        # min/max on every column cost a good part of each micro-batch's write.
+        # Statistics on the ingestion time only: no reader filters bronze's raw lines, and
+        # their min/max would only fill the log.
         stats = table_properties_for(WriteSpec(mode="append"), schema)
         engine.create_table(spark, path, schema, properties={"delta.enableChangeDataFeed": "true", **stats})
 

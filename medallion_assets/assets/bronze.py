@@ -117,7 +117,8 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
         if not kafka.configured:
             path = ensure_bronze_table(session, lake, feed)
             return MaterializeResult(metadata={
-                **table_metadata(client, path, column_descriptions=descriptions, earlier=latest_materialization_metadata(context.instance, context.asset_key)),
+                **table_metadata(client, path, column_descriptions=descriptions,
+                                 earlier=latest_materialization_metadata(context.instance, context.asset_key)),
                 **_catalog_entry(spark, client, feed, path), "new_rows": 0,
                 "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
             })
