@@ -258,32 +258,50 @@ def has_no_rows(frame: DataFrame) -> bool:
     return frame.isEmpty()
 
 
-def observed_row_count(frame: DataFrame) -> tuple[DataFrame, Callable[[], int]]:
-    """``frame`` with an observation counting its rows, and a function reading that count.
+class ObservedInput:
+    """A step's input with metrics Spark reports as the step's own queries read it.
 
-    The count comes with the first query that runs over the returned frame,
-    without an action of its own, so use the frame where such a query reads
-    every row (under an aggregation, as a silver step's parse is), not under
-    a ``limit``, and read the count after one ran.
+    The metrics (the row count, and any aggregate given) come with the first
+    query that runs over :attr:`frame`, without an action of their own, so use
+    the frame where such a query reads every row (under an aggregation or a
+    cache, as a silver step's parse is), not under a ``limit``, and read the
+    metrics after one ran.
+
+    Example:
+        >>> observed = ObservedInput(lines, longest=F.max(F.length("value")))  # doctest: +SKIP
+        >>> parsed = parse(observed.frame).cache(); parsed.count()              # doctest: +SKIP
+        >>> observed.rows(), observed.metric("longest")                          # doctest: +SKIP
     """
-    observation = Observation()
-    observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
 
-    def rows() -> int:
+    def __init__(self, frame: DataFrame, **metrics: Column) -> None:
+        self._source = frame
+        self._observation = Observation()
+        self.frame = frame.observe(
+            self._observation, F.count(F.lit(1)).alias("rows"), *(column.alias(name) for name, column in metrics.items())
+        )
+
+    def _reported(self) -> dict | None:
         try:
-            reported = observation.get.get("rows")
+            reported = self._observation.get
         except Exception:  # noqa: BLE001 - classic PySpark cannot convert the empty row of a lost observation
-            reported = None
-        if reported is None:
-            # No count came back: adaptive execution replaces a stage that produced no
-            # rows with an empty relation, observed metrics and all (a run with nothing
-            # new, or nothing rejected), and Spark Connect hands an observation over
-            # only with a query's result. Counted instead: a second read of the input,
-            # of its Parquet footers only.
-            return frame.count()
-        return int(reported)
+            return None
+        return reported if reported and reported.get("rows") is not None else None
 
-    return observed, rows
+    def metric(self, name: str):
+        """The metric's value, or None when no query reported it.
+
+        None happens when adaptive execution replaced a stage that produced no
+        rows with an empty relation (observed metrics and all), or on Spark
+        Connect, which hands an observation over only with a query's result:
+        the caller then computes the value another way.
+        """
+        reported = self._reported()
+        return reported.get(name) if reported is not None else None
+
+    def rows(self) -> int:
+        """The input's rows: observed, or counted when the observation was lost (a read of the Parquet footers)."""
+        reported = self.metric("rows")
+        return int(reported) if reported is not None else self._source.count()
 
 
 @dataclass(frozen=True)
@@ -327,7 +345,7 @@ def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int], no_
 
     Args:
         quarantined: the rows the step appends to its quarantine (``reason`` column), cached.
-        input_rows: the count of the step's input (:func:`observed_row_count`), whose
+        input_rows: the count of the step's input (:meth:`ObservedInput.rows`), whose
             observed frame is under ``quarantined``'s rejects: this query reads every
             input row, so the count is reported by the time it ends.
 

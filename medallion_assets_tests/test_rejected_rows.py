@@ -20,10 +20,10 @@ from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, materialize
 from pyspark.sql.types import LongType, TimestampType
 
 from medallion_assets.expectations import (
+    ObservedInput,
     RejectedRows,
     count_rejected,
     expect_or_drop,
-    observed_row_count,
     rejected_rows_result,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, FeedDeclarationError, Field, LandingFiles
@@ -126,10 +126,12 @@ def test_garbage_and_dropped_rows_fail_amber_and_past_the_threshold_red(spark, t
 
 def test_rejected_rows_are_counted_by_reason_and_input_rows_observed(spark):
     lines = spark.createDataFrame([(f"line {i}",) for i in range(7)], "value string").repartition(3)
-    observed, input_rows = observed_row_count(lines)
-    reasons = _with_reasons(observed)
+    observed = ObservedInput(lines)
+    reasons = _with_reasons(observed.frame)
     quarantined = reasons.where("reason IS NOT NULL").cache()
-    counted = count_rejected(quarantined, input_rows=input_rows)
+    counted = count_rejected(quarantined, input_rows=observed.rows)
+    # Reported by the rollup's read of every line, not counted again.
+    assert observed.metric("rows") == 7
     quarantined.unpersist()
     assert counted == RejectedRows(
         input_rows=7, rejected_rows=4,
@@ -139,9 +141,9 @@ def test_rejected_rows_are_counted_by_reason_and_input_rows_observed(spark):
 
 def test_nothing_read_counts_zero_though_spark_drops_the_empty_stage_observed(spark):
     # Adaptive execution replaces a stage that produced no rows, its observed metrics too.
-    observed, input_rows = observed_row_count(spark.createDataFrame([], "value string"))
-    quarantined = _with_reasons(observed).where("reason IS NOT NULL").cache()
-    assert count_rejected(quarantined, input_rows=input_rows) == RejectedRows(input_rows=0, rejected_rows=0)
+    observed = ObservedInput(spark.createDataFrame([], "value string"))
+    quarantined = _with_reasons(observed.frame).where("reason IS NOT NULL").cache()
+    assert count_rejected(quarantined, input_rows=observed.rows) == RejectedRows(input_rows=0, rejected_rows=0)
     quarantined.unpersist()
 
 

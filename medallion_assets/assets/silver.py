@@ -28,11 +28,11 @@ from dagster import AssetIn, AssetKey, AssetOut, AssetsDefinition, MetadataValue
 from pyspark.sql import DataFrame
 
 from medallion_assets.expectations import (
+    ObservedInput,
     apply_expectations,
     check_specs,
     count_rejected,
     has_no_rows,
-    observed_row_count,
     rejected_rows_check_spec,
     rejected_rows_result,
     rejects_to_quarantine,
@@ -108,15 +108,15 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
     def _apply_changes(bronze_rows: DataFrame):
         no_rows = has_no_rows(bronze_rows)
         # Counted as the parse reads them: the step's aggregations read every row.
-        bronze_rows, input_rows = observed_row_count(bronze_rows)
-        records, rejects = T.parse_changes(bronze_rows, feed)
+        observed = ObservedInput(bronze_rows)
+        records, rejects = T.parse_changes(observed.frame, feed)
         latest = T.latest_changes(records, feed).cache()
         # Masked before the expectations, so quarantined records carry no PII either.
         outcome = apply_expectations(T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table,
                                      no_rows=no_rows)
         # Cached: counted here, then written from the cache by the IO manager.
         quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined).cache()
-        rejected = count_rejected(quarantined, input_rows=input_rows, no_rows=no_rows)
+        rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
         yield from outcome.check_results
         if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
             yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,

@@ -17,6 +17,7 @@ from pyspark.testing import assertDataFrameEqual
 from medallion_assets import simulate
 from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.contract import REFERENCE_TABLES
+from medallion_assets.expectations import ObservedInput
 from medallion_assets.pipelines.tpch import transforms as tpch
 from medallion_assets.transforms import bronze
 from medallion_assets.pipelines.tpch import transforms as silver
@@ -276,6 +277,20 @@ def test_drifted_order_fields_are_found_per_level_with_their_line_counts(spark):
     kept, skipped = silver.keep_order_fields((row.level, row.field) for row in drifted.collect())
     assert kept == silver.KeptOrderFields(order=("o_channel", "o_loyalty_tier"), lineitem=("l_gift_wrap",))
     assert skipped == ["event.source", "order.O_CLERK", "order.bad name"]
+
+
+def test_drifted_fields_are_observed_while_another_query_reads_the_lines(spark):
+    # The 'ignore' policy's route: an observation on the parse's input, no scan of its own.
+    observed = ObservedInput(_raw(spark, _drifted_lines()).repartition(3),
+                             drifted=silver.drifted_order_fields_seen(F.col("value")))
+    parsed, _ = silver.parse_order_events(observed.frame)
+    assert parsed.groupBy("op").count().collect()  # the step's own query, reading every line
+
+    assert sorted((field["level"], field["field"]) for field in observed.metric("drifted")) == [
+        ("event", "source"), ("lineitem", "l_gift_wrap"), ("order", "O_CLERK"), ("order", "bad name"),
+        ("order", "o_channel"), ("order", "o_loyalty_tier"),
+    ]
+    assert observed.metric("rows") == 5
 
 
 def test_kept_drift_fields_become_text_columns_and_the_rest_is_ignored(spark):

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from medallion_assets.assets.checks import reference_check, silver_freshness_checks, unique_key_check
 from medallion_assets.assets.silver import quarantine_out
 from medallion_assets.expectations import (
+    ObservedInput,
     apply_expectations,
     check_specs,
     count_rejected,
@@ -32,7 +33,6 @@ from medallion_assets.expectations import (
     expect_or_drop,
     expect_or_fail,
     has_no_rows,
-    observed_row_count,
     rejected_rows_check_spec,
     rejected_rows_result,
     rejects_to_quarantine,
@@ -142,15 +142,16 @@ def assets_without(left_out: Collection[AssetKey]) -> list[AssetsDefinition]:
 def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     """The step's outputs and check results from order event lines (``value``, ``_source_file``, ``_ingested_at``)."""
     no_rows = has_no_rows(lines)
-    drifted = [] if no_rows else [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
+    # The lines are counted, and under 'ignore' their drifted fields found, as the parse
+    # reads them (the step's aggregations read every line), not by scans of their own.
     if config.schema_drift == "evolve":
-        kept, ignored = T.keep_order_fields(drifted)
+        # The one input read twice: which columns the parse builds depends on the drifted fields.
+        kept, ignored = T.keep_order_fields([] if no_rows else _drifted_fields(lines))
+        observed = ObservedInput(lines)
     else:
-        kept, ignored = T.KeptOrderFields(), sorted(f"{level}.{field}" for level, field in set(drifted))
-    drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
-    # Counted as the parse reads them: the step's aggregations read every line.
-    observed_lines, input_lines = observed_row_count(lines)
-    events, rejects = T.parse_order_events(observed_lines, kept)
+        kept, ignored = T.KeptOrderFields(), None  # known once the parse ran
+        observed = ObservedInput(lines, drifted=T.drifted_order_fields_seen(F.col("value")))
+    events, rejects = T.parse_order_events(observed.frame, kept)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
@@ -176,7 +177,13 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     quarantined = (
         rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
     )
-    rejected = count_rejected(quarantined, input_rows=input_lines, no_rows=no_rows)
+    rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
+    if ignored is None:  # 'ignore': the parse observed them
+        seen = [] if no_rows else observed.metric("drifted")
+        # Not reported (Spark Connect, or an observation lost): the scan finds the same fields.
+        drifted = _drifted_fields(lines) if seen is None else [(field["level"], field["field"]) for field in seen]
+        ignored = sorted(f"{level}.{field}" for level, field in set(drifted))
+    drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
     rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
                                           max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
     yield from orders.check_results
@@ -200,6 +207,10 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
     quarantined.unpersist()
     yield rejected_check
+
+
+def _drifted_fields(lines: DataFrame) -> list[tuple[str, str]]:
+    return [(row["level"], row["field"]) for row in T.drifted_order_fields(lines).collect()]
 
 
 #: Table checks of TPC-H's own silver tables and the references between them.

@@ -271,19 +271,19 @@ def parse_order_events(
 _COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 
 
-def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
-    """The fields of order event lines that the landing contract does not define.
+def undeclared_order_fields(value: Column) -> Column:
+    """The fields of one order event line that the landing contract does not define.
 
     The rule is the contract's (:data:`~medallion_assets.contract.ORDER_EVENT_FIELDS`,
     also applied line by line by :func:`~medallion_assets.contract.unknown_order_fields`).
 
     Args:
-        orders_raw: Column ``value`` (one NDJSON line); lines that are not JSON
-            objects, and lines rejected as ``not valid UTF-8``, carry no fields.
+        value: one NDJSON line; a line that is not a JSON object, or is
+            rejected as ``not valid UTF-8``, carries no fields.
 
     Returns:
-        One row per field: ``level`` (``event``, ``order`` or ``lineitem``),
-        ``field``, and ``rows`` (the lines that carry it).
+        ``array<struct<level, field>>``, ``level`` being ``event``, ``order`` or
+        ``lineitem``, each pair once; null for a line rejected as not valid UTF-8.
     """
     empty = F.array().cast("array<string>")
 
@@ -294,7 +294,7 @@ def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
             lambda key: F.struct(F.lit(level).alias("level"), key.alias("field")),
         )
 
-    envelope = F.from_json("value", "map<string,string>")
+    envelope = F.from_json(value, "map<string,string>")
     order = F.from_json(envelope["order"], "map<string,string>")
     items = F.from_json(order["lineitems"], "array<map<string,string>>")
     item_keys = F.flatten(F.transform(F.coalesce(items, F.array().cast("array<map<string,string>>")),
@@ -306,12 +306,37 @@ def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
             unknown(item_keys, ORDER_EVENT_FIELDS["lineitem"], "lineitem"),
         )
     )
+    return F.when(~not_valid_utf8(value), per_line)
+
+
+def drifted_order_fields(orders_raw: DataFrame) -> DataFrame:
+    """The fields of order event lines that the landing contract does not define, with their line counts.
+
+    Args:
+        orders_raw: Column ``value`` (one NDJSON line), as :func:`undeclared_order_fields` reads it.
+
+    Returns:
+        One row per field: ``level`` (``event``, ``order`` or ``lineitem``),
+        ``field``, and ``rows`` (the lines that carry it).
+    """
     return (
-        orders_raw.where(~not_valid_utf8(F.col("value")))
-        .select(F.explode(per_line).alias("_field"))
+        orders_raw.select(F.explode(undeclared_order_fields(F.col("value"))).alias("_field"))
         .groupBy(F.col("_field.level").alias("level"), F.col("_field.field").alias("field"))
         .agg(F.count(F.lit(1)).alias("rows"))
     )
+
+
+def drifted_order_fields_seen(value: Column) -> Column:
+    """An aggregate (one that :class:`~pyspark.sql.Observation` can report): every drifted field of the lines, once.
+
+    Lines without drift add nothing; the set holds each distinct combination
+    of a line's fields, so its size follows the drift, not the rows.
+
+    Returns:
+        ``array<struct<level, field>>``, as :func:`undeclared_order_fields`.
+    """
+    fields = undeclared_order_fields(value)
+    return F.array_distinct(F.flatten(F.collect_set(F.when(F.size(fields) > 0, fields))))
 
 
 def keep_order_fields(drifted: Iterable[tuple[str, str]]) -> tuple[KeptOrderFields, list[str]]:
