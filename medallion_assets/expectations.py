@@ -154,6 +154,9 @@ def apply_expectations(
     flagged = frame.select(
         "*", *[(~e.met).alias(f"_reason_{i}") for i, e in enumerate(expectations)]
     ).cache()
+    # An action of its own, before any write, because a failed 'fail' expectation must stop
+    # the write, which an observation of the write could only report afterwards. It is the
+    # first action on the cached rows: it computes them once, and the writes read the cache.
     counts = {"rows": 0} if no_rows else flagged.agg(
         F.count(F.lit(1)).alias("rows"),
         *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],

@@ -37,3 +37,27 @@ def test_a_small_table_shows_its_first_rows_by_key_and_a_large_one_the_rows_read
     by_first = markdown_preview(frame.select("tie", "name"), 4, total_rows=len(rows))
     assert _shown(by_first) == [["1", "a"], ["1", "c"], ["1", "n"], ["2", "d"]]
     assert by_first.endswith("The first 4 of 6 rows by `tie`.")
+
+
+def test_a_written_table_is_previewed_from_its_files_as_spark_shows_it_without_a_spark_job(spark, tmp_path):
+    # Spark's first read of a new version costs delta-spark a snapshot; delta-rs reads one file instead.
+    from medallion_assets.io_manager import DeltaTableClient
+    from medallion_assets.io_manager.metadata import description_metadata
+
+    client = DeltaTableClient(spark)
+    path = str(tmp_path / "previewed")
+    rows = [(5, "e", 2), (3, "c", 1), (None, "n", 1), (1, "a", 1), (4, "d", 2), (2, "b", 9)]
+    client.write(spark.createDataFrame(rows, "k long, name string, tie long").repartition(2), path,
+                 WriteSpec(mode="overwrite"))
+    description = client.describe(path)
+
+    context = spark.sparkContext
+    context.setJobGroup("output-preview", "the output metadata of one write")
+    try:
+        preview = description_metadata(description, preview_rows=3, key_columns=["k"])["preview"].value
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    assert list(context.statusTracker().getJobIdsForGroup("output-preview")) == []
+
+    assert _shown(preview) == [["None", "n", "1"], ["1", "a", "1"], ["2", "b", "9"]]
+    assert preview == markdown_preview(description.frame, 3, key_columns=["k"], total_rows=len(rows))

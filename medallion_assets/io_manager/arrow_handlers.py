@@ -27,17 +27,12 @@ import pyarrow.dataset as ds
 from dagster import MetadataValue, TableColumn, TableSchema
 
 from medallion_assets.engine import user_metadata
-from medallion_assets.io_manager.metadata import (
-    SORTED_PREVIEW_MAX_ROWS,
-    check_column_descriptions,
-    preview_markdown,
-)
+from medallion_assets.io_manager.metadata import arrow_markdown_preview, check_column_descriptions
 from medallion_assets.io_manager.spec import WriteSpec
 
 #: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
 #: Spark session runs (the Spark path names the session's: delta-spark or delta-rs).
 ENGINE_NAME = "deltalake (no Spark)"
-_PREVIEW_ROWS = 5
 
 
 @dataclass(frozen=True)
@@ -268,24 +263,6 @@ def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str]
     return TableSchema(columns=[
         TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name)) for f in schema
     ])
-
-
-def arrow_markdown_preview(
-    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int
-) -> str:
-    """A few rows as Markdown, by key when the table is small (as :func:`~.metadata.markdown_preview`)."""
-    sortable = [f.name for f in dataset.schema
-                if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))]
-    key = [name for name in key_columns if name in sortable] or sortable[:1]
-    order = key + [name for name in sortable if name not in key]
-    whole = total_rows <= SORTED_PREVIEW_MAX_ROWS
-    picked = dataset.to_table() if whole else dataset.head(rows)
-    if order:
-        picked = picked.sort_by([(name, "ascending") for name in order])
-    picked = picked.slice(0, rows)
-    columns = picked.column_names
-    values = [[row[c] for c in columns] for row in picked.to_pylist()]
-    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows)
 
 
 # ---- one handler per DataFrame library ------------------------------------------------------

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.dataset as ds
 from dagster import MetadataValue, TableColumn, TableSchema
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from medallion_assets.engine import CommitFacts
 from medallion_assets.io_manager.client import DeltaTableClient, TableDescription
+
+log = logging.getLogger(__name__)
 
 _PREVIEW_ROWS = 5
 #: A table of at most this many rows (known from its Delta log) previews its first rows by key, a
@@ -95,11 +100,53 @@ def description_metadata(
         "delta/num_files": description.num_files,
         "delta/size_bytes": description.size_bytes,
         "delta/partition_columns": MetadataValue.json(description.partition_columns),
-        "preview": MetadataValue.md(markdown_preview(
-            frame, preview_rows, key_columns=list(key_columns) or description.partition_columns,
-            total_rows=description.rows,
-        )),
+        "preview": MetadataValue.md(
+            _preview_from_files(description, preview_rows, key_columns=list(key_columns) or description.partition_columns)
+            or markdown_preview(frame, preview_rows, key_columns=list(key_columns) or description.partition_columns,
+                                total_rows=description.rows)
+        ),
     }
+
+
+def _preview_from_files(description: TableDescription, rows: int, *, key_columns: Sequence[str]) -> str | None:
+    """The preview of the described version read by delta-rs, or None where delta-rs cannot open the table.
+
+    delta-rs reads a few rows of one file in milliseconds; Spark's first read of a
+    new version costs delta-spark a snapshot of it, about a second per output
+    (``benchmarks/pipeline_vs_plain.py``), on every write of every run. Where
+    delta-rs cannot open the location (a Hadoop-only scheme, a lake only the Spark
+    server sees) or a table feature it does not read, Spark previews it.
+    """
+    import deltalake
+    from deltalake.exceptions import DeltaError
+
+    try:
+        dataset = deltalake.DeltaTable(description.path, version=description.version).to_pyarrow_dataset()
+        return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows)
+    except (DeltaError, OSError, ValueError, pa.ArrowException) as error:
+        log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
+        return None
+
+
+def arrow_markdown_preview(
+    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int
+) -> str:
+    """A few rows of an Arrow dataset as Markdown, picked and ordered as :func:`markdown_preview` does.
+
+    Nulls sort first, as Spark sorts ascending, so both routes show the same rows.
+    """
+    sortable = [f.name for f in dataset.schema
+                if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))]
+    key = [name for name in key_columns if name in sortable] or sortable[:1]
+    order = key + [name for name in sortable if name not in key]
+    whole = total_rows <= SORTED_PREVIEW_MAX_ROWS
+    picked = dataset.to_table() if whole else dataset.head(rows)
+    if order:
+        picked = picked.sort_by([(name, "ascending", "at_start") for name in order])
+    picked = picked.slice(0, rows)
+    columns = picked.column_names
+    values = [[row[c] for c in columns] for row in picked.to_pylist()]
+    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows)
 
 
 #: What :func:`description_metadata` records: the same for every look at one version of a table.
