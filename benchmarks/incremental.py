@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
+from pipeline_vs_plain import jvm_heap_after_gc_mb, tree_peak_memory
 
 
 def _load() -> float:
@@ -73,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
                              raise_on_error=False)
         seconds = step_seconds(instance.all_logs(result.run_id))
+        ended = time.monotonic()
         return {
             "run": name,
             "success": result.success,
-            "work_s": round(time.monotonic() - began, 1),
+            "work_s": round(ended - began, 1),
             "load_before_after": [load_before, _load()],
+            # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
+            "peak_mb_so_far": tree_peak_memory(os.getpid()),
+            "jvm_heap_after_gc_mb": jvm_heap_after_gc_mb(warm.spark_session),
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
         }
 

@@ -20,7 +20,11 @@ Run by hand from the repository root::
 Both kinds of process start their SparkSession before the work is timed, so
 "work" compares the same thing; process wall time (imports, JVM start, stop)
 and the CPU seconds of the process tree (driver, JVM, Python workers; less
-sensitive to a busy machine than wall time) are shown too.
+sensitive to a busy machine than wall time) are shown too, and so is memory:
+each process's peak resident size (Python driver, JVM, Python workers) and,
+for the Dagster run, the heap its JVM still uses once the run is over (caches
+dropped, after a full collection), which is what would grow with the data if
+the driver kept something per row or per file.
 
 Where the Dagster run's time goes comes from its event log (STEP_START to
 STEP_SUCCESS per step, and within a step the LOADED_INPUT, STEP_OUTPUT and
@@ -92,6 +96,58 @@ def tree_cpu_seconds(root: int) -> float:
             # utime, stime, cutime, cstime are fields 14..17 of stat (11..14 after the state field)
             total += sum(int(v) for v in fields[11:15])
     return total / ticks
+
+
+def tree_peak_memory(root: int) -> dict[str, float]:
+    """Peak resident MB so far (the kernel's ``VmHWM``) of ``root``, its JVM and its other Python processes.
+
+    ``python_driver_mb`` is ``root`` itself (the Python driver); ``jvm_mb`` is its
+    largest ``java`` descendant, which in a local session is the driver *and* the
+    executor, so it includes cached partitions and shuffle buffers up to the
+    heap's limit; ``python_workers_mb`` is the largest other Python descendant
+    (Spark's Python workers).
+    """
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _proc_stat(int(entry))
+            if found:
+                parents[int(entry)] = found[0]
+    peaks = {"python_driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0}
+    for pid in parents:
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor != root:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if "VmHWM" not in fields:
+            continue
+        mb = int(fields["VmHWM"].split()[0]) / 1024
+        name = fields.get("Name", "").strip()
+        kind = "python_driver_mb" if pid == root else "jvm_mb" if name == "java" else (
+            "python_workers_mb" if name.startswith("python") or name.startswith("pyspark") else None)
+        if kind:
+            peaks[kind] = max(peaks[kind], mb)
+    return peaks
+
+
+def jvm_heap_after_gc_mb(spark) -> float | None:
+    """The session JVM's heap in use after a full collection: what it retains, caches unpersisted.
+
+    ``None`` where the session has no JVM in this process (Spark Connect).
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return None
+    spark.catalog.clearCache()
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    jvm.java.lang.System.gc()
+    return round((runtime.totalMemory() - runtime.freeMemory()) / 2**20)
 
 
 def process_age_seconds(pid: int) -> float:
@@ -311,6 +367,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         raise_on_error=False,
     )
     run_ended = time.time()
+    retained_heap_mb = jvm_heap_after_gc_mb(spark_resource.spark_session)
 
     events = []
     for entry in instance.all_logs(result.run_id):
@@ -344,6 +401,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "actions": probes.records if probes else [],
         "cache_sites": dict(probes.cache_sites) if probes else {},
         "cpu_s_before_stop": round(cpu, 1),
+        "jvm_heap_after_gc_mb": retained_heap_mb,
         "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
         "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
     }
@@ -363,9 +421,12 @@ def _run_child(command: list[str], env: dict[str, str], timeout: float, log: Pat
     with open(log, "w", encoding="utf-8") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         cpu = 0.0
+        memory = {"python_driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0}
         deadline = started + timeout
         while process.poll() is None:
             cpu = max(cpu, tree_cpu_seconds(process.pid))  # the JVM is gone once the child exits
+            for kind, mb in tree_peak_memory(process.pid).items():
+                memory[kind] = max(memory[kind], mb)
             if time.time() > deadline:
                 os.killpg(process.pid, 9)
                 process.wait()
@@ -374,7 +435,8 @@ def _run_child(command: list[str], env: dict[str, str], timeout: float, log: Pat
     wall = time.time() - started
     if process.returncode not in (0, 3):
         raise RuntimeError(f"{shlex.join(command)} exited {process.returncode}; see {log}")
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "returncode": process.returncode}
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "returncode": process.returncode,
+            **{kind: round(mb) for kind, mb in memory.items()}}
 
 
 def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, str]:
@@ -487,11 +549,12 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         + (" The runs below ran at the same time (`--parallel`): compare CPU seconds." if report.get("parallel") else "")
         + "\n"
     )
-    out.append("| run | process wall s | session start s | work s | work ratio | process CPU s | CPU ratio |")
-    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    out.append("| run | process wall s | session start s | work s | work ratio | process CPU s | CPU ratio "
+               "| peak MB: Python driver / JVM / Python worker |")
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     out.append(
         f"| plain PySpark + Parquet (`plain_pipeline.py`) | {plain['wall_s']} | {plain['session_start_s']:.1f} | "
-        f"{plain['work_s']:.1f} | 1.00x | {plain['cpu_s']} | 1.00x |"
+        f"{plain['work_s']:.1f} | 1.00x | {plain['cpu_s']} | 1.00x | {_memory_cell(plain)} |"
     )
     for run in report["dagster"]:
         label = f"Dagster, {run['engine']}" + (f", ablate {'+'.join(run['ablate'])}" if run["ablate"] else "")
@@ -499,10 +562,16 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             label += " (**run failed**)"
         out.append(
             f"| {label} | {run['wall_s']} | {run['session_start_s']:.1f} | {run['work_s']:.1f} | "
-            f"{run['work_s'] / plain['work_s']:.2f}x | {run['cpu_s']} | {run['cpu_s'] / plain['cpu_s']:.2f}x |"
+            f"{run['work_s'] / plain['work_s']:.2f}x | {run['cpu_s']} | {run['cpu_s'] / plain['cpu_s']:.2f}x | "
+            f"{_memory_cell(run)} |"
         )
     for failure in report.get("failed", []):
-        out.append(f"| {failure} | | | | | | |")
+        out.append(f"| {failure} | | | | | | | |")
+    out.append(
+        "\nPeak resident memory per process (`VmHWM`, sampled every 0.5 s). The JVM of a local session is "
+        "driver and executor at once: its figure includes cached partitions up to the heap's limit, so what the "
+        "driver keeps is the heap still in use after the run, caches dropped and a full collection.\n"
+    )
     out.append("")
     out.append("Commands:\n")
     out.append("```")
@@ -566,6 +635,14 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
         out.append(f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n")
     return "\n".join(out)
+
+
+def _memory_cell(run: dict) -> str:
+    kinds = ("python_driver_mb", "jvm_mb", "python_workers_mb")
+    cell = " / ".join(str(run[k]) if k in run else "?" for k in kinds)
+    if run.get("jvm_heap_after_gc_mb") is not None:
+        cell += f" (heap kept after GC: {run['jvm_heap_after_gc_mb']})"
+    return cell
 
 
 def _layer(step: str) -> str:
