@@ -151,7 +151,9 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     else:
         kept, ignored = T.KeptOrderFields(), None  # known once the parse ran
         observed = ObservedInput(lines, drifted=T.drifted_order_fields_seen(F.col("value")))
-    events, rejects = T.parse_order_events(observed.frame, kept)
+    # Cached: the expectation counts parse every line once, and the rejects are read back.
+    judged = T.judge_order_lines(observed.frame, kept).cache()
+    events, rejects = T.order_events(judged, kept), T.rejected_order_lines(judged)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
@@ -178,6 +180,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
     )
     rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
+    judged.unpersist()  # what reads it next is cached: the changes and the quarantined rows
     if ignored is None:  # 'ignore': the parse observed them
         seen = [] if no_rows else observed.metric("drifted")
         # Not reported (Spark Connect, or an observation lost): the scan finds the same fields.

@@ -166,8 +166,27 @@ def parse_order_events(
         ``(events, rejects)``: events with :func:`order_events_schema`
         (order columns null for deletes, except ``o_orderkey``); rejects with
         ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
+        Both read every line; to parse once, cache :func:`judge_order_lines`
+        and take :func:`order_events` and :func:`rejected_order_lines` of it.
     """
-    events_schema = order_events_schema(kept)
+    judged = judge_order_lines(orders_raw, kept)
+    return order_events(judged, kept), rejected_order_lines(judged)
+
+
+def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
+    """Every order event line parsed once: its reject reason, or its typed event.
+
+    Args:
+        orders_raw: as :func:`parse_order_events` takes it.
+        kept: as :func:`parse_order_events` takes it.
+
+    Returns:
+        One row per line: ``reason`` (null for a good line), ``value`` (the
+        raw line, kept for rejects only), the event's typed columns
+        (``_typed_*``, ``_event_time``, ``_event_id``, ``_op``, kept fields
+        as ``_kept_*``), ``_source_file`` and ``_ingested_at``. What
+        :func:`order_events` and :func:`rejected_order_lines` select.
+    """
     envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, JSON_OPTIONS)
     order = F.from_json(F.col("_envelope.order"), text_schema([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
     item_text = text_schema([*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem])
@@ -231,24 +250,36 @@ def parse_order_events(
         F.when(is_upsert, items_reason),
         F.when(is_upsert, first_item_reason),
     )
-    judged = parsed.select(
-        "*",
-        reason.alias("reason"),
-        event_time.alias("_event_time"),
+    return parsed.select("*", reason.alias("reason"), event_time.alias("_typed_event_time")).select(
+        "reason",
+        # The raw text of a rejected line only: a cache of this frame then holds about
+        # what the events hold, not every line twice.
+        F.when(F.col("reason").isNotNull(), F.col("value")).alias("value"),
+        F.col("_envelope.event_id").alias("_event_id"),
+        F.col("_typed_event_time").alias("_event_time"),
+        F.col("_envelope.op").alias("_op"),
         *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS)),
+        *(F.col(f"_order.{name}").alias(f"_kept_{name}") for name in kept.order),
         F.transform(items, typed_item).alias("_typed_lineitems"),
+        "_source_file",
+        "_ingested_at",
     )
+
+
+def order_events(judged: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
+    """The typed events of the good lines of :func:`judge_order_lines` (:func:`order_events_schema`)."""
+    events_schema = order_events_schema(kept)
 
     def upsert_only(column: Column) -> Column:
         return F.when(F.col("op") == F.lit("upsert"), column)
 
     events = judged.where(F.col("reason").isNull()).select(
-        F.col("_envelope.event_id").alias("event_id"),
+        F.col("_event_id").alias("event_id"),
         F.col("_event_time").alias("event_time"),
-        F.col("_envelope.op").alias("op"),
+        F.col("_op").alias("op"),
         F.col("_typed_o_orderkey").alias("o_orderkey"),
         *(F.col(f"_typed_{name}").alias(name) for name in _ORDER_COLUMNS[1:]),
-        *(F.col(f"_order.{name}").alias(name) for name in kept.order),
+        *(F.col(f"_kept_{name}").alias(name) for name in kept.order),
         F.col("_typed_lineitems").alias("lineitems"),
         "_source_file",
         "_ingested_at",
@@ -261,10 +292,14 @@ def parse_order_events(
             for field in events_schema.fields
         )
     )
-    rejects = judged.where(F.col("reason").isNotNull()).select(
+    return events
+
+
+def rejected_order_lines(judged: DataFrame) -> DataFrame:
+    """The rejected lines of :func:`judge_order_lines`: ``value`` (made valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``."""
+    return judged.where(F.col("reason").isNotNull()).select(
         F.make_valid_utf8("value").alias("value"), "_source_file", "_ingested_at", "reason"
     )
-    return events, rejects
 
 
 # A kept field becomes a column: a plain identifier, never an internal ``_`` name.
