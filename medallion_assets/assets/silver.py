@@ -109,7 +109,9 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         no_rows = has_no_rows(bronze_rows)
         # Counted as the parse reads them: the step's aggregations read every row.
         observed = ObservedInput(bronze_rows)
-        records, rejects = T.parse_changes(observed.frame, feed)
+        # Cached: the expectation counts parse every row once, and the rejects are read back.
+        judged = T.judge_changes(observed.frame, feed).cache()
+        records, rejects = T.typed_changes(judged, feed), T.rejected_changes(judged)
         latest = T.latest_changes(records, feed).cache()
         # Masked before the expectations, so quarantined records carry no PII either.
         outcome = apply_expectations(T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table,
@@ -117,6 +119,7 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         # Cached: counted here, then written from the cache by the IO manager.
         quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined).cache()
         rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
+        judged.unpersist()  # what reads it next is cached: the latest changes and the quarantined rows
         yield from outcome.check_results
         if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
             yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,

@@ -218,7 +218,21 @@ def parse_changes(bronze_rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFr
         ``(records, rejects)``. Records: the declared fields typed (a delete
         keeps only its marker, keys and sequence), ``_source_file``,
         ``_ingested_at``. Rejects: ``value`` (the line as delivered, made
-        valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``.
+        valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``. Both
+        read every row; to parse once, cache :func:`judge_changes` and take
+        :func:`typed_changes` and :func:`rejected_changes` of it.
+    """
+    judged = judge_changes(bronze_rows, feed)
+    return typed_changes(judged, feed), rejected_changes(judged)
+
+
+def judge_changes(bronze_rows: DataFrame, feed: Feed) -> DataFrame:
+    """Every bronze row of a feed parsed once: its reject reason, or its typed fields.
+
+    Returns:
+        ``_reject_reason`` (null for a good row), ``_rejected_value`` (the row
+        as delivered, made valid UTF-8, for rejects only), ``_typed_<field>``
+        per declared field, ``_source_file`` and ``_ingested_at``.
     """
     if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
         return _parse_csv(bronze_rows, feed)
@@ -226,7 +240,24 @@ def parse_changes(bronze_rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFr
     return _parse_json(lines.select("value", "_source_file", "_ingested_at"), feed)
 
 
-def _parse_json(lines: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
+def typed_changes(judged: DataFrame, feed: Feed) -> DataFrame:
+    """The records of :func:`judge_changes`' good rows: the declared fields typed, ``_source_file``, ``_ingested_at``."""
+    return judged.where(F.col("_reject_reason").isNull()).select(
+        *(F.col(f"_typed_{f.name}").cast(f.type).alias(f.name) for f in feed.fields),
+        "_source_file",
+        "_ingested_at",
+    )
+
+
+def rejected_changes(judged: DataFrame) -> DataFrame:
+    """The rejected rows of :func:`judge_changes`: ``value``, ``_source_file``, ``_ingested_at``, ``reason``."""
+    return judged.where(F.col("_reject_reason").isNotNull()).select(
+        F.col("_rejected_value").alias("value"), "_source_file", "_ingested_at",
+        F.col("_reject_reason").alias("reason"),
+    )
+
+
+def _parse_json(lines: DataFrame, feed: Feed) -> DataFrame:
     record = F.from_json("value", text_schema([*feed.field_names, "_corrupt_record"]), JSON_OPTIONS)
     parsed = lines.select("*", record.alias("_record"))
     field_reason, typed = _judge_fields(feed, lambda name: F.col("_record").getField(name))
@@ -235,10 +266,10 @@ def _parse_json(lines: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
         not_a_json_object_reason(F.col("value"), F.col("_record")),
         field_reason,
     )
-    return _split(parsed, feed, reason, typed, F.make_valid_utf8("value"))
+    return _judged(parsed, feed, reason, typed, F.make_valid_utf8("value"))
 
 
-def _parse_csv(rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
+def _parse_csv(rows: DataFrame, feed: Feed) -> DataFrame:
     field_reason, typed = _judge_fields(feed, F.col)
     names = list(feed.field_names)
     # Every field of the line, the ones past the declared ones too (kept whole in
@@ -255,23 +286,21 @@ def _parse_csv(rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFrame]:
         .otherwise(field_reason)
     )
     value = F.make_valid_utf8(F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*names))))
-    return _split(rows, feed, reason, typed, value)
+    return _judged(rows, feed, reason, typed, value)
 
 
-def _split(rows: DataFrame, feed: Feed, reason: Column, typed: dict[str, Column],
-           value: Column) -> tuple[DataFrame, DataFrame]:
-    judged = rows.select(
+def _judged(rows: DataFrame, feed: Feed, reason: Column, typed: dict[str, Column], value: Column) -> DataFrame:
+    return rows.select(
         "*", reason.alias("_reject_reason"), *(typed[n].alias(f"_typed_{n}") for n in feed.field_names)
-    )
-    records = judged.where(F.col("_reject_reason").isNull()).select(
-        *(F.col(f"_typed_{f.name}").cast(f.type).alias(f.name) for f in feed.fields),
+    ).select(
+        "_reject_reason",
+        # The delivered text of a rejected row only: a cache of this frame then holds
+        # about what the records hold, not every row twice.
+        F.when(F.col("_reject_reason").isNotNull(), value).alias("_rejected_value"),
+        *(f"_typed_{n}" for n in feed.field_names),
         "_source_file",
         "_ingested_at",
     )
-    rejects = judged.where(F.col("_reject_reason").isNotNull()).select(
-        value.alias("value"), "_source_file", "_ingested_at", F.col("_reject_reason").alias("reason")
-    )
-    return records, rejects
 
 
 def change_sequence(feed: Feed) -> Column:
