@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
-from pipeline_vs_plain import jvm_heap_after_gc_mb, tree_peak_memory
+from pipeline_vs_plain import jvm_heap_after_gc_mb, jvm_heap_histogram, tree_peak_memory
 
 
 def _load() -> float:
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
             "jvm_heap_after_gc_mb": jvm_heap_after_gc_mb(warm.spark_session),
+            "jvm_heap_histogram": jvm_heap_histogram(warm.spark_session, top=6),
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
         }
 

@@ -150,6 +150,28 @@ def jvm_heap_after_gc_mb(spark) -> float | None:
     return round((runtime.totalMemory() - runtime.freeMemory()) / 2**20)
 
 
+def jvm_heap_histogram(spark, top: int = 10) -> list[dict] | None:
+    """The classes holding most of the session JVM's live heap (``jcmd GC.class_histogram``), largest first.
+
+    ``None`` where there is no local JVM or no ``jcmd`` (a JRE without the JDK's tools).
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None or shutil.which("jcmd") is None:
+        return None
+    pid = str(jvm.java.lang.ProcessHandle.current().pid())
+    try:
+        text = subprocess.run(["jcmd", pid, "GC.class_histogram"], capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = []
+    for line in text.splitlines():
+        parts = line.split()
+        # "   1:       1234567      98765432  [B (java.base@17)"
+        if len(parts) >= 4 and parts[0].endswith(":") and parts[1].isdigit() and parts[2].isdigit():
+            rows.append({"class": parts[3], "instances": int(parts[1]), "mb": round(int(parts[2]) / 2**20, 1)})
+    return rows[:top]
+
+
 def process_age_seconds(pid: int) -> float:
     """Seconds since ``pid`` started (field 22 of /proc/PID/stat, in clock ticks after boot)."""
     found = _proc_stat(pid)
@@ -368,6 +390,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     )
     run_ended = time.time()
     retained_heap_mb = jvm_heap_after_gc_mb(spark_resource.spark_session)
+    heap_histogram = jvm_heap_histogram(spark_resource.spark_session)
 
     events = []
     for entry in instance.all_logs(result.run_id):
@@ -402,6 +425,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "cache_sites": dict(probes.cache_sites) if probes else {},
         "cpu_s_before_stop": round(cpu, 1),
         "jvm_heap_after_gc_mb": retained_heap_mb,
+        "jvm_heap_histogram": heap_histogram,
         "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
         "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
     }
@@ -621,6 +645,13 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             if run["cache_sites"]:
                 caches = ", ".join(f"`{site.rsplit(':', 1)[0]}` ×{n}" for site, n in sorted(run["cache_sites"].items()))
                 out.append(f"`.cache()` / `.persist()` calls: {caches}.\n")
+        if run.get("jvm_heap_histogram"):
+            out.append("What the JVM still holds after the run (live heap by class, `jcmd GC.class_histogram`):\n")
+            out.append("| class | instances | MB |")
+            out.append("| --- | ---: | ---: |")
+            for entry in run["jvm_heap_histogram"]:
+                out.append(f"| `{entry['class']}` | {entry['instances']} | {entry['mb']} |")
+            out.append("")
         mismatched = [
             (table, plain["rows"].get(table), info["rows"])
             for table, info in sorted(run["rows"].items())

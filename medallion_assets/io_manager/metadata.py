@@ -140,7 +140,10 @@ def arrow_markdown_preview(
     key = [name for name in key_columns if name in sortable] or sortable[:1]
     order = key + [name for name in sortable if name not in key]
     whole = total_rows <= SORTED_PREVIEW_MAX_ROWS
-    picked = dataset.to_table() if whole else dataset.head(rows)
+    # A large table's first rows: one small batch of one file, no file or batch read ahead.
+    picked = dataset.to_table() if whole else dataset.head(
+        rows, batch_size=max(rows, 1024), batch_readahead=0, fragment_readahead=0
+    )
     if order:
         picked = picked.sort_by([(name, "ascending", "at_start") for name in order])
     picked = picked.slice(0, rows)
