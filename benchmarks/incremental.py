@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
-from pipeline_vs_plain import jvm_heap_after_gc_mb, jvm_heap_histogram, tree_peak_memory
+from pipeline_vs_plain import jvm_live_heap, tree_peak_memory
 
 
 def _load() -> float:
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                              raise_on_error=False)
         seconds = step_seconds(instance.all_logs(result.run_id))
         ended = time.monotonic()
+        live_heap_mb, holders = jvm_live_heap(warm.spark_session, top=6)
         return {
             "run": name,
             "success": result.success,
@@ -82,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             "load_before_after": [load_before, _load()],
             # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
-            "jvm_heap_after_gc_mb": jvm_heap_after_gc_mb(warm.spark_session),
-            "jvm_heap_histogram": jvm_heap_histogram(warm.spark_session, top=6),
+            "jvm_live_heap_mb": live_heap_mb,
+            "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
         }
 

@@ -136,40 +136,33 @@ def tree_peak_memory(root: int) -> dict[str, float]:
     return peaks
 
 
-def jvm_heap_after_gc_mb(spark) -> float | None:
-    """The session JVM's heap in use after a full collection: what it retains, caches unpersisted.
+def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
+    """What the session JVM still holds: its live heap in MB and the classes holding most of it.
 
-    ``None`` where the session has no JVM in this process (Spark Connect).
-    """
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
-        return None
-    spark.catalog.clearCache()
-    runtime = jvm.java.lang.Runtime.getRuntime()
-    jvm.java.lang.System.gc()
-    return round((runtime.totalMemory() - runtime.freeMemory()) / 2**20)
-
-
-def jvm_heap_histogram(spark, top: int = 10) -> list[dict] | None:
-    """The classes holding most of the session JVM's live heap (``jcmd GC.class_histogram``), largest first.
-
-    ``None`` where there is no local JVM or no ``jcmd`` (a JRE without the JDK's tools).
+    ``jcmd <pid> GC.class_histogram`` after the session's caches are dropped:
+    the histogram collects first, so it counts live objects only (the heap's
+    "used" figure after ``System.gc()`` also counted blocks still being
+    released). ``(None, [])`` where there is no local JVM (Spark Connect) or no
+    ``jcmd`` (a JRE without the JDK's tools).
     """
     jvm = getattr(spark, "_jvm", None)
     if jvm is None or shutil.which("jcmd") is None:
-        return None
+        return None, []
+    spark.catalog.clearCache()
     pid = str(jvm.java.lang.ProcessHandle.current().pid())
     try:
         text = subprocess.run(["jcmd", pid, "GC.class_histogram"], capture_output=True, text=True, timeout=120).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    rows = []
+        return None, []
+    rows, total = [], None
     for line in text.splitlines():
         parts = line.split()
-        # "   1:       1234567      98765432  [B (java.base@17)"
+        # "   1:       1234567      98765432  [B (java.base@17)" ... "Total   2345678   123456789"
         if len(parts) >= 4 and parts[0].endswith(":") and parts[1].isdigit() and parts[2].isdigit():
             rows.append({"class": parts[3], "instances": int(parts[1]), "mb": round(int(parts[2]) / 2**20, 1)})
-    return rows[:top]
+        elif len(parts) == 3 and parts[0] == "Total" and parts[2].isdigit():
+            total = round(int(parts[2]) / 2**20)
+    return total, rows[:top]
 
 
 def process_age_seconds(pid: int) -> float:
@@ -389,8 +382,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         raise_on_error=False,
     )
     run_ended = time.time()
-    retained_heap_mb = jvm_heap_after_gc_mb(spark_resource.spark_session)
-    heap_histogram = jvm_heap_histogram(spark_resource.spark_session)
+    retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
     for entry in instance.all_logs(result.run_id):
@@ -424,8 +416,8 @@ def dagster_child(args: argparse.Namespace) -> int:
         "actions": probes.records if probes else [],
         "cache_sites": dict(probes.cache_sites) if probes else {},
         "cpu_s_before_stop": round(cpu, 1),
-        "jvm_heap_after_gc_mb": retained_heap_mb,
-        "jvm_heap_histogram": heap_histogram,
+        "jvm_live_heap_mb": retained_heap_mb,
+        "jvm_live_heap_by_class": heap_histogram,
         "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
         "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
     }
@@ -594,7 +586,7 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     out.append(
         "\nPeak resident memory per process (`VmHWM`, sampled every 0.5 s). The JVM of a local session is "
         "driver and executor at once: its figure includes cached partitions up to the heap's limit, so what the "
-        "driver keeps is the heap still in use after the run, caches dropped and a full collection.\n"
+        "driver keeps is the live heap after the run, caches dropped (`jcmd GC.class_histogram`).\n"
     )
     out.append("")
     out.append("Commands:\n")
@@ -645,11 +637,11 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             if run["cache_sites"]:
                 caches = ", ".join(f"`{site.rsplit(':', 1)[0]}` ×{n}" for site, n in sorted(run["cache_sites"].items()))
                 out.append(f"`.cache()` / `.persist()` calls: {caches}.\n")
-        if run.get("jvm_heap_histogram"):
+        if run.get("jvm_live_heap_by_class"):
             out.append("What the JVM still holds after the run (live heap by class, `jcmd GC.class_histogram`):\n")
             out.append("| class | instances | MB |")
             out.append("| --- | ---: | ---: |")
-            for entry in run["jvm_heap_histogram"]:
+            for entry in run["jvm_live_heap_by_class"]:
                 out.append(f"| `{entry['class']}` | {entry['instances']} | {entry['mb']} |")
             out.append("")
         mismatched = [
@@ -671,8 +663,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
 def _memory_cell(run: dict) -> str:
     kinds = ("python_driver_mb", "jvm_mb", "python_workers_mb")
     cell = " / ".join(str(run[k]) if k in run else "?" for k in kinds)
-    if run.get("jvm_heap_after_gc_mb") is not None:
-        cell += f" (heap kept after GC: {run['jvm_heap_after_gc_mb']})"
+    if run.get("jvm_live_heap_mb") is not None:
+        cell += f" (JVM live heap after the run: {run['jvm_live_heap_mb']})"
     return cell
 
 
