@@ -77,8 +77,8 @@ def _proc_stat(pid: int) -> tuple[int, list[str]] | None:
     return int(fields[1]), fields
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its live descendants, with their reaped children."""
+def process_tree(root: int) -> dict[int, list[str]]:
+    """``root`` and its live descendants: pid -> the fields of its ``/proc/<pid>/stat`` after the state."""
     parents: dict[int, int] = {}
     stats: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
@@ -86,16 +86,21 @@ def tree_cpu_seconds(root: int) -> float:
             found = _proc_stat(int(entry))
             if found:
                 parents[int(entry)], stats[int(entry)] = found
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
+    tree = {}
     for pid, fields in stats.items():
         ancestor = pid
         while ancestor not in (root, 0, 1) and ancestor in parents:
             ancestor = parents[ancestor]
         if ancestor == root or pid == root:
-            # utime, stime, cutime, cstime are fields 14..17 of stat (11..14 after the state field)
-            total += sum(int(v) for v in fields[11:15])
-    return total / ticks
+            tree[pid] = fields
+    return tree
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its live descendants, with their reaped children."""
+    # utime, stime, cutime, cstime are fields 14..17 of stat (11..14 after the state field)
+    total = sum(sum(int(v) for v in fields[11:15]) for fields in process_tree(root).values())
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def tree_peak_memory(root: int) -> dict[str, float]:
@@ -107,19 +112,8 @@ def tree_peak_memory(root: int) -> dict[str, float]:
     heap's limit; ``python_workers_mb`` is the largest other Python descendant
     (Spark's Python workers).
     """
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            found = _proc_stat(int(entry))
-            if found:
-                parents[int(entry)] = found[0]
     peaks = {"python_driver_mb": 0.0, "jvm_mb": 0.0, "python_workers_mb": 0.0}
-    for pid in parents:
-        ancestor = pid
-        while ancestor not in (root, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor != root:
-            continue
+    for pid in process_tree(root):
         try:
             status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
         except OSError:
