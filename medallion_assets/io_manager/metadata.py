@@ -89,6 +89,7 @@ def description_metadata(
                for name, value in description.operation_metrics.items()}
     descriptions = column_descriptions or {}
     check_column_descriptions(descriptions, frame.columns, table=f"Delta table {description.path}")
+    preview_key = list(key_columns) or description.partition_columns
     return {
         "delta/engine": description.engine,
         "dagster/column_schema": spark_table_schema(frame, descriptions),
@@ -101,9 +102,8 @@ def description_metadata(
         "delta/size_bytes": description.size_bytes,
         "delta/partition_columns": MetadataValue.json(description.partition_columns),
         "preview": MetadataValue.md(
-            _preview_from_files(description, preview_rows, key_columns=list(key_columns) or description.partition_columns)
-            or markdown_preview(frame, preview_rows, key_columns=list(key_columns) or description.partition_columns,
-                                total_rows=description.rows)
+            _preview_from_files(description, preview_rows, key_columns=preview_key)
+            or markdown_preview(frame, preview_rows, key_columns=preview_key, total_rows=description.rows)
         ),
     }
 

@@ -149,7 +149,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         kept, ignored = T.keep_order_fields([] if no_rows else _drifted_fields(lines))
         observed = ObservedInput(lines)
     else:
-        kept, ignored = T.KeptOrderFields(), None  # known once the parse ran
+        kept = T.KeptOrderFields()
         observed = ObservedInput(lines, drifted=T.drifted_order_fields_seen(F.col("value")))
     # Cached: the expectation counts parse every line once, and the rejects are read back.
     judged = T.judge_order_lines(observed.frame, kept).cache()
@@ -181,7 +181,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     )
     rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
     judged.unpersist()  # what reads it next is cached: the changes and the quarantined rows
-    if ignored is None:  # 'ignore': the parse observed them
+    if config.schema_drift == "ignore":  # the parse observed them
         seen = [] if no_rows else observed.metric("drifted")
         # Not reported (Spark Connect, or an observation lost): the scan finds the same fields.
         drifted = _drifted_fields(lines) if seen is None else [(field["level"], field["field"]) for field in seen]
