@@ -61,3 +61,30 @@ def test_a_written_table_is_previewed_from_its_files_as_spark_shows_it_without_a
 
     assert _shown(preview) == [["None", "n", "1"], ["1", "a", "1"], ["2", "b", "9"]]
     assert preview == markdown_preview(description.frame, 3, key_columns=["k"], total_rows=len(rows))
+
+
+def test_a_large_table_previews_the_first_rows_of_one_file_with_its_partition_values(spark, tmp_path):
+    # The preview reads one batch of one file, not the file's row group; it must still show
+    # whole rows of the table: partition values (which live in the log, not the file) included.
+    import deltalake
+    from pyspark.sql import functions as F
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager import DeltaTableClient
+    from medallion_assets.io_manager.metadata import first_rows
+
+    path = str(tmp_path / "partitioned")
+    written = spark.range(SORTED_PREVIEW_MAX_ROWS + 5, numPartitions=3).select(
+        F.col("id").alias("k"),
+        F.expr("date_add(DATE'2024-01-01', CAST(id % 3 AS INT))").alias("day"),
+        F.expr("timestamp_seconds(id)").alias("at"),
+        F.expr("repeat('x', CAST(id % 50 AS INT))").alias("text"),
+    )
+    DeltaTableClient(spark).write(written, path, WriteSpec(mode="overwrite", partition_columns=("day",)))
+
+    dataset = deltalake.DeltaTable(path).to_pyarrow_dataset()
+    head = first_rows(dataset, 4)
+    assert head.schema == dataset.schema and head.num_rows == 4
+    shown = spark.createDataFrame(head.to_pandas()).select("k", "day", "at", "text")
+    assertDataFrameEqual(shown, written.join(shown.select("k"), on="k", how="inner").select("k", "day", "at", "text"))
+    assert head.column("day").null_count == 0
