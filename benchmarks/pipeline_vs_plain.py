@@ -130,6 +130,60 @@ def tree_peak_memory(root: int) -> dict[str, float]:
     return peaks
 
 
+class DriverMemorySampler:
+    """Samples this process's resident MB and Arrow's allocated MB while in a ``with`` block.
+
+    The samples are matched to the step that was running (:func:`memory_by_step`),
+    so a Python driver whose peak grows with the data shows which step grows it.
+    """
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import pyarrow as pa
+
+        page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+        while True:
+            with open("/proc/self/statm", encoding="utf-8") as handle:
+                resident = int(handle.read().split()[1]) * page_mb
+            self.samples.append((time.time(), resident, pa.total_allocated_bytes() / 2**20))
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> DriverMemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict], top: int = 8) -> list[dict]:
+    """The steps in whose time the Python driver's resident size rose most, with its peak and Arrow's."""
+    windows: dict[str, list[float]] = {}
+    for event in events:
+        if event["step"] and event["type"] == "STEP_START":
+            windows[event["step"]] = [event["t"], float("inf")]
+        elif event["step"] in windows and event["type"] in ("STEP_SUCCESS", "STEP_FAILURE"):
+            windows[event["step"]][1] = event["t"]
+    rows = []
+    for step, (start, end) in windows.items():
+        inside = [s for s in samples if start <= s[0] <= end]
+        before = [s for s in samples if s[0] < start]
+        if not inside:
+            continue
+        entry_mb = before[-1][1] if before else inside[0][1]
+        rows.append({"step": step, "rss_at_start_mb": round(entry_mb), "rss_peak_mb": round(max(s[1] for s in inside)),
+                     "rise_mb": round(max(s[1] for s in inside) - entry_mb),
+                     "arrow_peak_mb": round(max(s[2] for s in inside))})
+    return sorted(rows, key=lambda row: -row["rise_mb"])[:top]
+
+
 def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     """What the session JVM still holds: its live heap in MB and the classes holding most of it.
 
@@ -374,12 +428,13 @@ def dagster_child(args: argparse.Namespace) -> int:
     session_start = time.time() - started
 
     run_started = time.time()
-    result = materialize(
-        [*assets, *defs.asset_checks],
-        resources=defs.resources,
-        instance=instance,
-        raise_on_error=False,
-    )
+    with DriverMemorySampler() as driver_memory:
+        result = materialize(
+            [*assets, *defs.asset_checks],
+            resources=defs.resources,
+            instance=instance,
+            raise_on_error=False,
+        )
     run_ended = time.time()
     retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
@@ -417,6 +472,9 @@ def dagster_child(args: argparse.Namespace) -> int:
         "cpu_s_before_stop": round(cpu, 1),
         "jvm_live_heap_mb": retained_heap_mb,
         "jvm_live_heap_by_class": heap_histogram,
+        "python_driver_rss_before_run_mb": round(next(
+            (rss for t, rss, _ in driver_memory.samples if t >= run_started), 0)),
+        "python_driver_memory_by_step": memory_by_step(driver_memory.samples, events),
         "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
         "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
     }
@@ -588,6 +646,16 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         "driver and executor at once: its figure includes cached partitions up to the heap's limit, so what the "
         "driver keeps is the live heap after the run, caches dropped (`jcmd GC.class_histogram`).\n"
     )
+    for run in report["dagster"]:
+        if run.get("python_driver_memory_by_step"):
+            out.append(f"Python driver ({run['engine']}): {run.get('python_driver_rss_before_run_mb', '?')} MB resident "
+                       "when the run starts; the steps in whose time it rose most (sampled every 0.2 s in the process):\n")
+            out.append("| step | resident MB at its start | peak during it | rise | Arrow's allocated MB, peak |")
+            out.append("| --- | ---: | ---: | ---: | ---: |")
+            for row in run["python_driver_memory_by_step"]:
+                out.append(f"| {row['step']} | {row['rss_at_start_mb']} | {row['rss_peak_mb']} | {row['rise_mb']} "
+                           f"| {row['arrow_peak_mb']} |")
+            out.append("")
     out.append("")
     out.append("Commands:\n")
     out.append("```")
