@@ -258,6 +258,42 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
 
 
+def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_spark(spark, tmp_path, delta_engine):
+    """Statistics on a merge table's keys, sequence and dates only: a filter on a date skips files, a MERGE
+    rewrites only the files holding its keys. (The delta-rs engine's pushed filters: ``delta/test_predicate.py``.)"""
+    if delta_engine != "delta-spark":
+        pytest.skip("data skipping of delta-spark's scan; the delta-rs engine's is tested in delta/test_predicate.py")
+    from delta.tables import DeltaTable
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager import WriteSpec
+
+    client = DeltaTableClient(spark)
+    path = str(tmp_path / "silver" / "events")
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
+    # Eight files, each one range of days (and so of ids): what a date filter can skip.
+    events = spark.range(4000, numPartitions=1).select(
+        "id", (F.col("id") % 5).alias("seq"), F.expr("date_add(DATE'2024-01-01', CAST(id DIV 100 AS INT))").alias("day"),
+        F.lit(False).alias("_deleted"), F.concat(F.lit("payload "), F.col("id").cast("string")).alias("payload"),
+    )
+    client.write(events.repartitionByRange(8, "day"), path, spec)
+    table = spark.read.format("delta").load(path)
+    assert len(table.inputFiles()) == 8
+
+    first_days = table.where(F.col("day") <= F.lit("2024-01-05").cast("date"))
+    assert len(first_days.inputFiles()) == 1  # by the statistics on `day`: the other seven files are skipped
+    assertDataFrameEqual(first_days, events.drop("_deleted").where(F.col("id") < 500))
+    assert len(table.where(F.col("payload") == "payload 7").inputFiles()) == 8  # no statistics kept on payload
+
+    changes = events.where(F.col("id") < 10).withColumn("seq", F.lit(9).cast("long")).withColumn(
+        "payload", F.lit("changed"))
+    client.write(changes, path, spec)
+    [merge] = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").collect()
+    assert merge.operation == "MERGE"
+    assert (merge.operationMetrics["numTargetFilesRemoved"], merge.operationMetrics["numTargetRowsUpdated"]) == ("1", "10")
+    assert spark.read.format("delta").load(path).where(F.col("payload") == "changed").count() == 10
+
+
 def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark, tmp_path, delta_engine):
     """A new merge table keeps per-file min/max on its keys, sequence and dates only, as delta-rs reads its log."""
     import deltalake
