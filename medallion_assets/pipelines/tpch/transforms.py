@@ -181,8 +181,9 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         kept: as :func:`parse_order_events` takes it.
 
     Returns:
-        One row per line: ``reason`` (null for a good line), ``value`` (the
-        raw line, kept for rejects only), the event's typed columns
+        One row per line: ``_reject_reason`` (null for a good line),
+        ``_rejected_value`` (the line made valid UTF-8, for rejects only; as
+        :func:`~medallion_assets.transforms.silver.judge_changes` names them), the event's typed columns
         (``_typed_*``, ``_event_time``, ``_event_id``, ``_op``, kept fields
         as ``_kept_*``), ``_source_file`` and ``_ingested_at``. What
         :func:`order_events` and :func:`rejected_order_lines` select.
@@ -250,11 +251,11 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         F.when(is_upsert, items_reason),
         F.when(is_upsert, first_item_reason),
     )
-    return parsed.select("*", reason.alias("reason"), event_time.alias("_typed_event_time")).select(
-        "reason",
+    return parsed.select("*", reason.alias("_reject_reason"), event_time.alias("_typed_event_time")).select(
+        "_reject_reason",
         # The raw text of a rejected line only: a cache of this frame then holds about
         # what the events hold, not every line twice.
-        F.when(F.col("reason").isNotNull(), F.col("value")).alias("value"),
+        F.when(F.col("_reject_reason").isNotNull(), F.make_valid_utf8("value")).alias("_rejected_value"),
         F.col("_envelope.event_id").alias("_event_id"),
         F.col("_typed_event_time").alias("_event_time"),
         F.col("_envelope.op").alias("_op"),
@@ -273,7 +274,7 @@ def order_events(judged: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -
     def upsert_only(column: Column) -> Column:
         return F.when(F.col("op") == F.lit("upsert"), column)
 
-    events = judged.where(F.col("reason").isNull()).select(
+    events = judged.where(F.col("_reject_reason").isNull()).select(
         F.col("_event_id").alias("event_id"),
         F.col("_event_time").alias("event_time"),
         F.col("_op").alias("op"),
@@ -297,8 +298,8 @@ def order_events(judged: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -
 
 def rejected_order_lines(judged: DataFrame) -> DataFrame:
     """The rejected lines of :func:`judge_order_lines`: ``value`` (made valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``."""
-    return judged.where(F.col("reason").isNotNull()).select(
-        F.make_valid_utf8("value").alias("value"), "_source_file", "_ingested_at", "reason"
+    return judged.where(F.col("_reject_reason").isNotNull()).select(
+        F.col("_rejected_value").alias("value"), "_source_file", "_ingested_at", F.col("_reject_reason").alias("reason")
     )
 
 
