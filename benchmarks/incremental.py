@@ -9,7 +9,9 @@ a noisy TPC-H delivery split into ``--batches`` batches, materializes every
 asset and check (the full run), lands the last batch (about ``1/batches`` of
 the changes) and materializes again (the incremental run), then once more
 with nothing new. Each run is timed as work (session start excluded) with its
-slowest steps, and the incremental run as a share of the full one. It prints
+slowest steps, and the incremental run as a share of the full one. With
+``--probes`` each run also lists the Spark, Delta and IO-manager calls its
+time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). It prints
 JSON. ``--folder`` keeps the lake (and tpchgen's data) for a rerun; without
 it a temporary folder is removed at the end.
 """
@@ -26,7 +28,7 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
-from pipeline_vs_plain import jvm_live_heap, tree_peak_memory
+from pipeline_vs_plain import by_site, install_probes, jvm_live_heap, tree_peak_memory
 
 
 def _load() -> float:
@@ -39,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=100, help="the delivery's batches; the last is the increment")
     parser.add_argument("--folder", help="keep the lake here (default: a temporary folder)")
     parser.add_argument("--slowest", type=int, default=8, help="steps listed per run, slowest first")
+    parser.add_argument("--probes", action="store_true",
+                        help="time the Spark, Delta and IO-manager calls of each run, by call site")
     args = parser.parse_args(argv)
+    probes = install_probes(set()) if args.probes else None
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     folder = Path(args.folder) if args.folder else Path(tempfile.mkdtemp(prefix="medallion-incremental-"))
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(name: str) -> dict:
         load_before = _load()
-        began = time.monotonic()
+        began, began_wall = time.monotonic(), time.time()
         result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
                              raise_on_error=False)
         seconds = step_seconds(instance.all_logs(result.run_id))
@@ -86,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             "jvm_live_heap_mb": live_heap_mb,
             "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
+            **({"calls_by_site_s": [
+                {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
+                for kind, site, calls, total in by_site([r for r in probes.records if r["t0"] >= began_wall])[:15]
+            ]} if probes else {}),
         }
 
     runs = [run("full")]
