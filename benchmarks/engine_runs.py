@@ -242,29 +242,41 @@ def jvm_pid(spark) -> int:
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
-class LoadSampler:
-    """Samples the 1-minute load average every ``interval`` seconds while in a ``with`` block."""
+class PeriodicSampler:
+    """Calls ``read`` every ``interval`` seconds on a thread while in a ``with`` block; keeps what it returns."""
 
-    def __init__(self, interval: float = 5.0) -> None:
+    def __init__(self, read: Callable[[], Any], interval: float) -> None:
+        self.read = read
         self.interval = interval
-        self.samples: list[float] = []
+        self.samples: list[Any] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            with open("/proc/loadavg", encoding="utf-8") as handle:
-                self.samples.append(float(handle.read().split()[0]))
+            self.samples.append(self.read())
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> LoadSampler:
+    def __enter__(self) -> PeriodicSampler:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _one_minute_load() -> float:
+    with open("/proc/loadavg", encoding="utf-8") as handle:
+        return float(handle.read().split()[0])
+
+
+class LoadSampler(PeriodicSampler):
+    """Samples the 1-minute load average every ``interval`` seconds while in a ``with`` block."""
+
+    def __init__(self, interval: float = 5.0) -> None:
+        super().__init__(_one_minute_load, interval)
 
 
 def describe_load(samples: Sequence[float]) -> str:

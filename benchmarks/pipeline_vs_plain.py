@@ -58,6 +58,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from engine_runs import PeriodicSampler
+
 HERE = Path(__file__).resolve().parent
 PLAIN_SCRIPT = HERE / "plain_pipeline.py"
 
@@ -130,37 +132,13 @@ def tree_peak_memory(root: int) -> dict[str, float]:
     return peaks
 
 
-class DriverMemorySampler:
-    """Samples this process's resident MB and Arrow's allocated MB while in a ``with`` block.
+def driver_memory_sample() -> tuple[float, float, float]:
+    """(time, this process's resident MB, MB allocated by Arrow's default pool)."""
+    import pyarrow as pa
 
-    The samples are matched to the step that was running (:func:`memory_by_step`),
-    so a Python driver whose peak grows with the data shows which step grows it.
-    """
-
-    def __init__(self, interval: float = 0.2) -> None:
-        self.interval = interval
-        self.samples: list[tuple[float, float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        import pyarrow as pa
-
-        page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
-        while True:
-            with open("/proc/self/statm", encoding="utf-8") as handle:
-                resident = int(handle.read().split()[1]) * page_mb
-            self.samples.append((time.time(), resident, pa.total_allocated_bytes() / 2**20))
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self) -> DriverMemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    with open("/proc/self/statm", encoding="utf-8") as handle:
+        resident = int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    return time.time(), resident, pa.total_allocated_bytes() / 2**20
 
 
 def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict], top: int = 8) -> list[dict]:
@@ -428,7 +406,8 @@ def dagster_child(args: argparse.Namespace) -> int:
     session_start = time.time() - started
 
     run_started = time.time()
-    with DriverMemorySampler() as driver_memory:
+    # Matched to the step running at each sample (memory_by_step): which step grows the driver.
+    with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
         result = materialize(
             [*assets, *defs.asset_checks],
             resources=defs.resources,
