@@ -39,7 +39,7 @@ from medallion_assets.expectations import (
 )
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
-from medallion_assets.transforms.silver import rows_to_merge
+from medallion_assets.transforms.silver import rejected_changes, rows_to_merge
 from medallion_assets.feeds import Feed
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA, ORDERS_RAW, TPCH_COLUMN_DESCRIPTIONS
 
@@ -153,7 +153,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         observed = ObservedInput(lines, drifted=T.drifted_order_fields_seen(F.col("value")))
     # Cached: the expectation counts parse every line once, and the rejects are read back.
     judged = T.judge_order_lines(observed.frame, kept).cache()
-    events, rejects = T.order_events(judged, kept), T.rejected_order_lines(judged)
+    events, rejects = T.order_events(judged, kept), rejected_changes(judged)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
     winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))

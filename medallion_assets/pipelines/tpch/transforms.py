@@ -50,6 +50,7 @@ from medallion_assets.transforms.silver import (
     not_json_object,
     not_valid_utf8,
     parse_changes,
+    rejected_changes,
     text_schema,
     validated,
 )
@@ -167,10 +168,11 @@ def parse_order_events(
         (order columns null for deletes, except ``o_orderkey``); rejects with
         ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
         Both read every line; to parse once, cache :func:`judge_order_lines`
-        and take :func:`order_events` and :func:`rejected_order_lines` of it.
+        and take :func:`order_events` and
+        :func:`~medallion_assets.transforms.silver.rejected_changes` of it.
     """
     judged = judge_order_lines(orders_raw, kept)
-    return order_events(judged, kept), rejected_order_lines(judged)
+    return order_events(judged, kept), rejected_changes(judged)
 
 
 def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> DataFrame:
@@ -186,7 +188,8 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         :func:`~medallion_assets.transforms.silver.judge_changes` names them), the event's typed columns
         (``_typed_*``, ``_event_time``, ``_event_id``, ``_op``, kept fields
         as ``_kept_*``), ``_source_file`` and ``_ingested_at``. What
-        :func:`order_events` and :func:`rejected_order_lines` select.
+        :func:`order_events` and
+        :func:`~medallion_assets.transforms.silver.rejected_changes` select.
     """
     envelope = F.from_json("value", _ENVELOPE_TEXT_SCHEMA, JSON_OPTIONS)
     order = F.from_json(F.col("_envelope.order"), text_schema([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
@@ -294,13 +297,6 @@ def order_events(judged: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -
         )
     )
     return events
-
-
-def rejected_order_lines(judged: DataFrame) -> DataFrame:
-    """The rejected lines of :func:`judge_order_lines`: ``value`` (made valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``."""
-    return judged.where(F.col("_reject_reason").isNotNull()).select(
-        F.col("_rejected_value").alias("value"), "_source_file", "_ingested_at", F.col("_reject_reason").alias("reason")
-    )
 
 
 # A kept field becomes a column: a plain identifier, never an internal ``_`` name.
