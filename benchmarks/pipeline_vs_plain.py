@@ -451,8 +451,8 @@ def dagster_child(args: argparse.Namespace) -> int:
         "cpu_s_before_stop": round(cpu, 1),
         "jvm_live_heap_mb": retained_heap_mb,
         "jvm_live_heap_by_class": heap_histogram,
-        "python_driver_rss_before_run_mb": round(next(
-            (rss for t, rss, _ in driver_memory.samples if t >= run_started), 0)),
+        # The sampler's first sample is taken as the run starts.
+        "python_driver_rss_at_run_start_mb": round(driver_memory.samples[0][1]),
         "python_driver_memory_by_step": memory_by_step(driver_memory.samples, events),
         "process_wall_s_before_stop": round(process_age_seconds(os.getpid()), 1),
         "step_success_events": sum(e["type"] == DagsterEventType.STEP_SUCCESS.value for e in events),
@@ -627,7 +627,7 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     )
     for run in report["dagster"]:
         if run.get("python_driver_memory_by_step"):
-            out.append(f"Python driver ({run['engine']}): {run.get('python_driver_rss_before_run_mb', '?')} MB resident "
+            out.append(f"Python driver ({run['engine']}): {run.get('python_driver_rss_at_run_start_mb', '?')} MB resident "
                        "when the run starts; the steps in whose time it rose most (sampled every 0.2 s in the process):\n")
             out.append("| step | resident MB at its start | peak during it | rise | Arrow's allocated MB, peak |")
             out.append("| --- | ---: | ---: | ---: | ---: |")
