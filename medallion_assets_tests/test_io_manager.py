@@ -258,6 +258,24 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
 
 
+def test_a_column_mapped_table_is_previewed_by_spark_with_its_values(spark, tmp_path, delta_engine):
+    """delta-rs opens a column-mapped table but reads its renamed columns as nulls: Spark previews it."""
+    if delta_engine != "delta-spark":
+        pytest.skip("only delta-spark writes column-mapped tables; the delta-rs engine refuses them")
+    from medallion_assets.io_manager import table_metadata
+
+    path = str(tmp_path / "mapped")
+    spark.sql(f"CREATE TABLE delta.`{path}` (k BIGINT, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    written = spark.range(3).select(F.col("id").alias("k"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"))
+    written.write.format("delta").mode("append").save(path)
+
+    preview = table_metadata(DeltaTableClient(spark), path, key_columns=["k"])["preview"].value
+    shown = [[cell.strip() for cell in line.strip("|").split("|")] for line in preview.splitlines()[2:]
+             if line.startswith("| ")]
+    assert shown == [["0", "v0"], ["1", "v1"], ["2", "v2"]]
+
+
 def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_spark(spark, tmp_path, delta_engine):
     """Statistics on a merge table's keys, sequence and dates only: a filter on a date skips files, a MERGE
     rewrites only the files holding its keys. (The delta-rs engine's pushed filters: ``delta/test_predicate.py``.)"""

@@ -115,15 +115,22 @@ def _preview_from_files(description: TableDescription, rows: int, *, key_columns
     new version costs delta-spark a snapshot of it, about a second per output
     (``benchmarks/pipeline_vs_plain.py``), on every write of every run. Where
     delta-rs cannot open the location (a Hadoop-only scheme, a lake only the Spark
-    server sees) or a table feature it does not read, Spark previews it.
+    server sees) or a table feature it does not read, Spark previews it. Column
+    mapping is one: delta-rs opens such a table, but its Arrow dataset reads the
+    files' physical column names as missing columns, all null.
     """
     import deltalake
     from deltalake.exceptions import DeltaError
 
+    from medallion_assets.delta._snapshot import check_read_support
+    from medallion_assets.delta.errors import UnsupportedFeatureError
+
     try:
-        dataset = deltalake.DeltaTable(description.path, version=description.version).to_pyarrow_dataset()
+        table = deltalake.DeltaTable(description.path, version=description.version)
+        check_read_support(table, description.path)
+        dataset = table.to_pyarrow_dataset()
         return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows)
-    except (DeltaError, OSError, ValueError, pa.ArrowException) as error:
+    except (DeltaError, UnsupportedFeatureError, OSError, ValueError, pa.ArrowException) as error:
         log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
         return None
 
