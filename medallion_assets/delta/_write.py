@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -115,10 +116,29 @@ def _write(
     staging = os.path.join(location, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
     try:
         _write_parquet(_conformed(df, plan), plan, staging)
+    except BaseException:
+        _remove_once_tasks_stop(staging)
+        raise
+    try:
         files = _move_into_table(plan, staging)
         return commit_write(plan, files, extra_metadata=commit_info(files) if commit_info else None)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_once_tasks_stop(staging: str, *, quiet_seconds: float = 1.0, timeout_seconds: float = 30.0) -> None:
+    """Remove a failed write's staging folder, again while it reappears.
+
+    A job's error reaches the driver when its first task fails; Spark cancels the
+    others asynchronously, and one still running can write into the folder (and
+    create it again) after a first removal.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        shutil.rmtree(staging, ignore_errors=True)
+        time.sleep(quiet_seconds)
+        if not os.path.exists(staging) or time.monotonic() > deadline:
+            return
 
 
 @dataclass(frozen=True)
