@@ -55,6 +55,51 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
     assert sorted(tuple(r) for r in DeltaTableClient(spark).read(tombstones).collect()) == [(2, 20), (3, 10)]
 
 
+def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_ignored(spark, tmp_path):
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    # (order, line, seq, price, deleted): each batch restates whole orders.
+    batches = [
+        [(1, 1, 10, 1.0, False), (1, 2, 10, 2.0, False), (1, 3, 10, 3.0, False), (2, 1, 10, 4.0, False),
+         (3, 0, 10, None, True)],  # 3: deleted before it was ever stored
+        [(1, 1, 20, 1.5, False), (1, 2, 20, 2.5, False),  # 1 restated without its line 3
+         (2, 1, 5, 9.0, False), (2, 2, 5, 9.0, False),  # older than 2's stored rows
+         (3, 1, 5, 9.0, False),  # older than 3's delete
+         (4, 1, 1, 7.0, False)],
+        [(4, 0, 2, None, True), (1, 0, 15, None, True)],  # 1's delete is older than its restatement
+        [(1, 1, 1, 9.0, False), (2, 1, 9, 9.0, False)],  # nothing newer than what is stored
+    ]
+    state = {"batch": 0}
+
+    @asset(
+        key=["silver", "lines"],
+        metadata=delta_table(
+            write_mode="merge", merge_keys=["order", "line"], sequence_column="seq", delete_column="_deleted",
+            replace_group="order",
+        ),
+    )
+    def lines():
+        return spark.createDataFrame(batches[state["batch"]], "order long, line long, seq long, price double, _deleted boolean")
+
+    resources = _resources(tmp_path)
+    path = resources["lake"].table_path(["silver", "lines"])
+    stored_after = []
+    for batch in range(len(batches)):
+        state["batch"] = batch
+        result = materialize([lines], resources=resources)
+        assert result.success
+        stored_after.append(sorted(tuple(row.values()) for row in read_with_deltalake(path).to_pylist()))
+    assert stored_after[0] == [(1, 1, 10, 1.0), (1, 2, 10, 2.0), (1, 3, 10, 3.0), (2, 1, 10, 4.0)]
+    assert stored_after[1] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0), (4, 1, 1, 7.0)]
+    assert stored_after[2] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0)]
+    assert stored_after[3] == stored_after[2]
+    metadata = result.asset_materializations_for_node("silver__lines")[0].metadata
+    assert metadata["delta/skipped"].value == "every change is older than the stored state"
+    tombstones = read_with_deltalake(DeltaTableClient.tombstone_path(path)).to_pylist()
+    # Every delete is remembered, an outdated one too (1's, older than its stored rows, bars nothing newer).
+    assert sorted(tuple(row.values()) for row in tombstones) == [(1, 15), (3, 10), (4, 2)]
+
+
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
     from medallion_assets_tests.delta.readers import read_with_deltalake
 

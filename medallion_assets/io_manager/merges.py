@@ -114,14 +114,55 @@ def _merge_groups(
         changes = changes.join(tombstones, group, "left").where(
             F.col("_deleted_at").isNull() | (F.col("_change_seq") > F.col("_deleted_at"))
         ).drop("_deleted_at")
+    # Cached and counted before the table is read, so that the planner knows its
+    # true size: a batch that changes a few groups is broadcast into the scans of
+    # the stored rows below, which then neither shuffle nor aggregate the table.
+    changes = changes.cache()
+    try:
+        changes.count()
+        return _replace_changed_groups(client, frame, changes, path, spec, commit_metadata)
+    finally:
+        changes.unpersist()
+
+
+def _replace_changed_groups(
+    client: Tables, frame: DataFrame, changes: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+) -> str | None:
+    group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
     stored = client.read(path)
     frame, new_columns = _evolve_source(frame, stored.schema, spec)
-    stored_groups = stored.groupBy(group).agg(F.max(seq).alias("_stored_seq"))
+    # Only the changed groups' stored rows decide which changes apply.
+    stored_groups = (
+        stored.join(changes.select(group), group, "left_semi")
+        .groupBy(group)
+        .agg(F.max(seq).alias("_stored_seq"), F.count(F.lit(1)).alias("_stored_rows"))
+    )
     applied = (
         changes.join(stored_groups, group, "left")
         .where(F.col("_stored_seq").isNull() | (F.col("_change_seq") > F.col("_stored_seq")))
         .cache()
     )
+    try:
+        # The MERGE's source is empty exactly when no applied change brings rows
+        # and none removes stored ones: decided on the small applied frame, so the
+        # source (which reads the table) is computed once, by the MERGE.
+        if applied.where(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).isEmpty():
+            return "every change is older than the stored state"
+        _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata)
+    finally:
+        applied.unpersist()
+    group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
+    if not group_deletes.isEmpty():
+        tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
+        client.write(group_deletes, tombstone_path(path), tombstone_spec)
+    return None
+
+
+def _merge_applied(
+    client: Tables, frame: DataFrame, stored: DataFrame, applied: DataFrame, new_columns: list[str], path: str,
+    spec: WriteSpec, commit_metadata: Mapping[str, str],
+) -> None:
+    group, deleted = spec.replace_group, spec.delete_column
     columns = [*stored.columns, *new_columns]
     upserts = (
         frame.where(~F.col(deleted))
@@ -135,8 +176,6 @@ def _merge_groups(
         .select(*stored.columns, *(F.lit(None).cast(frame.schema[c].dataType).alias(c) for c in new_columns))
     )
     source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
-    if source.isEmpty():
-        return "every change is older than the stored state"
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
     assignments = {c: f"s.`{c}`" for c in columns}
     clauses = [
@@ -147,12 +186,6 @@ def _merge_groups(
     client.engine.merge(
         client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
     )
-    group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
-    if not group_deletes.isEmpty():
-        tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
-        client.write(group_deletes, tombstones_path, tombstone_spec)
-    applied.unpersist()
-    return None
 
 
 def _drop_superseded_by_tombstones(
