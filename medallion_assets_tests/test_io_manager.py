@@ -67,7 +67,9 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
          (3, 1, 5, 9.0, False),  # older than 3's delete
          (4, 1, 1, 7.0, False)],
         [(4, 0, 2, None, True), (1, 0, 15, None, True)],  # 1's delete is older than its restatement
-        [(1, 1, 1, 9.0, False), (2, 1, 9, 9.0, False)],  # nothing newer than what is stored
+        # Nothing newer than what is stored, and 3 deleted again while it has no rows.
+        [(1, 1, 1, 9.0, False), (2, 1, 9, 9.0, False), (3, 0, 12, None, True)],
+        [(3, 1, 11, 9.0, False)],  # newer than 3's first delete, older than its second
     ]
     state = {"batch": 0}
 
@@ -92,12 +94,12 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     assert stored_after[0] == [(1, 1, 10, 1.0), (1, 2, 10, 2.0), (1, 3, 10, 3.0), (2, 1, 10, 4.0)]
     assert stored_after[1] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0), (4, 1, 1, 7.0)]
     assert stored_after[2] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0)]
-    assert stored_after[3] == stored_after[2]
+    assert stored_after[3] == stored_after[4] == stored_after[2]
     metadata = result.asset_materializations_for_node("silver__lines")[0].metadata
     assert metadata["delta/skipped"].value == "every change is older than the stored state"
-    tombstones = read_with_deltalake(DeltaTableClient.tombstone_path(path)).to_pylist()
     # Every delete is remembered, an outdated one too (1's, older than its stored rows, bars nothing newer).
-    assert sorted(tuple(row.values()) for row in tombstones) == [(1, 15), (3, 10), (4, 2)]
+    tombstones = read_with_deltalake(DeltaTableClient.tombstone_path(path)).to_pylist()
+    assert sorted(tuple(row.values()) for row in tombstones) == [(1, 15), (3, 10), (3, 12), (4, 2)]
 
 
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):

@@ -7,11 +7,15 @@ newest change to every stored row of the group.
 
 Tombstones: the keys a merge with a ``delete_column`` deleted are kept in
 ``<table>__tombstones`` (:func:`tombstone_path`), next to the table in the
-same layer folder. It holds, per deleted key (the merge keys, or the
-``replace_group`` column), the sequence value of its newest delete, so a
-change older than a delete that arrives in a later run cannot bring the row
-back. It is an ordinary Delta table, written by the same client as a merge,
-so the maintenance job, which compacts and vacuums every table of a layer,
+same layer folder. Each merge that deletes appends, per deleted key (the
+merge keys, or the ``replace_group`` column), the sequence value of the
+delete; a key's newest delete is the largest value it has there, so a change
+older than a delete that arrives in a later run cannot bring the row back.
+Appended, not merged: an append is one write job, where a MERGE of a few keys
+pays a MERGE's fixed cost (finding the files to rewrite, then rewriting
+them) in every step that deletes, and a key deleted again only adds a row.
+It is an ordinary Delta table, written by the same client, so the
+maintenance job, which compacts and vacuums every table of a layer,
 maintains it too. ``delta/tombstones`` in the table's output metadata names
 it.
 """
@@ -108,9 +112,8 @@ def _merge_groups(
     changes = frame.groupBy(group).agg(
         F.max(seq).alias("_change_seq"), F.max(F.col(deleted).cast("int")).cast("boolean").alias("_change_deletes")
     )
-    tombstones_path = tombstone_path(path)
-    if client.exists(tombstones_path):
-        tombstones = client.read(tombstones_path).select(group, F.col(seq).alias("_deleted_at"))
+    tombstones = _newest_deletes(client, path, (group,), seq)
+    if tombstones is not None:
         changes = changes.join(tombstones, group, "left").where(
             F.col("_deleted_at").isNull() | (F.col("_change_seq") > F.col("_deleted_at"))
         ).drop("_deleted_at")
@@ -147,15 +150,15 @@ def _replace_changed_groups(
         # and none removes stored ones: decided on the small applied frame, so the
         # source (which reads the table) is computed once, by the MERGE.
         if applied.where(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).isEmpty():
-            return "every change is older than the stored state"
-        _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata)
+            skipped = "every change is older than the stored state"
+        else:
+            skipped = None
+            _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata)
     finally:
         applied.unpersist()
-    group_deletes = frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq))
-    if not group_deletes.isEmpty():
-        tombstone_spec = WriteSpec(mode="merge", merge_keys=(group,), sequence_column=seq)
-        client.write(group_deletes, tombstone_path(path), tombstone_spec)
-    return None
+    # Also when nothing was merged: a delete that arrives before its group's rows must outlive them.
+    _append_tombstones(client, frame.where(F.col(deleted)).groupBy(group).agg(F.max(seq).alias(seq)), path)
+    return skipped
 
 
 def _merge_applied(
@@ -191,11 +194,10 @@ def _merge_applied(
 def _drop_superseded_by_tombstones(
     client: Tables, source: DataFrame, path: str, spec: WriteSpec
 ) -> DataFrame:
-    tombstones_path = tombstone_path(path)
-    if not client.exists(tombstones_path) or not spec.sequence_column:
-        return source
     seq = spec.sequence_column
-    tombstones = client.read(tombstones_path).withColumnRenamed(seq, "_deleted_at")
+    tombstones = _newest_deletes(client, path, spec.merge_keys, seq) if seq else None
+    if tombstones is None:
+        return source
     joined = source.join(tombstones, list(spec.merge_keys), "left")
     kept = joined.where(F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at")))
     return kept.select(*source.columns)
@@ -203,11 +205,20 @@ def _drop_superseded_by_tombstones(
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
     columns = [*spec.merge_keys, *([spec.sequence_column] if spec.sequence_column else [])]
-    deletes = frame.where(F.col(spec.delete_column)).select(*columns)
-    if deletes.isEmpty():
-        return
-    tombstone_spec = WriteSpec(mode="merge", merge_keys=spec.merge_keys, sequence_column=spec.sequence_column)
-    client.write(deletes, tombstone_path(path), tombstone_spec)
+    _append_tombstones(client, frame.where(F.col(spec.delete_column)).select(*columns), path)
+
+
+def _newest_deletes(client: Tables, path: str, keys: tuple[str, ...], seq: str) -> DataFrame | None:
+    """Per deleted key, the sequence of its newest delete as ``_deleted_at``; ``None`` before any delete."""
+    tombstones_path = tombstone_path(path)
+    if not client.exists(tombstones_path):
+        return None
+    return client.read(tombstones_path).groupBy(*keys).agg(F.max(seq).alias("_deleted_at"))
+
+
+def _append_tombstones(client: Tables, deletes: DataFrame, path: str) -> None:
+    # The client skips an append without rows (and creates the table on the first that has some).
+    client.write(deletes, tombstone_path(path), WriteSpec(mode="append"))
 
 
 def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str]]:
