@@ -100,12 +100,24 @@ class ExpectationOutcome:
         quarantined: rows set aside, in the quarantine schema, with their reasons.
         check_results: one asset check result per expectation.
         blocked: whether a ``fail`` expectation failed (the table must not be written).
+        evaluated: the rows with their expectation flags, cached for the counts and
+            the writes of ``kept`` and ``quarantined`` (``None`` without expectations).
     """
 
     kept: DataFrame
     quarantined: DataFrame
     check_results: list[AssetCheckResult]
     blocked: bool
+    evaluated: DataFrame | None = None
+
+    def release(self) -> None:
+        """Free the cached rows once the step has written them.
+
+        The session outlives the step: left cached, the rows hold executor
+        memory that later steps' joins and aggregations then evict to disk.
+        """
+        if self.evaluated is not None:
+            self.evaluated.unpersist()
 
 
 def quarantine_rows(frame: DataFrame, table_name: str, reason: Column | str) -> DataFrame:
@@ -203,7 +215,7 @@ def apply_expectations(
         quarantined = quarantine_rows(frame, table_name, "").limit(0)
         kept = flagged
     kept = kept.drop(*[f"_reason_{i}" for i in range(len(expectations))])
-    return ExpectationOutcome(kept, quarantined, results, blocked)
+    return ExpectationOutcome(kept, quarantined, results, blocked, evaluated=flagged)
 
 
 # ---- what a step quarantined ---------------------------------------------------------

@@ -222,9 +222,12 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
 
     # ---- batch 1
     batch1 = simulate.land_next_batch(lake / "landing", **land)
+    cached_before = cached_rdds(spark)
     started = time.monotonic()
     run1 = materialize_everything(defs, instance)
     timings["run 1"] = time.monotonic() - started
+    # Every step frees what it cached: the session outlives the run.
+    assert cached_rdds(spark) <= cached_before
     checks1 = assert_no_check_errs(run1)
     # The noise is in plain sight: a failed WARN check on silver.orders counts what quarantine gained.
     quarantined = len(read_with_deltalake(lake / "quarantine" / "orders"))
@@ -288,6 +291,11 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert_new_sessions_find_gold_by_name(lake, tmp_path)
     timings["new sessions reading gold by name"] = time.monotonic() - started
     print(json.dumps({"timings_s": {k: round(v, 1) for k, v in timings.items()}, "checks_per_run": checks1}))
+
+
+def cached_rdds(spark) -> set[int]:
+    """Ids of the session's cached datasets (a cached DataFrame's, once computed)."""
+    return {int(rdd_id) for rdd_id in spark.sparkContext._jsc.getPersistentRDDs().keySet()}
 
 
 def assert_unchanged_tables_are_not_checked_again(changed, unchanged) -> None:

@@ -120,13 +120,18 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined).cache()
         rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
         judged.unpersist()  # what reads it next is cached: the latest changes and the quarantined rows
-        yield from outcome.check_results
-        if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
-            yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,
-                         metadata=rejected.metadata)
-        # Last: see the module's docstring.
-        yield Output(quarantined, output_name=quarantine_output, metadata=rejected.metadata)
-        quarantined.unpersist()
+        try:
+            yield from outcome.check_results
+            if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
+                yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,
+                             metadata=rejected.metadata)
+            # Last: see the module's docstring.
+            yield Output(quarantined, output_name=quarantine_output, metadata=rejected.metadata)
+        finally:
+            # Written by now (each output is written as it is yielded): later steps get the memory back.
+            for frame in (quarantined, latest):
+                frame.unpersist()
+            outcome.release()
         yield rejected_rows_result(rejected, asset_key=key, table=table, max_rejected_share=changes.max_rejected_share)
 
     return _apply_changes

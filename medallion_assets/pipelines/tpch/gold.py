@@ -294,6 +294,7 @@ def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: D
         context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
         asset_key=DAILY_REVENUE,
     )
+    frame.unpersist()  # written and reconciled; the session outlives the step
 
 
 MONTHLY_REVENUE_LINEAGE = {
@@ -338,6 +339,7 @@ def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem:
         check_name="revenue_reconciles_with_silver",
         asset_key=MONTHLY_REVENUE,
     )
+    frame.unpersist()  # written and reconciled; the session outlives the step
 
 
 CUSTOMER_LIFETIME_VALUE_LINEAGE = {
@@ -393,6 +395,7 @@ def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame,
         check_name="revenue_reconciles_with_silver",
         asset_key=CUSTOMER_LIFETIME_VALUE,
     )
+    frame.unpersist()  # written and reconciled; the session outlives the step
 
 
 gold_assets = [

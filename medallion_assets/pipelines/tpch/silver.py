@@ -189,27 +189,32 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
     rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
                                           max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
-    yield from orders.check_results
-    yield from lineitem.check_results
-    if orders.blocked or lineitem.blocked:
-        # A failed expectation: the tables stay as they are; the blocking check stops downstream.
+    try:
+        yield from orders.check_results
+        yield from lineitem.check_results
+        if orders.blocked or lineitem.blocked:
+            # A failed expectation: the tables stay as they are; the blocking check stops downstream.
+            yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
+            yield rejected_check
+            return
+        deleted_orders = deletes.select("o_orderkey", "_sequence")
+        order_rows = rows_to_merge(orders.kept, deleted_orders)
+        line_rows = rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey"))
+        yield Output(order_rows, output_name="orders",
+                     metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata})
+        yield Output(line_rows, output_name="lineitem",
+                     metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
+        # Last: the step's read position is the oldest of its tables', so a run killed
+        # before this append reads the increment again, merges it again (a no-op) and
+        # quarantines it once. Written first, a killed run's rejects were appended twice.
         yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
-        quarantined.unpersist()
         yield rejected_check
-        return
-    deleted_orders = deletes.select("o_orderkey", "_sequence")
-    order_rows = rows_to_merge(orders.kept, deleted_orders)
-    line_rows = rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey"))
-    yield Output(order_rows, output_name="orders",
-                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata})
-    yield Output(line_rows, output_name="lineitem",
-                 metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
-    # Last: the step's read position is the oldest of its tables', so a run killed
-    # before this append reads the increment again, merges it again (a no-op) and
-    # quarantines it once. Written first, a killed run's rejects were appended twice.
-    yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
-    quarantined.unpersist()
-    yield rejected_check
+    finally:
+        # Written by now (each output is written as it is yielded): later steps get the memory back.
+        for frame in (quarantined, changes):
+            frame.unpersist()
+        orders.release()
+        lineitem.release()
 
 
 def _drifted_fields(lines: DataFrame) -> list[tuple[str, str]]:
