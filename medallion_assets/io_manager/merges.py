@@ -146,6 +146,9 @@ def _replace_changed_groups(
         .cache()
     )
     try:
+        # Counted, not asked for a first row: a cache that is computed whole knows its
+        # size, so the MERGE's source broadcasts it into its joins with the table.
+        applied.count()
         # The MERGE's source is empty exactly when no applied change brings rows
         # and none removes stored ones: decided on the small applied frame, so the
         # source (which reads the table) is computed once, by the MERGE.
