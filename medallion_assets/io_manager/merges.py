@@ -146,13 +146,12 @@ def _replace_changed_groups(
         .cache()
     )
     try:
-        # Counted, not asked for a first row: a cache that is computed whole knows its
+        # The MERGE's source is empty exactly when no applied change brings rows and
+        # none removes stored ones: decided on the small applied frame, so the source
+        # (which reads the table) is computed once, by the MERGE. Counted, not asked
+        # for a first row: the count computes the cache whole, which then knows its
         # size, so the MERGE's source broadcasts it into its joins with the table.
-        applied.count()
-        # The MERGE's source is empty exactly when no applied change brings rows
-        # and none removes stored ones: decided on the small applied frame, so the
-        # source (which reads the table) is computed once, by the MERGE.
-        if applied.where(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).isEmpty():
+        if applied.where(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).count() == 0:
             skipped = "every change is older than the stored state"
         else:
             skipped = None
