@@ -282,19 +282,21 @@ DAILY_REVENUE_COLUMNS = {
 )
 def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
     frame = G.daily_revenue(orders, lineitem, customer).cache()
-    yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
-    silver_days = (
-        orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
-        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-        .groupBy("o_orderdate")
-        .agg(_net_price_sum())
-    )
-    gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
-    yield reconcile(
-        context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
-        asset_key=DAILY_REVENUE,
-    )
-    frame.unpersist()  # written and reconciled; the session outlives the step
+    try:
+        yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
+        silver_days = (
+            orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
+            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+            .groupBy("o_orderdate")
+            .agg(_net_price_sum())
+        )
+        gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
+        yield reconcile(
+            context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
+            asset_key=DAILY_REVENUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 MONTHLY_REVENUE_LINEAGE = {
@@ -322,24 +324,26 @@ MONTHLY_REVENUE_COLUMNS = {
 )
 def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame):
     frame = G.monthly_revenue(orders, lineitem).cache()
-    yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
-    silver_months = (
-        orders.where("o_orderstatus = 'F'")
-        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-        .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
-        .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
-    )
-    gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
-    yield reconcile(
-        context,
-        gold_months,
-        silver_months,
-        ["month"],
-        ["revenue", "order_count"],
-        check_name="revenue_reconciles_with_silver",
-        asset_key=MONTHLY_REVENUE,
-    )
-    frame.unpersist()  # written and reconciled; the session outlives the step
+    try:
+        yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
+        silver_months = (
+            orders.where("o_orderstatus = 'F'")
+            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+            .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
+            .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
+        )
+        gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
+        yield reconcile(
+            context,
+            gold_months,
+            silver_months,
+            ["month"],
+            ["revenue", "order_count"],
+            check_name="revenue_reconciles_with_silver",
+            asset_key=MONTHLY_REVENUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 CUSTOMER_LIFETIME_VALUE_LINEAGE = {
@@ -377,25 +381,27 @@ CUSTOMER_LIFETIME_VALUE_COLUMNS = {
 )
 def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame, orders: DataFrame):
     frame = G.customer_lifetime_value(customer, orders).cache()
-    yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
-    per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
-        F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
-    )
-    silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
-        "c_custkey",
-        F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
-        F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
-    )
-    yield reconcile(
-        context,
-        frame.select("c_custkey", "total_spend", "order_count"),
-        silver_customers,
-        ["c_custkey"],
-        ["total_spend", "order_count"],
-        check_name="revenue_reconciles_with_silver",
-        asset_key=CUSTOMER_LIFETIME_VALUE,
-    )
-    frame.unpersist()  # written and reconciled; the session outlives the step
+    try:
+        yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
+        per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
+            F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
+        )
+        silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
+            "c_custkey",
+            F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
+            F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
+        )
+        yield reconcile(
+            context,
+            frame.select("c_custkey", "total_spend", "order_count"),
+            silver_customers,
+            ["c_custkey"],
+            ["total_spend", "order_count"],
+            check_name="revenue_reconciles_with_silver",
+            asset_key=CUSTOMER_LIFETIME_VALUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 gold_assets = [
