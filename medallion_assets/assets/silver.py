@@ -36,6 +36,7 @@ from medallion_assets.expectations import (
     rejected_rows_check_spec,
     rejected_rows_result,
     rejects_to_quarantine,
+    step_output,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
@@ -123,10 +124,11 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         try:
             yield from outcome.check_results
             if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
-                yield Output(T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed)), output_name=table,
-                             metadata=rejected.metadata)
+                rows = T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed))
+                yield Output(step_output(rows, no_rows=no_rows), output_name=table, metadata=rejected.metadata)
             # Last: see the module's docstring.
-            yield Output(quarantined, output_name=quarantine_output, metadata=rejected.metadata)
+            yield Output(step_output(quarantined, no_rows=no_rows), output_name=quarantine_output,
+                         metadata=rejected.metadata)
         finally:
             # Written by now (each output is written as it is yielded): later steps get the memory back.
             for frame in (quarantined, latest):

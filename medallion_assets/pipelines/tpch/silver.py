@@ -36,6 +36,7 @@ from medallion_assets.expectations import (
     rejected_rows_check_spec,
     rejected_rows_result,
     rejects_to_quarantine,
+    step_output,
 )
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
@@ -198,8 +199,10 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
             yield rejected_check
             return
         deleted_orders = deletes.select("o_orderkey", "_sequence")
-        order_rows = rows_to_merge(orders.kept, deleted_orders)
-        line_rows = rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey"))
+        order_rows = step_output(rows_to_merge(orders.kept, deleted_orders), no_rows=no_rows)
+        line_rows = step_output(
+            rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey")), no_rows=no_rows
+        )
         yield Output(order_rows, output_name="orders",
                      metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata})
         yield Output(line_rows, output_name="lineitem",
@@ -207,7 +210,8 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         # Last: the step's read position is the oldest of its tables', so a run killed
         # before this append reads the increment again, merges it again (a no-op) and
         # quarantines it once. Written first, a killed run's rejects were appended twice.
-        yield Output(quarantined, output_name="quarantine_orders", metadata=rejected.metadata)
+        yield Output(step_output(quarantined, no_rows=no_rows), output_name="quarantine_orders",
+                     metadata=rejected.metadata)
         yield rejected_check
     finally:
         # Written by now (each output is written as it is yielded): later steps get the memory back.
