@@ -199,7 +199,10 @@ class DeltaTableClient:
         commit_metadata: dict[str, str],
         transaction: tuple[str, int] | None,
     ) -> WriteResult:
-        if spec.mode in ("append", "merge") and frame.isEmpty():
+        # Counted, not asked for a first row: the count computes the persisted frame
+        # whole, so Spark knows its true size, and a MERGE broadcasts a small source
+        # into its join with the table instead of shuffling the table.
+        if spec.mode in ("append", "merge") and frame.count() == 0:
             return self._result(path, "no new rows")
         # Tables are created by the builder, which both engines accept with partitions
         # and properties (the delta-rs engine's writer cannot take partitionBy).

@@ -68,14 +68,33 @@ def merge(
     """
     if spec.replace_group:
         return _merge_groups(client, frame, path, spec, commit_metadata)
+    if not spec.delete_column:
+        _upsert(client, frame, path, spec, commit_metadata)
+        return None
+    seq = spec.sequence_column
+    tombstones = _newest_deletes(client, path, spec.merge_keys, seq) if seq else None
+    if tombstones is None:
+        _upsert(client, frame, path, spec, commit_metadata)
+    else:
+        # Cached and counted, as the client counts a source: the tombstones are read
+        # once, and the MERGE knows the size of the changes newer than them.
+        source = frame.join(tombstones, list(spec.merge_keys), "left").where(
+            F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at"))
+        ).select(*frame.columns).cache()
+        try:
+            if source.count() == 0:
+                return "every change is older than a delete"
+            _upsert(client, source, path, spec, commit_metadata)
+        finally:
+            source.unpersist()
+    _remember_deletes(client, frame, path, spec)
+    return None
+
+
+def _upsert(client: Tables, source: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]) -> None:
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in spec.merge_keys)
     seq = spec.sequence_column
     newer = f"s.`{seq}` > t.`{seq}`" if seq else None
-    source = frame
-    if spec.delete_column:
-        source = _drop_superseded_by_tombstones(client, source, path, spec)
-        if source.isEmpty():
-            return "every change is older than a delete"
     stored_schema = client.engine.schema(client.spark, path)
     source, new_columns = _evolve_source(source, stored_schema, spec)
     # Explicit assignments so the delete flag is never stored in the table.
@@ -93,9 +112,6 @@ def merge(
     client.engine.merge(
         client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
     )
-    if spec.delete_column:
-        _remember_deletes(client, frame, path, spec)
-    return None
 
 
 def _merge_groups(
@@ -191,18 +207,6 @@ def _merge_applied(
     client.engine.merge(
         client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
     )
-
-
-def _drop_superseded_by_tombstones(
-    client: Tables, source: DataFrame, path: str, spec: WriteSpec
-) -> DataFrame:
-    seq = spec.sequence_column
-    tombstones = _newest_deletes(client, path, spec.merge_keys, seq) if seq else None
-    if tombstones is None:
-        return source
-    joined = source.join(tombstones, list(spec.merge_keys), "left")
-    kept = joined.where(F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at")))
-    return kept.select(*source.columns)
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
