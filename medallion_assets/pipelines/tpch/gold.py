@@ -334,13 +334,8 @@ def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem:
         )
         gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
         yield reconcile(
-            context,
-            gold_months,
-            silver_months,
-            ["month"],
-            ["revenue", "order_count"],
-            check_name="revenue_reconciles_with_silver",
-            asset_key=MONTHLY_REVENUE,
+            context, gold_months, silver_months, ["month"], ["revenue", "order_count"],
+            check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE,
         )
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
@@ -392,13 +387,8 @@ def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame,
             F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
         )
         yield reconcile(
-            context,
-            frame.select("c_custkey", "total_spend", "order_count"),
-            silver_customers,
-            ["c_custkey"],
-            ["total_spend", "order_count"],
-            check_name="revenue_reconciles_with_silver",
-            asset_key=CUSTOMER_LIFETIME_VALUE,
+            context, frame.select("c_custkey", "total_spend", "order_count"), silver_customers, ["c_custkey"],
+            ["total_spend", "order_count"], check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE,
         )
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
