@@ -102,6 +102,46 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     assert sorted(tuple(row.values()) for row in tombstones) == [(1, 15), (3, 10), (3, 12), (4, 2)]
 
 
+def test_a_merge_tables_first_write_appends_what_a_merge_would_insert_and_keeps_its_deletes(spark, tmp_path):
+    import deltalake
+
+    from medallion_assets.io_manager.spec import WriteSpec
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    client = DeltaTableClient(spark)
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
+
+    def write(path, rows, batch):
+        frame = spark.createDataFrame(rows, "id long, seq long, name string, _deleted boolean")
+        return client.write(frame, path, spec, commit_metadata={"batch": str(batch)}, empty_commit=("test", batch))
+
+    def stored(path):
+        return sorted(tuple(row.values()) for row in read_with_deltalake(path).to_pylist())
+
+    def last_operation(path):
+        return deltalake.DeltaTable(path).history(1)[0]["operation"]
+
+    # A new table: its first write appends the changes that insert (3 deletes itself first).
+    path = str(tmp_path / "things")
+    first = write(path, [(1, 10, "a", False), (2, 10, "b", False), (3, 10, None, True)], 1)
+    assert first.skipped_reason is None and last_operation(path) == "WRITE"
+    assert stored(path) == [(1, 10, "a"), (2, 10, "b")]
+    # From then on a MERGE: 3's older insert stays deleted, 2's newer change applies.
+    write(path, [(3, 5, "late", False), (2, 20, "b2", False), (1, 5, "old", False)], 2)
+    assert last_operation(path) == "MERGE"
+    assert stored(path) == [(1, 10, "a"), (2, 20, "b2")]
+    assert stored(DeltaTableClient.tombstone_path(path)) == [(3, 10)]
+
+    # A new table whose first changes all delete: no rows, but the deletes and the batch are recorded.
+    deleted_first = str(tmp_path / "deleted_first")
+    skipped = write(deleted_first, [(7, 10, None, True)], 1)
+    assert skipped.skipped_reason.startswith("no change inserts a row")
+    assert stored(deleted_first) == []
+    assert client.last_commit_info(deleted_first)["batch"] == "1"
+    write(deleted_first, [(7, 9, "older", False), (8, 1, "h", False)], 2)
+    assert stored(deleted_first) == [(8, 1, "h")]
+
+
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
     from medallion_assets_tests.delta.readers import read_with_deltalake
 

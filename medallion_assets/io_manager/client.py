@@ -206,11 +206,12 @@ class DeltaTableClient:
             return self._result(path, "no new rows")
         # Tables are created by the builder, which both engines accept with partitions
         # and properties (the delta-rs engine's writer cannot take partitionBy).
+        created = False
         if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
-            self._create_if_missing(stored.schema, path, spec)
+            created = self._create_if_missing(stored.schema, path, spec)
         if spec.mode == "merge":
-            return self._result(path, merges.merge(self, frame, path, spec, commit_metadata))
+            return self._result(path, merges.merge(self, frame, path, spec, commit_metadata, new_table=created))
         options = self._commit_options(commit_metadata, transaction)
         if replace_where:
             options["replaceWhere"] = replace_where
@@ -229,14 +230,16 @@ class DeltaTableClient:
             options.update(txnAppId=app_id, txnVersion=str(int(version)))
         return options
 
-    def _create_if_missing(self, schema: StructType, path: str, spec: WriteSpec) -> None:
+    def _create_if_missing(self, schema: StructType, path: str, spec: WriteSpec) -> bool:
+        """Create the table unless it exists; whether this call created it."""
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
-            return
+            return False
         self.engine.create_table(
             self.spark, path, schema, partition_columns=spec.partition_columns,
             properties=table_properties_for(spec, schema),
         )
+        return True
 
     #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.merges`).
     tombstone_path = staticmethod(merges.tombstone_path)
