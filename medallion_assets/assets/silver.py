@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from medallion_assets.expectations import (
     ObservedInput,
     apply_expectations,
+    cache_rows,
     check_specs,
     count_rejected,
     has_no_rows,
@@ -111,14 +112,15 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         # Counted as the parse reads them: the step's aggregations read every row.
         observed = ObservedInput(bronze_rows)
         # Cached: the expectation counts parse every row once, and the rejects are read back.
-        judged = T.judge_changes(observed.frame, feed).cache()
+        judged = cache_rows(T.judge_changes(observed.frame, feed), no_rows=no_rows)
         records, rejects = T.typed_changes(judged, feed), T.rejected_changes(judged)
-        latest = T.latest_changes(records, feed).cache()
+        latest = cache_rows(T.latest_changes(records, feed), no_rows=no_rows)
         # Masked before the expectations, so quarantined records carry no PII either.
         outcome = apply_expectations(T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table,
                                      no_rows=no_rows)
         # Cached: counted here, then written from the cache by the IO manager.
-        quarantined = rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined).cache()
+        quarantined = cache_rows(rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined),
+                                 no_rows=no_rows)
         rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
         judged.unpersist()  # what reads it next is cached: the latest changes and the quarantined rows
         try:

@@ -27,6 +27,7 @@ from medallion_assets.assets.silver import quarantine_out
 from medallion_assets.expectations import (
     ObservedInput,
     apply_expectations,
+    cache_rows,
     check_specs,
     count_rejected,
     expect,
@@ -153,7 +154,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         kept = T.KeptOrderFields()
         observed = ObservedInput(lines, drifted=T.drifted_order_fields_seen(F.col("value")))
     # Cached: the expectation counts parse every line once, and the rejects are read back.
-    judged = T.judge_order_lines(observed.frame, kept).cache()
+    judged = cache_rows(T.judge_order_lines(observed.frame, kept), no_rows=no_rows)
     events, rejects = T.order_events(judged, kept), rejected_changes(judged)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
@@ -162,8 +163,8 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         T.latest_order_changes(unique_events)
         .join(winner_files, ["o_orderkey", "event_time", "event_id"], "left")
         .withColumn("_sequence", _sequence())
-        .cache()
     )
+    changes = cache_rows(changes, no_rows=no_rows)
     upserts = changes.where(F.col("op") == "upsert")
     deletes = changes.where(F.col("op") == "delete")
 
@@ -177,8 +178,9 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
                                   no_rows=no_rows)
 
     # Cached: counted here, then written from the cache by the IO manager.
-    quarantined = (
-        rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined).cache()
+    quarantined = cache_rows(
+        rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined),
+        no_rows=no_rows,
     )
     rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
     judged.unpersist()  # what reads it next is cached: the changes and the quarantined rows
