@@ -85,9 +85,7 @@ def merge(
     else:
         # Cached and counted, as the client counts a source: the tombstones are read
         # once, and the MERGE knows the size of the changes newer than them.
-        source = frame.join(tombstones, list(spec.merge_keys), "left").where(
-            F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at"))
-        ).select(*frame.columns).cache()
+        source = _newer_than_deletes(frame, tombstones, spec.merge_keys, seq).cache()
         try:
             if source.count() == 0:
                 return "every change is older than a delete"
@@ -163,9 +161,7 @@ def _merge_groups(
     )
     tombstones = _newest_deletes(client, path, (group,), seq)
     if tombstones is not None:
-        changes = changes.join(tombstones, group, "left").where(
-            F.col("_deleted_at").isNull() | (F.col("_change_seq") > F.col("_deleted_at"))
-        ).drop("_deleted_at")
+        changes = _newer_than_deletes(changes, tombstones, (group,), "_change_seq")
     if new_table:
         # No stored rows: every change newer than its tombstone applies, and its rows are all there is.
         kept_groups = changes.where(~F.col("_change_deletes")).select(group)
@@ -261,6 +257,13 @@ def _newest_deletes(client: Tables, path: str, keys: tuple[str, ...], seq: str) 
     if not client.exists(tombstones_path):
         return None
     return client.read(tombstones_path).groupBy(*keys).agg(F.max(seq).alias("_deleted_at"))
+
+
+def _newer_than_deletes(frame: DataFrame, tombstones: DataFrame, keys: tuple[str, ...], seq: str) -> DataFrame:
+    """The rows of ``frame`` whose ``seq`` is newer than their key's newest delete, or whose key has none."""
+    return frame.join(tombstones, list(keys), "left").where(
+        F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at"))
+    ).select(*frame.columns)
 
 
 def _append_tombstones(client: Tables, deletes: DataFrame, path: str) -> None:
