@@ -20,8 +20,13 @@ process, and ``SparkContext.__init__`` is counted. It prints JSON:
 
 ``--profile FILE`` writes a cProfile of the last run (with ``--runs 2``: the
 run with nothing new); ``python -m pstats FILE`` then shows where its time
-goes (Delta log reads, Spark actions, Dagster's own work). The delta-spark
-engine needs ``DELTA_SPARK_JARS``, as everywhere in the project.
+goes (Delta log reads, Spark actions, Dagster's own work). ``--spark-jobs``
+adds, per run, the Spark jobs it ran and their seconds (submission to
+completion, from the session's UI), grouped by kind: delta-spark's snapshot
+builds ("Compute snapshot for version N", jobs that build the file list of a
+version a query reads first), its file filtering for a query, and every other
+job (the queries and writes themselves). The delta-spark engine needs
+``DELTA_SPARK_JARS``, as everywhere in the project.
 
 Nothing is written outside the temporary folder.
 """
@@ -106,6 +111,42 @@ class JavaWatcher(threading.Thread):
         return self.seen
 
 
+def _spark_jobs(session) -> list[dict]:
+    """Every job the session's UI still keeps (``spark.ui.retainedJobs``, 1000 by default)."""
+    import urllib.request
+
+    context = session.sparkContext
+    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the local session's own UI
+        return json.load(response)
+
+
+def _job_kind(job: dict) -> str:
+    description = job.get("description") or ""
+    if "Compute snapshot for version" in description:
+        return "delta-spark snapshot builds"
+    if "Filtering files for query" in description:
+        return "delta-spark file filtering"
+    return "other jobs (queries, writes)"
+
+
+def spark_jobs_by_kind(jobs: list[dict], after_job: int) -> dict[str, dict[str, float]]:
+    """Count and seconds of the jobs numbered above ``after_job``, by :func:`_job_kind`."""
+    from datetime import datetime
+
+    def moment(text: str) -> float:
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    kinds: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        if job["jobId"] <= after_job or "completionTime" not in job:
+            continue
+        entry = kinds.setdefault(_job_kind(job), {"jobs": 0, "seconds": 0.0})
+        entry["jobs"] += 1
+        entry["seconds"] = round(entry["seconds"] + moment(job["completionTime"]) - moment(job["submissionTime"]), 1)
+    return kinds
+
+
 def step_seconds(records) -> dict[str, float]:
     """Seconds from each step's start to its success or failure, from the run's event log."""
     started: dict[str, float] = {}
@@ -128,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2, help="materializations (the 2nd+ find nothing new)")
     parser.add_argument("--slowest", type=int, default=12, help="steps listed per run, slowest first")
     parser.add_argument("--profile", help="write cProfile stats of the last run to this file")
+    parser.add_argument("--spark-jobs", action="store_true",
+                        help="per run, the Spark jobs it ran and their seconds, by kind (from the session's UI)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -166,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         session_start = time.monotonic() - started
         runs = []
         for number in range(args.runs):
+            last_job = max((job["jobId"] for job in _spark_jobs(warm.spark_session)), default=-1) if args.spark_jobs else -1
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             started = time.monotonic()
             if profiler:
@@ -182,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.monotonic() - started
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
             durations = step_seconds(instance.all_logs(result.run_id))
+            jobs = spark_jobs_by_kind(_spark_jobs(warm.spark_session), last_job) if args.spark_jobs else None
             runs.append(
                 {
                     "run": number + 1,
@@ -195,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                     "slowest_steps_s": dict(
                         sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]
                     ),
+                    **({"spark_jobs": jobs} if jobs is not None else {}),
                 }
             )
         jvms = watcher.stop()
