@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         session_start = time.monotonic() - started
         runs = []
         for number in range(args.runs):
-            last_job = max((job["jobId"] for job in _spark_jobs(warm.spark_session)), default=-1) if args.spark_jobs else -1
+            last_job = -1
+            if args.spark_jobs:
+                last_job = max((job["jobId"] for job in _spark_jobs(warm.spark_session)), default=-1)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             started = time.monotonic()
             if profiler:
