@@ -1,7 +1,9 @@
 """What the engine benchmarks share: a session per engine, one run per engine, /proc readings.
 
-Not a benchmark itself; ``delta_vs_parquet.py`` and ``merge_scaling.py``
-import it (they run as scripts, so this folder is on ``sys.path``).
+Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
+``merge_deletion_vectors.py``, ``delta_fixed_costs.py`` and
+``materialize_all.py`` import it (they run as scripts, so this folder is on
+``sys.path``).
 
 * :func:`build_session` builds the session through the project's
   :class:`~medallion_assets.resources.SparkResource`, so a benchmark gets what
@@ -11,6 +13,8 @@ import it (they run as scripts, so this folder is on ``sys.path``).
 * One Python process holds one SparkContext, so :func:`run_engines` runs the
   script once per engine in a child process (``--engine NAME --json``) and
   collects the JSON each child prints.
+* :func:`spark_jobs` and :func:`spark_jobs_by_kind`: the jobs a session ran,
+  from its UI's REST API, and their seconds grouped by what they did.
 * Linux ``/proc`` readings (no psutil): CPU seconds of a process tree, resident
   and peak resident memory of a process, and a background load-average sampler.
 
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 ENGINES = ("delta-rs", "delta-spark")
@@ -61,8 +65,31 @@ def check_engine_arguments(parser: argparse.ArgumentParser, args: argparse.Names
                      "(or run --engine delta-rs only)")
 
 
-def build_session(engine: str, master: str, jars: str | None, app_name: str):
+def delta_spark_session(parser: argparse.ArgumentParser, args: argparse.Namespace, app_name: str,
+                        extra_config: Mapping[str, str] | None = None):
+    """The delta-spark session of a benchmark that measures delta-spark alone, from ``--master`` and ``--delta-spark-jars``.
+
+    ``parser`` must have had :func:`add_delta_spark_arguments`; without jars it exits saying how to give them.
+    """
+    if not args.delta_spark_jars:
+        parser.error("delta-spark needs its jars: set DELTA_SPARK_JARS or pass --delta-spark-jars")
+    spark, _ = build_session("delta-spark", args.master, args.delta_spark_jars, app_name, extra_config)
+    return spark
+
+
+def add_delta_spark_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--master`` and ``--delta-spark-jars``, for :func:`delta_spark_session`."""
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--delta-spark-jars", default=os.environ.get("DELTA_SPARK_JARS"),
+                        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)")
+
+
+def build_session(engine: str, master: str, jars: str | None, app_name: str,
+                  extra_config: Mapping[str, str] | None = None):
     """A session with ``engine``, built by ``SparkResource`` as the project builds its embedded one.
+
+    ``extra_config`` goes on top of :data:`BENCHMARK_SPARK_CONFIG` (e.g. the UI,
+    for :func:`spark_jobs`).
 
     Returns:
         ``(spark, resource)``; ``resource.delta_engine_in_use`` is the engine.
@@ -74,7 +101,7 @@ def build_session(engine: str, master: str, jars: str | None, app_name: str):
         app_name=app_name,
         delta_engine=engine,
         delta_spark_jars=jars if engine == "delta-spark" else None,
-        spark_config={**EMBEDDED_SPARK_CONFIG, **BENCHMARK_SPARK_CONFIG},
+        spark_config={**EMBEDDED_SPARK_CONFIG, **BENCHMARK_SPARK_CONFIG, **(extra_config or {})},
     )
     spark = resource.spark_session
     spark.sparkContext.setLogLevel("ERROR")
@@ -103,6 +130,39 @@ def describe_session(spark, engine: str) -> dict[str, Any]:
     else:
         facts["delta"] = f"deltalake {version('deltalake')}"
     return facts
+
+
+def spark_jobs(session) -> list[dict]:
+    """Every job the session's UI still keeps (``spark.ui.retainedJobs``, 1000 by default)."""
+    import urllib.request
+
+    context = session.sparkContext
+    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
+    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the local session's own UI
+        return json.load(response)
+
+
+def spark_jobs_by_kind(jobs: list[dict], after_job: int,
+                       kind: Callable[[dict], str]) -> dict[str, dict[str, float]]:
+    """Count and seconds of the jobs numbered above ``after_job``, grouped by ``kind(job)``.
+
+    Seconds run from a job's submission to its completion, so jobs that run
+    side by side count twice.
+    """
+    from datetime import datetime
+
+    def moment(text: str) -> float:
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    kinds: dict[str, dict[str, float]] = {}
+    for job in jobs:
+        if job["jobId"] <= after_job or "completionTime" not in job:
+            continue
+        entry = kinds.setdefault(kind(job), {"jobs": 0, "seconds": 0.0})
+        entry["jobs"] += 1
+        entry["seconds"] += moment(job["completionTime"]) - moment(job["submissionTime"])
+    # Rounded once summed: many small jobs take under 0.05 s each.
+    return {name: {"jobs": entry["jobs"], "seconds": round(entry["seconds"], 1)} for name, entry in kinds.items()}
 
 
 def emit_json(result: dict[str, Any]) -> None:

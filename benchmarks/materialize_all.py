@@ -43,6 +43,8 @@ import threading
 import time
 from pathlib import Path
 
+from engine_runs import spark_jobs, spark_jobs_by_kind
+
 
 def _children_java(root_pid: int) -> set[int]:
     """PIDs of ``java`` processes whose ancestry includes ``root_pid`` (Linux /proc)."""
@@ -111,16 +113,6 @@ class JavaWatcher(threading.Thread):
         return self.seen
 
 
-def _spark_jobs(session) -> list[dict]:
-    """Every job the session's UI still keeps (``spark.ui.retainedJobs``, 1000 by default)."""
-    import urllib.request
-
-    context = session.sparkContext
-    url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the local session's own UI
-        return json.load(response)
-
-
 def _job_kind(job: dict) -> str:
     description = job.get("description") or ""
     if "Compute snapshot for version" in description:
@@ -128,24 +120,6 @@ def _job_kind(job: dict) -> str:
     if "Filtering files for query" in description:
         return "delta-spark file filtering"
     return "other jobs (queries, writes)"
-
-
-def spark_jobs_by_kind(jobs: list[dict], after_job: int) -> dict[str, dict[str, float]]:
-    """Count and seconds of the jobs numbered above ``after_job``, by :func:`_job_kind`."""
-    from datetime import datetime
-
-    def moment(text: str) -> float:
-        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-
-    kinds: dict[str, dict[str, float]] = {}
-    for job in jobs:
-        if job["jobId"] <= after_job or "completionTime" not in job:
-            continue
-        entry = kinds.setdefault(_job_kind(job), {"jobs": 0, "seconds": 0.0})
-        entry["jobs"] += 1
-        entry["seconds"] += moment(job["completionTime"]) - moment(job["submissionTime"])
-    # Rounded once summed: most snapshot and filtering jobs take under 0.05 s.
-    return {kind: {"jobs": entry["jobs"], "seconds": round(entry["seconds"], 1)} for kind, entry in kinds.items()}
 
 
 def step_seconds(records) -> dict[str, float]:
@@ -212,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(args.runs):
             last_job = -1
             if args.spark_jobs:
-                last_job = max((job["jobId"] for job in _spark_jobs(warm.spark_session)), default=-1)
+                last_job = max((job["jobId"] for job in spark_jobs(warm.spark_session)), default=-1)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             started = time.monotonic()
             if profiler:
@@ -229,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.monotonic() - started
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
             durations = step_seconds(instance.all_logs(result.run_id))
-            jobs = spark_jobs_by_kind(_spark_jobs(warm.spark_session), last_job) if args.spark_jobs else None
+            jobs = spark_jobs_by_kind(spark_jobs(warm.spark_session), last_job, _job_kind) if args.spark_jobs else None
             runs.append(
                 {
                     "run": number + 1,
