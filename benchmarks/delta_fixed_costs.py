@@ -1,0 +1,110 @@
+"""What delta-spark pays per table version on a tiny table, against Spark's Parquet.
+
+Run by hand (not a test), from the project root:
+
+    DELTA_SPARK_JARS=<folder of the delta-spark jars> \\
+        python benchmarks/delta_fixed_costs.py --repeat 5
+
+At SF 0.1 most of a pipeline run's steps move a few thousand rows, so what
+they cost is what every write and every first read of a new version costs
+whatever the rows. This times those operations on a 5-row table in one
+session built by the project's ``SparkResource`` (delta-spark, embedded),
+each ``--repeat`` times after one untimed warm-up of each, and prints the
+median wall seconds and the Spark jobs each ran (from the session's UI):
+
+* a Parquet write and a Delta write of a new table;
+* an overwrite of an existing Delta table, whose version the session has
+  read, and one the session has not touched yet (as in a new run's process:
+  the overwrite builds the state of the version it replaces);
+* the first read of a version just written (a count by key, as a key check
+  runs), and the same read again once delta-spark has built that version's
+  snapshot; the same read of Parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from pyspark.sql import functions as F
+
+from engine_runs import (
+    LoadSampler,
+    add_delta_spark_arguments,
+    delta_spark_session,
+    describe_load,
+    describe_session,
+    spark_jobs,
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    add_delta_spark_arguments(parser)
+    args = parser.parse_args(argv)
+    spark = delta_spark_session(parser, args, "delta-fixed-costs", extra_config={"spark.ui.enabled": "true"})
+    work = tempfile.mkdtemp(prefix="delta-fixed-costs-")
+    rows = spark.createDataFrame([(i, f"row {i}") for i in range(5)], "k long, name string").cache()
+    rows.count()
+    counter = iter(range(1_000_000))
+
+    def key_count(frame) -> None:
+        frame.groupBy("k").count().agg(F.sum("count")).first()
+
+    def new_version() -> None:
+        rows.write.format("delta").mode("overwrite").save(existing)
+
+    def forget_snapshots() -> None:
+        # What a new process finds: no table state built yet (delta-spark's internal cache).
+        spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+    existing = f"{work}/existing"
+    rows.write.format("delta").save(existing)
+    rows.write.parquet(f"{work}/parquet-read")
+    operations: list[tuple[str, Callable[[], None] | None, Callable[[], None]]] = [
+        ("Parquet: write a new table", None, lambda: rows.write.parquet(f"{work}/p{next(counter)}")),
+        ("Delta: write a new table", None, lambda: rows.write.format("delta").save(f"{work}/d{next(counter)}")),
+        ("Delta: overwrite a table whose version this session has read", None,
+         lambda: rows.write.format("delta").mode("overwrite").save(existing)),
+        ("Delta: overwrite a table this session has not touched", forget_snapshots,
+         lambda: rows.write.format("delta").mode("overwrite").save(existing)),
+        ("Delta: first read of a version just written", new_version,
+         lambda: key_count(spark.read.format("delta").load(existing))),
+        ("Delta: the same version read again", None, lambda: key_count(spark.read.format("delta").load(existing))),
+        ("Parquet: the same read", None, lambda: key_count(spark.read.parquet(f"{work}/parquet-read"))),
+    ]
+    seconds: dict[str, list[float]] = {name: [] for name, _, _ in operations}
+    jobs: dict[str, list[int]] = {name: [] for name, _, _ in operations}
+    try:
+        with LoadSampler() as load:
+            for round_number in range(args.repeat + 1):
+                for name, prepare, operation in operations:
+                    if prepare is not None:
+                        prepare()
+                    before = max((job["jobId"] for job in spark_jobs(spark)), default=-1)
+                    started = time.perf_counter()
+                    operation()
+                    elapsed = time.perf_counter() - started
+                    if round_number:  # the first round warms each operation up
+                        seconds[name].append(elapsed)
+                        jobs[name].append(sum(1 for job in spark_jobs(spark) if job["jobId"] > before))
+        facts = describe_session(spark, "delta-spark")
+        print(f"A 5-row table, {args.repeat} repeats after a warm-up; {facts['delta']}, Spark {facts['spark']}, "
+              f"{facts['cores']} cores; {describe_load(load.samples)}\n")
+        print("| operation | median s | min s | Spark jobs |")
+        print("| --- | ---: | ---: | ---: |")
+        for name, _, _ in operations:
+            print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} "
+                  f"| {statistics.median(jobs[name]):g} |")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
