@@ -142,6 +142,37 @@ def test_a_merge_tables_first_write_appends_what_a_merge_would_insert_and_keeps_
     assert stored(deleted_first) == [(8, 1, "h")]
 
 
+def test_a_merge_table_with_deletion_vectors_marks_replaced_rows_on_delta_spark_and_is_refused_on_delta_rs(
+    spark, tmp_path, delta_engine
+):
+    """delta-spark's MERGE marks the rows it replaces and rewrites no file (DuckDB reads the result); the
+    delta-rs engine, which could not read such a table back, refuses it before creating anything."""
+    from medallion_assets.io_manager import DELETION_VECTORS
+    from medallion_assets.io_manager.spec import WriteSpec
+    from medallion_assets_tests.delta.readers import read_with_duckdb
+
+    client = DeltaTableClient(spark)
+    path = str(tmp_path / "silver" / "things")
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted",
+                     table_properties={DELETION_VECTORS: "true"})
+
+    def changes(rows):
+        return spark.createDataFrame(rows, "id long, seq long, name string, _deleted boolean").repartition(1)
+
+    first = changes([(i, 1, f"n{i}", False) for i in range(100)])
+    if delta_engine != "delta-spark":
+        with pytest.raises(ValueError, match=r"deletion vectors \(delta.enableDeletionVectors=true\) on the delta-rs engine"):
+            client.write(first, path, spec)
+        assert not client.exists(path)
+        return
+    client.write(first, path, spec)
+    client.write(changes([(3, 2, "changed", False), (5, 2, None, True), (200, 2, "new", False)]), path, spec)
+    metrics = client.last_commit_info(path)["operationMetrics"]
+    assert metrics["numTargetFilesRemoved"] == "0" and int(metrics["numTargetDeletionVectorsAdded"]) >= 1
+    stored = {row["id"]: row["name"] for row in read_with_duckdb(path).to_pylist()}
+    assert stored == {**{i: f"n{i}" for i in range(100) if i != 5}, 3: "changed", 200: "new"}
+
+
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
     from medallion_assets_tests.delta.readers import read_with_deltalake
 

@@ -176,6 +176,20 @@ def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
         materialize([gone], resources=_resources(str(tmp_path / "lake")))
 
 
+def test_deletion_vectors_are_refused_before_delta_rs_creates_a_table_it_could_not_read(tmp_path):
+    from medallion_assets.io_manager import DELETION_VECTORS
+
+    root = str(tmp_path / "lake")
+
+    @asset(key=["silver", "marked"], metadata=delta_table(table_properties={DELETION_VECTORS: "true"}))
+    def marked() -> pd.DataFrame:
+        return pd.DataFrame({"id": [1, 2]})
+
+    with pytest.raises(Exception, match=r"silver/marked.*deletion vectors.*delta-rs cannot read"):
+        materialize([marked], resources=_resources(root))
+    assert not (tmp_path / "lake" / "silver" / "marked").exists()
+
+
 def test_pricing_summary_report_shares_of_a_gold_table_written_by_delta_rs(tmp_path):
     root = str(tmp_path / "lake")
     money = pa.decimal128(38, 4)

@@ -25,8 +25,9 @@ from medallion_assets.io_manager.metadata import (
 from medallion_assets.io_manager.spec import (
     COLUMN_DESCRIPTIONS,
     COLUMNS,
-    DELTA_KINDS,
     DELETE_COLUMN,
+    DELETION_VECTORS,
+    DELTA_KINDS,
     MERGE_KEYS,
     PARTITION_COLUMNS,
     PARTITION_EXPR,
@@ -44,6 +45,7 @@ from medallion_assets.io_manager.spec import (
 
 __all__ = [
     "DELTA_KINDS",
+    "DELETION_VECTORS",
     "COLUMN_DESCRIPTIONS",
     "COLUMNS",
     "DELETE_COLUMN",

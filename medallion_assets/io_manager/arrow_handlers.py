@@ -28,7 +28,7 @@ from dagster import MetadataValue, TableColumn, TableSchema
 
 from medallion_assets.engine import user_metadata
 from medallion_assets.io_manager.metadata import arrow_markdown_preview, check_column_descriptions
-from medallion_assets.io_manager.spec import WriteSpec
+from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads
 
 #: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
 #: Spark session runs (the Spark path names the session's: delta-spark or delta-rs).
@@ -172,7 +172,7 @@ class ArrowDeltaClient:
             data,
             mode=spec.mode,
             partition_by=list(spec.partition_columns) or None,
-            configuration=_table_properties(spec) or None,
+            configuration=_table_properties(spec, path) or None,
             schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
             predicate=replace_where,
             storage_options=self.storage_options,
@@ -194,7 +194,7 @@ class ArrowDeltaClient:
         if not exists:
             deltalake.write_deltalake(
                 path, data, mode="append", partition_by=list(spec.partition_columns) or None,
-                configuration=_table_properties(spec) or None, storage_options=self.storage_options,
+                configuration=_table_properties(spec, path) or None, storage_options=self.storage_options,
                 commit_properties=deltalake.CommitProperties(custom_metadata=custom),
             )
             return None
@@ -248,8 +248,11 @@ class ArrowDeltaClient:
         }
 
 
-def _table_properties(spec: WriteSpec) -> dict[str, str]:
-    return {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+def _table_properties(spec: WriteSpec, path: str) -> dict[str, str]:
+    """The declared properties, for delta-rs to create the table with (refused where delta-rs could not read it)."""
+    properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+    check_engine_reads(properties, path=path, engine="delta-rs")
+    return properties
 
 
 def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:

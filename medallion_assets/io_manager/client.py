@@ -15,7 +15,7 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
 from medallion_assets.io_manager import merges
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, table_properties_for
 
 
 @dataclass(frozen=True)
@@ -235,9 +235,10 @@ class DeltaTableClient:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return False
+        properties = table_properties_for(spec, schema)
+        check_engine_reads(properties, path=path, engine=self.engine.name)
         self.engine.create_table(
-            self.spark, path, schema, partition_columns=spec.partition_columns,
-            properties=table_properties_for(spec, schema),
+            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties,
         )
         return True
 

@@ -39,6 +39,8 @@ COLUMNS = "delta/columns"
 SOURCE = "medallion/source"
 #: Kinds of an asset kept as a Delta table and computed with Spark (the UI shows them as its storage).
 DELTA_KINDS = frozenset({"spark", "delta"})
+#: The table property that has a MERGE mark the rows it replaces instead of rewriting their files.
+DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
 class WriteSpec(BaseModel):
@@ -171,6 +173,31 @@ def table_properties_for(spec: WriteSpec, schema: StructType) -> dict[str, str]:
     if columns and not any(key in properties for key in _STATS_PROPERTIES):
         properties["delta.dataSkippingStatsColumns"] = ",".join(columns)
     return properties
+
+
+def check_engine_reads(properties: Mapping[str, str], *, path: str, engine: str) -> None:
+    """Refuse, before a table is created, properties that would leave it unreadable to the engine writing it.
+
+    delta-rs 1.6 creates a table with deletion vectors but cannot read one: on
+    the delta-rs engine (or a pandas/Arrow write, which delta-rs does) the
+    table would be created, then fail its own first read.
+
+    Args:
+        properties: the new table's Delta properties (``delta.``-prefixed).
+        path: the table, for the message.
+        engine: what writes it: ``delta-spark``, or ``delta-rs`` (also pandas/Arrow writes).
+
+    Raises:
+        ValueError: ``delta.enableDeletionVectors`` is true and the engine is not delta-spark.
+    """
+    if engine != "delta-spark" and str(properties.get(DELETION_VECTORS, "")).strip().lower() == "true":
+        raise ValueError(
+            f"cannot create {path} with deletion vectors ({DELETION_VECTORS}=true) on the {engine} engine: "
+            "delta-rs cannot read a table that uses them, so nothing was created. Write it with delta-spark "
+            "(MEDALLION_DELTA_ENGINE=delta-spark, its jars in DELTA_SPARK_JARS), or declare it without them "
+            "(deletion_vectors=False on the feed's ApplyChanges, or no delta.enableDeletionVectors in "
+            "table_properties)"
+        )
 
 
 def column_descriptions(metadata: Mapping[str, Any]) -> dict[str, str]:
