@@ -110,6 +110,9 @@ def _payments(**changes) -> Feed:
         ({"fields": (Field("payment_id"), Field("payment_id"))}, "fields = ['payment_id'] cannot work: declare each field once"),
         ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("payment_id",), history=True)},
          "silver.history = True cannot work"),
+        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                 deletion_vectors="yes")},
+         "silver.deletion_vectors = 'yes' cannot work: say True"),
     ],
 )
 def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(changes, says):
@@ -117,6 +120,21 @@ def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(c
         _payments(**changes)
     assert str(raised.value).startswith("feed ")
     assert says in str(raised.value)
+
+
+def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_with_them():
+    from medallion_assets.assets.silver import silver_assets
+    from medallion_assets.io_manager import DELETION_VECTORS, WriteSpec
+
+    def silver_spec(feed: Feed) -> WriteSpec:
+        [step] = silver_assets([feed])
+        return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata)
+
+    plain = _payments()
+    with_vectors = _payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                                 deletion_vectors=True))
+    assert DELETION_VECTORS not in silver_spec(plain).table_properties
+    assert silver_spec(with_vectors).table_properties == {DELETION_VECTORS: "true"}
 
 
 def test_two_feeds_of_one_name_are_refused_when_the_pipelines_are_read():

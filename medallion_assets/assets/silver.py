@@ -40,7 +40,7 @@ from medallion_assets.expectations import (
     step_output,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
-from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
+from medallion_assets.io_manager import DELTA_KINDS, DELETION_VECTORS, READ, delta_table
 from medallion_assets.transforms import silver as T
 
 #: Every quarantine table: appended to, never merged.
@@ -96,7 +96,8 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
                 key=key, kinds=DELTA_KINDS, is_required=False, group_name="silver",
                 description=f"Latest state per ({', '.join(changes.keys)}) of {feed.name}, deletes applied.",
                 metadata=delta_table(write_mode="merge", merge_keys=list(changes.keys), sequence_column="_sequence",
-                                     delete_column="_deleted", column_descriptions=silver_descriptions(feed)),
+                                     delete_column="_deleted", column_descriptions=silver_descriptions(feed),
+                                     table_properties={DELETION_VECTORS: "true"} if changes.deletion_vectors else None),
             ),
             quarantine_output: quarantine_out(key=quarantine_key, source=feed.name, guards=[key]),
         },
