@@ -152,7 +152,8 @@ class ArrowDeltaClient:
             Why nothing was written, or ``None`` when a commit was made.
 
         Raises:
-            ValueError: a merge the delta-rs route does not do (deletes, replace groups).
+            ValueError: a merge the delta-rs route does not do (deletes, replace groups), or a
+                new table with properties delta-rs could not read back (deletion vectors).
         """
         custom = {**{key: str(value) for key, value in commit_metadata.items()},
                   "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
@@ -172,7 +173,7 @@ class ArrowDeltaClient:
             data,
             mode=spec.mode,
             partition_by=list(spec.partition_columns) or None,
-            configuration=_table_properties(spec, path) or None,
+            configuration=_table_properties(spec, path, creating=not exists) or None,
             schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
             predicate=replace_where,
             storage_options=self.storage_options,
@@ -194,7 +195,7 @@ class ArrowDeltaClient:
         if not exists:
             deltalake.write_deltalake(
                 path, data, mode="append", partition_by=list(spec.partition_columns) or None,
-                configuration=_table_properties(spec, path) or None, storage_options=self.storage_options,
+                configuration=_table_properties(spec, path, creating=True) or None, storage_options=self.storage_options,
                 commit_properties=deltalake.CommitProperties(custom_metadata=custom),
             )
             return None
@@ -248,10 +249,11 @@ class ArrowDeltaClient:
         }
 
 
-def _table_properties(spec: WriteSpec, path: str) -> dict[str, str]:
-    """The declared properties, for delta-rs to create the table with (refused where delta-rs could not read it)."""
+def _table_properties(spec: WriteSpec, path: str, *, creating: bool) -> dict[str, str]:
+    """The declared properties; for a table delta-rs creates, refused where delta-rs could not read it back."""
     properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
-    check_engine_reads(properties, path=path, engine="delta-rs")
+    if creating:
+        check_engine_reads(properties, path=path, engine="delta-rs")
     return properties
 
 
