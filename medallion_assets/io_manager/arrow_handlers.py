@@ -28,7 +28,7 @@ from dagster import MetadataValue, TableColumn, TableSchema
 
 from medallion_assets.engine import user_metadata
 from medallion_assets.io_manager.metadata import arrow_markdown_preview, check_column_descriptions
-from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads
+from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, declared_table_properties
 
 #: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
 #: Spark session runs (the Spark path names the session's: delta-spark or delta-rs).
@@ -251,7 +251,7 @@ class ArrowDeltaClient:
 
 def _table_properties(spec: WriteSpec, path: str, *, creating: bool) -> dict[str, str]:
     """The declared properties; for a table delta-rs creates, refused where delta-rs could not read it back."""
-    properties = {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+    properties = declared_table_properties(spec)
     if creating:
         check_engine_reads(properties, path=path, engine="delta-rs")
     return properties

@@ -160,6 +160,11 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     return [name for name in dict.fromkeys([*declared, *dated]) if name in stored and name not in excluded]
 
 
+def declared_table_properties(spec: WriteSpec) -> dict[str, str]:
+    """The properties the declaration names, each with Delta's ``delta.`` prefix (``appendOnly`` -> ``delta.appendOnly``)."""
+    return {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
+
+
 def table_properties_for(spec: WriteSpec, schema: StructType) -> dict[str, str]:
     """The Delta properties of a new table: the declared ones, and statistics on :func:`skipping_stats_columns`.
 
@@ -167,8 +172,7 @@ def table_properties_for(spec: WriteSpec, schema: StructType) -> dict[str, str]:
     ``delta.dataSkippingNumIndexedCols`` keeps its own choice; a table with
     none of those columns keeps Delta's default.
     """
-    properties = {key if key.startswith("delta.") else f"delta.{key}": value
-                  for key, value in spec.table_properties.items()}
+    properties = declared_table_properties(spec)
     columns = skipping_stats_columns(spec, schema)
     if columns and not any(key in properties for key in _STATS_PROPERTIES):
         properties["delta.dataSkippingStatsColumns"] = ",".join(columns)
