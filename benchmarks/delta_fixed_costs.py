@@ -38,6 +38,7 @@ from engine_runs import (
     delta_spark_session,
     describe_load,
     describe_session,
+    last_job_id,
     spark_jobs,
 )
 
@@ -69,10 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     operations: list[tuple[str, Callable[[], None] | None, Callable[[], None]]] = [
         ("Parquet: write a new table", None, lambda: rows.write.parquet(f"{work}/p{next(counter)}")),
         ("Delta: write a new table", None, lambda: rows.write.format("delta").save(f"{work}/d{next(counter)}")),
-        ("Delta: overwrite a table whose version this session has read", None,
-         lambda: rows.write.format("delta").mode("overwrite").save(existing)),
-        ("Delta: overwrite a table this session has not touched", forget_snapshots,
-         lambda: rows.write.format("delta").mode("overwrite").save(existing)),
+        ("Delta: overwrite a table whose version this session has read", None, new_version),
+        ("Delta: overwrite a table this session has not touched", forget_snapshots, new_version),
         ("Delta: first read of a version just written", new_version,
          lambda: key_count(spark.read.format("delta").load(existing))),
         ("Delta: the same version read again", None, lambda: key_count(spark.read.format("delta").load(existing))),
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
                 for name, prepare, operation in operations:
                     if prepare is not None:
                         prepare()
-                    before = max((job["jobId"] for job in spark_jobs(spark)), default=-1)
+                    before = last_job_id(spark)
                     started = time.perf_counter()
                     operation()
                     elapsed = time.perf_counter() - started

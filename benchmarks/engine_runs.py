@@ -13,7 +13,7 @@ Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
 * One Python process holds one SparkContext, so :func:`run_engines` runs the
   script once per engine in a child process (``--engine NAME --json``) and
   collects the JSON each child prints.
-* :func:`spark_jobs` and :func:`spark_jobs_by_kind`: the jobs a session ran,
+* :func:`spark_jobs`, :func:`last_job_id` and :func:`spark_jobs_by_kind`: the jobs a session ran,
   from its UI's REST API, and their seconds grouped by what they did.
 * Linux ``/proc`` readings (no psutil): CPU seconds of a process tree, resident
   and peak resident memory of a process, and a background load-average sampler.
@@ -140,6 +140,11 @@ def spark_jobs(session) -> list[dict]:
     url = f"{context.uiWebUrl}/api/v1/applications/{context.applicationId}/jobs"
     with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the local session's own UI
         return json.load(response)
+
+
+def last_job_id(session) -> int:
+    """The newest job the session's UI knows (-1 before any): what :func:`spark_jobs_by_kind` counts after."""
+    return max((job["jobId"] for job in spark_jobs(session)), default=-1)
 
 
 def spark_jobs_by_kind(jobs: list[dict], after_job: int,

@@ -43,7 +43,7 @@ import threading
 import time
 from pathlib import Path
 
-from engine_runs import spark_jobs, spark_jobs_by_kind
+from engine_runs import last_job_id, spark_jobs, spark_jobs_by_kind
 
 
 def _children_java(root_pid: int) -> set[int]:
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(args.runs):
             last_job = -1
             if args.spark_jobs:
-                last_job = max((job["jobId"] for job in spark_jobs(warm.spark_session)), default=-1)
+                last_job = last_job_id(warm.spark_session)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             started = time.monotonic()
             if profiler:
