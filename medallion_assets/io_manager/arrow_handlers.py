@@ -153,8 +153,9 @@ class ArrowDeltaClient:
 
         Raises:
             ValueError: a merge the delta-rs route does not do (deletes, replace groups), or a
-                new table with properties delta-rs could not read back (deletion vectors).
+                table declared with properties delta-rs could not read back (deletion vectors).
         """
+        check_engine_reads(declared_table_properties(spec), path=path, engine="delta-rs")
         custom = {**{key: str(value) for key, value in commit_metadata.items()},
                   "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
         exists = self.exists(path)
@@ -173,7 +174,7 @@ class ArrowDeltaClient:
             data,
             mode=spec.mode,
             partition_by=list(spec.partition_columns) or None,
-            configuration=_table_properties(spec, path, creating=not exists) or None,
+            configuration=declared_table_properties(spec) or None,
             schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
             predicate=replace_where,
             storage_options=self.storage_options,
@@ -195,7 +196,7 @@ class ArrowDeltaClient:
         if not exists:
             deltalake.write_deltalake(
                 path, data, mode="append", partition_by=list(spec.partition_columns) or None,
-                configuration=_table_properties(spec, path, creating=True) or None, storage_options=self.storage_options,
+                configuration=declared_table_properties(spec) or None, storage_options=self.storage_options,
                 commit_properties=deltalake.CommitProperties(custom_metadata=custom),
             )
             return None
@@ -247,14 +248,6 @@ class ArrowDeltaClient:
                 table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
             )),
         }
-
-
-def _table_properties(spec: WriteSpec, path: str, *, creating: bool) -> dict[str, str]:
-    """The declared properties; for a table delta-rs creates, refused where delta-rs could not read it back."""
-    properties = declared_table_properties(spec)
-    if creating:
-        check_engine_reads(properties, path=path, engine="delta-rs")
-    return properties
 
 
 def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:

@@ -15,7 +15,12 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.engine import CommitFacts, DeltaEngine, engine_for
 from medallion_assets.io_manager import merges
-from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, table_properties_for
+from medallion_assets.io_manager.spec import (
+    WriteSpec,
+    check_engine_reads,
+    declared_table_properties,
+    table_properties_for,
+)
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,7 @@ class DeltaTableClient:
             The version committed, or why no row was written.
         """
         _check_column_names(frame, path)
+        check_engine_reads(declared_table_properties(spec), path=path, engine=self.engine.name)
         frame = self.engine.prepare_write(frame)
         metadata = dict(commit_metadata or {})
         if spec.mode not in ("append", "merge"):
@@ -235,10 +241,9 @@ class DeltaTableClient:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return False
-        properties = table_properties_for(spec, schema)
-        check_engine_reads(properties, path=path, engine=self.engine.name)
         self.engine.create_table(
-            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties,
+            self.spark, path, schema, partition_columns=spec.partition_columns,
+            properties=table_properties_for(spec, schema),
         )
         return True
 

@@ -180,14 +180,15 @@ def table_properties_for(spec: WriteSpec, schema: StructType) -> dict[str, str]:
 
 
 def check_engine_reads(properties: Mapping[str, str], *, path: str, engine: str) -> None:
-    """Refuse, before a table is created, properties that would leave it unreadable to the engine writing it.
+    """Refuse, before any work, a declaration whose table the writing engine could not read.
 
     delta-rs 1.6 creates a table with deletion vectors but cannot read one: on
     the delta-rs engine (or a pandas/Arrow write, which delta-rs does) the
-    table would be created, then fail its own first read.
+    table would be created, then fail its own first read; an existing one could
+    not be written either.
 
     Args:
-        properties: the new table's Delta properties (``delta.``-prefixed).
+        properties: the declared Delta properties (``delta.``-prefixed).
         path: the table, for the message.
         engine: what writes it: ``delta-spark``, or ``delta-rs`` (also pandas/Arrow writes).
 
@@ -196,8 +197,8 @@ def check_engine_reads(properties: Mapping[str, str], *, path: str, engine: str)
     """
     if engine != "delta-spark" and str(properties.get(DELETION_VECTORS, "")).strip().lower() == "true":
         raise ValueError(
-            f"cannot create {path} with deletion vectors ({DELETION_VECTORS}=true) on the {engine} engine: "
-            "delta-rs cannot read a table that uses them, so nothing was created. Write it with delta-spark "
+            f"cannot write {path} with deletion vectors ({DELETION_VECTORS}=true) on the {engine} engine: "
+            "delta-rs cannot read a table that uses them, so nothing was written. Write it with delta-spark "
             "(MEDALLION_DELTA_ENGINE=delta-spark, its jars in DELTA_SPARK_JARS), or declare it without them "
             "(deletion_vectors=False on the feed's ApplyChanges, or no delta.enableDeletionVectors in "
             "table_properties)"
