@@ -41,20 +41,36 @@ def test_spark_session_is_shared_and_delta_enabled(spark):
     assert resource.spark_session is spark  # getOrCreate: one JVM for the test session
 
 
-_HEAP_OF_AN_EMBEDDED_SESSION = """
-import json
+_SIZING_OF_AN_EMBEDDED_SESSION = """
+import json, os, sys, tempfile
+import pyarrow as pa
+from deltalake import write_deltalake
 from medallion_assets.resources import SparkResource
 
-spark = SparkResource(delta_engine="delta-rs").spark_session
+resource = SparkResource(master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS"))
+spark = resource.spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
-print(json.dumps({"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory(),
-                  "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize")}))
+report = {"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory(),
+          "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize")}
+engine = resource.delta_engine_in_use
+if engine.name == "delta-spark":
+    # A table of three versions written by delta-rs, vacuumed by the engine: the tasks of each stage it ran.
+    path = tempfile.mkdtemp() + "/table"
+    for start in range(3):
+        write_deltalake(path, pa.table({"id": [start]}), mode="append")
+    spark.sparkContext.setJobGroup("vacuum", "vacuum")
+    engine.vacuum(spark, path, retention_hours=168)
+    tracker = spark.sparkContext.statusTracker()
+    stages = [stage for job in tracker.getJobIdsForGroup("vacuum") for stage in tracker.getJobInfo(job).stageIds]
+    report["vacuum_tasks"] = [tracker.getStageInfo(stage).numTasks for stage in stages]
+print(json.dumps(report))
 spark.stop()
 """
 
 
 @pytest.mark.slow
-def test_an_embedded_session_gets_a_driver_heap_sized_for_the_machine():
+@pytest.mark.parametrize("engine", ["delta-rs", "delta-spark"])
+def test_an_embedded_session_is_sized_for_the_machine(engine):
     # Its own process: this test session's JVM is already running with the suite's settings.
     import json
     import os
@@ -62,10 +78,17 @@ def test_an_embedded_session_gets_a_driver_heap_sized_for_the_machine():
     import sys
 
     from medallion_assets.resources import embedded_driver_memory
+    from medallion_assets_tests.test_engines import _delta_spark_jars
 
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS")}
-    done = subprocess.run([sys.executable, "-c", _HEAP_OF_AN_EMBEDDED_SESSION], env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}
+    if engine == "delta-spark":
+        jars = _delta_spark_jars()
+        if jars is None:
+            pytest.skip("DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+        env["DELTA_SPARK_JARS"] = jars
+    done = subprocess.run([sys.executable, "-c", _SIZING_OF_AN_EMBEDDED_SESSION, engine], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     expected = embedded_driver_memory()
@@ -73,3 +96,7 @@ def test_an_embedded_session_gets_a_driver_heap_sized_for_the_machine():
     # The JVM really got it (its max heap is a little under -Xmx), not Spark's 1g default.
     assert report["max_heap"] > 0.85 * int(expected[:-1]) * 1024**3
     assert report["max_result"] == f"{max(int(expected[:-1]) // 2, 1)}g"
+    if engine == "delta-spark":
+        # Delta's cluster-sized defaults, 50 tasks per snapshot and 10000 per VACUUM listing
+        # (a 5-row table's VACUUM took 34 s with them), are lowered to the session's cores.
+        assert report["vacuum_tasks"] and max(report["vacuum_tasks"]) < 50, str(report["vacuum_tasks"])
