@@ -1,8 +1,11 @@
 """One lake, either engine: runs alternate between delta-rs and delta-spark on the same lake.
 
 Each run is a process of its own (one SparkContext per process) on the same
-Dagster instance. After every run silver equals the landing contract's state
-computed independently and gold equals DuckDB's TPC-H answers; at the end
+Dagster instance. The delta-spark run is also the suite's whole pipeline on
+delta-spark on a standalone cluster (the pyspark wheel's master and a worker on
+127.0.0.1): its executors write the files, and its driver registers the tables in
+the metastore (test_deployments.py runs the cluster on delta-rs). After every
+run silver equals the landing contract's state computed independently and gold equals DuckDB's TPC-H answers; at the end
 bronze holds every landed line once: the increments, the checkpoints and the
 tombstones of one engine are carried on by the other without reprocessing or
 losing a row.
@@ -15,6 +18,7 @@ the three tables by name through ``beeline`` and gets DuckDB's TPC-H answer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +31,7 @@ import pytest
 from medallion_assets.catalog import LakeCatalog
 from medallion_assets.engine import plan_engine
 from medallion_assets_tests import contract_reference
-from medallion_assets_tests.deployments import beeline, thrift_server
+from medallion_assets_tests.deployments import beeline, standalone_cluster, thrift_server
 from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
@@ -44,7 +48,9 @@ from medallion_assets_tests.test_engines import _delta_spark_jars
 pytestmark = pytest.mark.slow
 
 SCALE_FACTOR = 0.01
-ENGINE_PER_RUN = ("delta-rs", "delta-spark", "delta-rs")
+#: (engine, deployment) per run: both switches, and delta-spark on a cluster once in
+#: the suite without a run of its own (the suite's time budget).
+RUNS = (("delta-rs", "local"), ("delta-spark", "cluster"), ("delta-rs", "local"))
 
 
 @pytest.mark.timeout(3000)  # three whole-graph runs, each in a process of its own
@@ -65,13 +71,20 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastor
     catalog = {"MEDALLION_CATALOG": "hive", "MEDALLION_METASTORE_URL": metastore.jdbc_url,
                "MEDALLION_METASTORE_USER": metastore.user, "MEDALLION_METASTORE_PASSWORD": metastore.password,
                "MEDALLION_METASTORE_JARS": jdbc_jar()}
-    batches = len(ENGINE_PER_RUN)
-    for run, engine in enumerate(ENGINE_PER_RUN, start=1):
+    batches = len(RUNS)
+    for run, (engine, deployment) in enumerate(RUNS, start=1):
         env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
                    MEDALLION_DELTA_ENGINE=engine, DELTA_SPARK_JARS=jars, **catalog)
         command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), str(batches), str(SEED)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
-        assert done.returncode == 0, f"run {run} on {engine} failed:\n{done.stderr[-6000:]}"
+        with contextlib.ExitStack() as stack:
+            if deployment == "cluster":
+                (tmp_path / f"cluster-{run}").mkdir()
+                master = stack.enter_context(standalone_cluster(tmp_path / f"cluster-{run}"))
+                env.update(MEDALLION_DEPLOYMENT="cluster", SPARK_MASTER_URL=master, PYSPARK_PYTHON=sys.executable)
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, f"run {run} on {engine} ({deployment}) failed:\n{done.stderr[-6000:]}"
+        if deployment == "cluster":  # the run's executors were the worker's: it kept a folder for the application
+            assert list((tmp_path / f"cluster-{run}" / "work").glob("app-*")), f"run {run} started no executor"
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert report["engines"] and set(report["engines"].values()) == {engine}, report["engines"]
         assert report["failed_checks"] == [], f"run {run} on {engine}: {report['failed_checks']}"
