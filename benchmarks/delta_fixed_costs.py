@@ -18,7 +18,11 @@ median wall seconds and the Spark jobs each ran (from the session's UI):
   the overwrite builds the state of the version it replaces);
 * the first read of a version just written (a count by key, as a key check
   runs), and the same read again once delta-spark has built that version's
-  snapshot; the same read of Parquet.
+  snapshot; the same read of Parquet;
+* a VACUUM (168 hours' retention, as the weekly maintenance job runs it),
+  listing the table's folders with the session's
+  ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` (the resource
+  sets it to the core count) and with Spark's default of 10000 tasks.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ from engine_runs import (
     spark_jobs,
 )
 
+#: How many tasks list a table's folders in delta-spark's VACUUM.
+LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+SPARK_DEFAULT_LISTING_TASKS = "10000"
+
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -64,8 +72,22 @@ def main(argv: list[str] | None = None) -> None:
         # What a new process finds: no table state built yet (delta-spark's internal cache).
         spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
+    def vacuum(listing_tasks: str | None) -> Callable[[], None]:
+        def run() -> None:
+            session_value = spark.conf.get(LISTING_TASKS)
+            spark.conf.set(LISTING_TASKS, listing_tasks or session_value)
+            try:
+                spark.sql(f"VACUUM delta.`{vacuumed}` RETAIN 168 HOURS").collect()
+            finally:
+                spark.conf.set(LISTING_TASKS, session_value)
+        return run
+
     existing = f"{work}/existing"
     rows.write.format("delta").save(existing)
+    # A table of its own, so the VACUUMs do not touch the state the other operations read.
+    vacuumed = f"{work}/vacuumed"
+    for _ in range(3):
+        rows.write.format("delta").mode("append").save(vacuumed)
     rows.write.parquet(f"{work}/parquet-read")
     operations: list[tuple[str, Callable[[], None] | None, Callable[[], None]]] = [
         ("Parquet: write a new table", None, lambda: rows.write.parquet(f"{work}/p{next(counter)}")),
@@ -76,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
          lambda: key_count(spark.read.format("delta").load(existing))),
         ("Delta: the same version read again", None, lambda: key_count(spark.read.format("delta").load(existing))),
         ("Parquet: the same read", None, lambda: key_count(spark.read.parquet(f"{work}/parquet-read"))),
+        ("Delta: VACUUM, listing with the session's tasks", None, vacuum(None)),
+        ("Delta: VACUUM, listing with Spark's default 10000 tasks", None, vacuum(SPARK_DEFAULT_LISTING_TASKS)),
     ]
     seconds: dict[str, list[float]] = {name: [] for name, _, _ in operations}
     jobs: dict[str, list[int]] = {name: [] for name, _, _ in operations}
