@@ -1,7 +1,7 @@
 """What the engine benchmarks share: a session per engine, one run per engine, /proc readings.
 
 Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
-``merge_deletion_vectors.py``, ``delta_fixed_costs.py`` and
+``merge_deletion_vectors.py``, ``delta_fixed_costs.py``, ``maintenance.py`` and
 ``materialize_all.py`` import it (they run as scripts, so this folder is on
 ``sys.path``).
 
