@@ -169,8 +169,8 @@ class SparkResource(LazyPySparkResource):
         if plan.source and not self.remote and str(self.master).startswith("local"):
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, and VACUUM lists
             # a table's folders with Spark's partition-discovery parallelism, 10000 tasks: both
-            # sized for clusters (a 5-row table's VACUUM took 34 s instead of 4). An embedded
-            # session has its cores. Clusters keep the defaults.
+            # sized for clusters (a 5-row table's VACUUM took 28.6 s instead of 2.4 on 2 cores:
+            # benchmarks/delta_fixed_costs.py). An embedded session has its cores. Clusters keep the defaults.
             cores = str(_local_cores(str(self.master)))
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
