@@ -37,6 +37,8 @@ from collections.abc import Callable
 from pyspark.sql import functions as F
 
 from engine_runs import (
+    LISTING_TASKS,
+    SPARK_DEFAULT_LISTING_TASKS,
     LoadSampler,
     add_delta_spark_arguments,
     delta_spark_session,
@@ -45,10 +47,6 @@ from engine_runs import (
     last_job_id,
     spark_jobs,
 )
-
-#: How many tasks list a table's folders in delta-spark's VACUUM.
-LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-SPARK_DEFAULT_LISTING_TASKS = "10000"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     def vacuum(listing_tasks: str | None) -> Callable[[], None]:
         def run() -> None:
             session_value = spark.conf.get(LISTING_TASKS)
-            spark.conf.set(LISTING_TASKS, listing_tasks or session_value)
+            if listing_tasks:
+                spark.conf.set(LISTING_TASKS, listing_tasks)
             try:
                 spark.sql(f"VACUUM delta.`{vacuumed}` RETAIN 168 HOURS").collect()
             finally:

@@ -43,6 +43,11 @@ BENCHMARK_SPARK_CONFIG = {"spark.ui.enabled": "false", "spark.driver.memory": "4
 #: Delta's own default for ``spark.databricks.delta.snapshotPartitions``.
 DELTA_DEFAULT_SNAPSHOT_PARTITIONS = "50"
 
+#: How many tasks list a table's folders in delta-spark's VACUUM, and Spark's default
+#: (``SparkResource`` sets it to the core count on an embedded session).
+LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+SPARK_DEFAULT_LISTING_TASKS = "10000"
+
 _JSON_MARKER = "BENCHMARK-JSON "
 
 

@@ -31,12 +31,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine_runs import LoadSampler, add_delta_spark_arguments, delta_spark_session, describe_load, tree_cpu_seconds
+from engine_runs import (
+    LISTING_TASKS,
+    SPARK_DEFAULT_LISTING_TASKS,
+    LoadSampler,
+    add_delta_spark_arguments,
+    delta_spark_session,
+    describe_load,
+    tree_cpu_seconds,
+)
 
-#: How many tasks list a table's folders in delta-spark's VACUUM.
-LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 #: The variants: a value for the listing tasks, or None for the session's own.
-VARIANTS = {"session": None, "spark-default": "10000"}
+VARIANTS = {"session": None, "spark-default": SPARK_DEFAULT_LISTING_TASKS}
 TABLE_LAYERS = ("bronze", "silver", "gold", "quarantine")
 
 

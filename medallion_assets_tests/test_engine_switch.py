@@ -5,10 +5,10 @@ Dagster instance. The delta-spark run is also the suite's whole pipeline on
 delta-spark on a standalone cluster (the pyspark wheel's master and a worker on
 127.0.0.1): its executors write the files, and its driver registers the tables in
 the metastore (test_deployments.py runs the cluster on delta-rs). After every
-run silver equals the landing contract's state computed independently and gold equals DuckDB's TPC-H answers; at the end
-bronze holds every landed line once: the increments, the checkpoints and the
-tombstones of one engine are carried on by the other without reprocessing or
-losing a row.
+run silver equals the landing contract's state computed independently and gold
+equals DuckDB's TPC-H answers; at the end bronze holds every landed line once:
+the increments, the checkpoints and the tombstones of one engine are carried on
+by the other without reprocessing or losing a row.
 
 The runs share a Hive metastore on a real PostgreSQL (``MEDALLION_CATALOG=hive``):
 the delta-spark run registers the lake's tables; then two runs at once read
