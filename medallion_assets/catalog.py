@@ -86,8 +86,9 @@ class LakeCatalog(Config):
     )
     lake_root: str | None = Field(
         default=None,
-        description="The lake whose tables the Spark resource registers when it starts a session, and under "
-        "which a hive catalog's default warehouse folder lies. Unset: a session registers only what it writes.",
+        description="The lake whose tables the Spark resource registers (kind session: when its spark_session is "
+        "first asked for; hive: when it starts a session), and under which a hive catalog's default warehouse "
+        "folder lies. Unset: a session registers only what it writes.",
     )
     database_prefix: str = Field(
         default="",

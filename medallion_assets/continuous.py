@@ -199,7 +199,7 @@ def run_continuous(
 def run_bronze_streams(context: OpExecutionContext, config: ContinuousStreamsConfig, spark: SparkResource,
                        lake: LakeResource, kafka: KafkaResource) -> None:
     """Dagster's side of continuous mode: terminating the run stops the streams cleanly."""
-    run_continuous(spark.spark_session, lake, config, log_progress=context.log.info, kafka=kafka)
+    run_continuous(spark.session_by_path, lake, config, log_progress=context.log.info, kafka=kafka)
 
 
 @job(description="Continuous bronze ingestion: the streams run until this run is terminated; "
@@ -262,7 +262,7 @@ def _stream_command(args) -> int:
     # The deployed resource (MEDALLION_DEPLOYMENT) with its engine choice (MEDALLION_DELTA_ENGINE,
     # DELTA_SPARK_JARS, MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
     deployment = os.environ.get("MEDALLION_DEPLOYMENT", "local")
-    spark = spark_resource(deployment).process_config_and_initialize().spark_session
+    spark = spark_resource(deployment).process_config_and_initialize().session_by_path
     kafka = kafka_resource(resolved=True)
     try:
         run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True), kafka=kafka)

@@ -63,7 +63,7 @@ def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, 
     """Compact and vacuum each table; never vacuums below Delta's 7-day retention check."""
     if config.retention_hours < 168:
         raise ValueError("retention below 168 hours can break readers and time travel; Delta refuses it too")
-    session = spark.spark_session
+    session = spark.session_by_path
     client = DeltaTableClient(session, spark.delta_engine_in_use)
     context.log.info(f"Delta engine: {client.engine.name}")
     for layer in config.layers:

@@ -21,6 +21,8 @@ from medallion_assets.catalog import LakeCatalog
 
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from medallion_assets.engine import DeltaEngine
     from medallion_assets.feeds import Feed
 
@@ -96,7 +98,8 @@ class SparkResource(LazyPySparkResource):
         default_factory=LakeCatalog,
         description=(
             "Where the lake's tables are registered by name (medallion_assets.catalog): the session's catalog, "
-            "filled from catalog.lake_root when the session starts (default), a shared Hive metastore, or none."
+            "filled from catalog.lake_root when spark_session is first asked for (default), a shared Hive "
+            "metastore, or none."
         ),
     )
     python_workers_use_driver_interpreter: bool = Field(
@@ -109,6 +112,7 @@ class SparkResource(LazyPySparkResource):
     )
 
     _engine: Any = PrivateAttr(default=None)
+    _lake_attached: bool = PrivateAttr(default=False)
 
     @field_validator("delta_engine", mode="before")
     @classmethod
@@ -136,7 +140,7 @@ class SparkResource(LazyPySparkResource):
         if self._engine is None:
             from medallion_assets.engine import engine_for
 
-            self._engine = engine_for(self.spark_session)
+            self._engine = engine_for(self.session_by_path)
         return self._engine
 
     def _init_session(self) -> None:
@@ -200,8 +204,43 @@ class SparkResource(LazyPySparkResource):
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
-        if self.catalog.enabled and self.catalog.lake_root:
-            self.catalog.attach(session, self._engine, LakeResource(root=self.catalog.lake_root).delta_tables())
+        if self.catalog.kind == "hive" and self.catalog.lake_root:
+            # The shared metastore's names serve other processes too (the Thrift server, other
+            # sessions): a starting session adds the tables it lacks, such as a pandas asset's.
+            self._attach_lake(session)
+
+    def _attach_lake(self, session: SparkSession) -> None:
+        if self.catalog.enabled and self.catalog.lake_root and not self._lake_attached:
+            self.catalog.attach(session, self.delta_engine_in_use,
+                                LakeResource(root=self.catalog.lake_root).delta_tables())
+            self._lake_attached = True
+
+    @property
+    def spark_session(self) -> SparkSession:
+        """The session (started on first use), with every table of the lake named in its catalog.
+
+        With the ``session`` catalog the names are registered here, on first use:
+        delta-spark reads each table's log to register it, seconds for a whole lake
+        (``docs/performance.md``), which a run whose steps all work by path need not pay.
+
+        Raises:
+            CatalogError: the catalog refused a table (the message names it and the fix).
+        """
+        session = self.session_by_path
+        self._attach_lake(session)
+        return session
+
+    @property
+    def session_by_path(self) -> SparkSession:
+        """The session (started on first use), for code that reads and writes tables by path.
+
+        The IO manager and the bronze streams use it. The tables they write get
+        their names as they are written; the rest of the lake is named only when
+        something asks for :attr:`spark_session`.
+        """
+        self._init_session()
+        assert self._spark_session is not None
+        return self._spark_session
 
 
 def embedded_driver_memory() -> str:

@@ -113,3 +113,40 @@ def test_a_session_attaching_a_lake_names_every_table_and_for_name_opens_it(spar
     assertDataFrameEqual(by_name, _by_name(spark, catalog.table_name(["gold", "summary"])))
     with pytest.raises(Exception, match="no_such_table|not found|cannot be found|NOT_FOUND|no table"):
         DeltaTable.forName(spark, f"{catalog.database('gold')}.no_such_table")
+
+
+
+def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_names_the_lake(spark, tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    root = tmp_path / "lake"
+    # A lake written by delta-rs before this process's session looked at it.
+    write_deltalake(str(root / "gold" / "summary"), pa.table({"status": ["F", "O"], "orders": [2, 1]}))
+    write_deltalake(str(root / "silver" / "orders"), pa.table({"o_orderkey": [1, 2, 3], "o_status": ["F", "O", "F"]}))
+    catalog = LakeCatalog(database_prefix=_prefix(), lake_root=str(root))
+    resource = SparkResource(master="local[2]", catalog=catalog)
+    lake = LakeResource(root=str(root))
+    resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
+
+    @asset(key=["gold", "things"], metadata=delta_table())
+    def things():
+        return spark.range(3)
+
+    # Written through the IO manager, by path: the run names what it writes and nothing else.
+    assert materialize([things], resources=resources).success
+    assert spark.catalog.tableExists(catalog.table_name(["gold", "things"]))
+    assert not spark.catalog.tableExists(catalog.table_name(["gold", "summary"]))
+    assert not spark.catalog.tableExists(catalog.table_name(["silver", "orders"]))
+
+    summary = catalog.table_name(["gold", "summary"])
+
+    @asset(key=["gold", "open_orders"], metadata=delta_table())
+    def open_orders(spark: SparkResource):
+        # Asset code asking for the session by name: the lake's tables are named by then.
+        return spark.spark_session.sql(f"SELECT orders FROM {summary} WHERE status = 'O'")
+
+    assert materialize([open_orders], resources=resources).success
+    for key in (["silver", "orders"], ["gold", "summary"], ["gold", "open_orders"]):
+        _same_as_path(spark, catalog.table_name(key), root / key[0] / key[1])
+    assert read_with_deltalake(root / "gold" / "open_orders").to_pylist() == [{"orders": 1}]

@@ -325,7 +325,7 @@ def assert_unchanged_tables_are_not_checked_again(changed, unchanged) -> None:
 
 def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
     """New sessions of the project's resource, one per engine and at once, find gold.pricing_summary by name
-    (the session catalog, filled from the lake when each starts) and read TPC-H's Q1 answer."""
+    (the session catalog, filled from the lake when each first asks for names) and read TPC-H's Q1 answer."""
     import os
     import subprocess
     import sys

@@ -91,7 +91,7 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
     ) -> MaterializeResult:
         if config.full_refresh:
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
-        session = spark.spark_session
+        session = spark.session_by_path
         query = start_bronze_stream(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
         metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark,
                                   context)
@@ -111,7 +111,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
     )
     def _bronze_kafka(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource,
                       kafka: KafkaResource) -> MaterializeResult:
-        session = spark.spark_session
+        session = spark.session_by_path
         client = DeltaTableClient(session)
         descriptions = bronze_column_descriptions(feed)
         if not kafka.configured:
@@ -146,7 +146,7 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
                              column_descriptions=bronze_column_descriptions(feed)),
     )
     def _bronze_snapshot(spark: SparkResource, lake: LakeResource):
-        snapshot = load_snapshot(spark.spark_session, lake, feed)
+        snapshot = load_snapshot(spark.session_by_path, lake, feed)
         if snapshot is not None:
             # The file name lets the IO manager skip rewriting an unchanged snapshot.
             yield Output(snapshot.frame, metadata={SOURCE: snapshot.source_file})

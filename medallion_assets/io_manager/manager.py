@@ -236,7 +236,7 @@ class DeltaIOManager(ConfigurableIOManager):
     )
 
     def _client(self) -> DeltaTableClient:
-        return DeltaTableClient(self.spark.spark_session, self.spark.delta_engine_in_use)
+        return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use)
 
     def _path(self, key: AssetKey) -> str:
         return self.lake.table_path(key.path)
