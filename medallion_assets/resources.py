@@ -220,8 +220,9 @@ class SparkResource(LazyPySparkResource):
         """The session (started on first use), with every table of the lake named in its catalog.
 
         With the ``session`` catalog the names are registered here, on first use:
-        delta-spark reads each table's log to register it, seconds for a whole lake
-        (``docs/performance.md``), which a run whose steps all work by path need not pay.
+        registering reads each table's log, seconds for a whole lake, which a run
+        whose steps work by path (:attr:`session_by_path`) pays only for the tables
+        it reads (``docs/performance.md``, "Tables by name").
 
         Raises:
             CatalogError: the catalog refused a table (the message names it and the fix).
