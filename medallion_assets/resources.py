@@ -239,9 +239,8 @@ class SparkResource(LazyPySparkResource):
         their names as they are written; the rest of the lake is named only when
         something asks for :attr:`spark_session`.
         """
-        self._init_session()
-        assert self._spark_session is not None
-        return self._spark_session
+        # dagster-pyspark's own property: starts the session on first use, never hands out None.
+        return super().spark_session
 
 
 def embedded_driver_memory() -> str:
