@@ -154,7 +154,7 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
 
     # A session's first Delta write is slow (delta-spark loads and compiles its
     # classes: half a minute or more on a busy machine). Pay that before the
-    # timed run, so its 45 seconds go to streaming whichever test ran before
+    # timed run, so its 25 seconds go to streaming whichever test ran before
     # (run_seconds counts from before the queries start, table creation included).
     warm = str(tmp_path / "warm")
     spark.range(1).write.format("delta").mode("append").save(warm)
@@ -166,7 +166,7 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
     result = bronze_streams_continuous.execute_in_process(
         instance=instance,
         run_config={"ops": {"run_bronze_streams": {"config": {
-            "streams": [STREAM], "trigger_interval": "1 second", "run_seconds": 45,
+            "streams": [STREAM], "trigger_interval": "1 second", "run_seconds": 25,
             "rate_limits": {STREAM: {"max_files_per_trigger": 1}},
         }}}},
         # No Kafka source: the job says so and runs the file stream alone.
