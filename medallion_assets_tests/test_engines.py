@@ -84,9 +84,12 @@ def test_both_engines_suite_on_the_other_engine(spark, delta_engine, tmp_path, r
     durations = tmp_path / "durations.json"
     env[DURATIONS_OUT_VARIABLE] = str(durations)
     # One session: this one runs beside another test worker already (-n 0: no workers of its own).
-    command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-n", "0", "-p", "no:cacheprovider", "-q", "-rs"]
+    # -rfEs: the closing summary names each failed test with its message (and each skip with its
+    # reason); the output's tail below is what the report keeps, and a failure's own section,
+    # with the captured logs of its Dagster runs, can be longer than that tail.
+    command = [sys.executable, "-m", "pytest", "-m", "both_engines", "-n", "0", "-p", "no:cacheprovider", "-q", "-rfEs"]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=4700)
-    summary = result.stdout[-8000:]
+    summary = result.stdout[-12000:]
     print(summary)
     if durations.exists():  # the suite's closing report counts its modules under the engine's name
         record_property(NESTED_SESSION_PROPERTY, (other, json.loads(durations.read_text())))
