@@ -27,10 +27,10 @@ as a user could):
 - ``class-archive``: a dynamic class-data-sharing archive of the classes a run
   loads. One run with nothing new writes it (``-XX:ArchiveClassesAtExit``;
   its seconds and the archive's size are reported), the measured runs map it
-  (``-Xshare:on -XX:SharedArchiveFile``: a run that cannot map it fails). The JDK maps an archive only when no folder
-  with files in it is on the class path, and spark-submit puts Spark's
-  configuration folder there: ``SPARK_CONF_DIR`` must be unset or name an
-  empty folder.
+  (``-Xshare:on -XX:SharedArchiveFile``: a run that cannot map it fails).
+  The JDK maps an archive only when no folder with files in it is on the
+  class path, and spark-submit puts Spark's configuration folder there:
+  ``SPARK_CONF_DIR`` must be unset or name an empty folder.
 
 Prints a Markdown table (median and each run: seconds of the Dagster run,
 and of the whole process) and the machine's load.
@@ -85,17 +85,15 @@ def with_java_options(env: dict[str, str], options: str) -> dict[str, str]:
 
 def wait_for_jvms_naming(text: str, timeout: float = 300.0) -> None:
     """Wait until no ``java`` process has ``text`` in its command line (a JVM still writing its archive)."""
+    def names_it(process: Path) -> bool:
+        try:
+            return text.encode() in (process / "cmdline").read_bytes()
+        except OSError:  # the process ended while being read
+            return False
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if text.encode() in (entry / "cmdline").read_bytes():
-                        running.append(entry.name)
-                except OSError:
-                    continue
-        if not running:
+        if not any(names_it(entry) for entry in Path("/proc").iterdir() if entry.name.isdigit()):
             return
         time.sleep(0.5)
     raise SystemExit(f"a JVM started with {text} was still running after {timeout:.0f} s")
