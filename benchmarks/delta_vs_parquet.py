@@ -24,7 +24,12 @@ delta-spark rows: its write; its first read of the freshly written table (it
 builds the table's snapshot state); later reads (the state is cached); and the
 same three with Delta's default of 50 snapshot partitions (``untuned``), and a
 write that collects no per-file column statistics, to show what they cost
-(skip these four with ``--no-extra-rows``).
+(skip these four with ``--no-extra-rows``). With ``--write-jobs`` it also splits
+the Parquet write and the two statistics variants' writes into the Spark jobs
+each ran, from the session's UI: the job writing the rows, the jobs building
+the state of the version an overwrite replaces (the project's variant
+overwrites the empty table the IO manager would have created), Delta's other
+jobs, and the time outside any job (planning, the commit).
 
 delta-rs rows: the ``write_delta`` fast route (Spark's Parquet writer, one
 delta-rs commit), ``format("delta")`` write, the ``read_delta`` fast route and the
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 
 import pyarrow as pa
@@ -58,7 +64,10 @@ from engine_runs import (
     build_session,
     describe_load,
     describe_session,
+    last_job_id,
     run_benchmark,
+    seconds_inside_jobs,
+    spark_jobs,
 )
 
 
@@ -223,13 +232,58 @@ def warm_up(spark: SparkSession, work: str) -> None:
         scan_all(spark.read.format(fmt).load(path))
 
 
-def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, extra: bool) -> Timings:
+#: The parts a write's wall time is split into by ``--write-jobs``.
+WRITE_PARTS = ("writing the rows", "state of the replaced version", "other Spark jobs", "outside Spark jobs")
+
+
+class WriteJobs:
+    """Where each timed write's wall time went, by the Spark jobs it ran (from the session's UI)."""
+
+    def __init__(self, spark: SparkSession, timings: Timings) -> None:
+        self.spark, self.timings = spark, timings
+        self.parts: dict[str, list[dict[str, float]]] = {}
+
+    def run(self, name: str, write) -> None:
+        before = last_job_id(self.spark)
+        self.timings.run(name, write)
+        wall = self.timings.wall[name][-1]
+        jobs = [job for job in spark_jobs(self.spark) if job["jobId"] > before]
+        # The job the writer's own call starts is named after that call site
+        # (``save``, ``parquet``); Delta names the jobs it runs for its log.
+        rows = [job for job in jobs if job["name"].startswith(("save at ", "parquet at "))]
+        if len(rows) != 1:
+            raise RuntimeError(f"{name}: expected one job writing the rows, found {[j['name'] for j in jobs]}")
+        state = [job for job in jobs if job.get("description", "").startswith("Delta: Compute snapshot")]
+        other = [job for job in jobs if job not in rows and job not in state]
+        self.parts.setdefault(name, []).append({
+            "writing the rows": seconds_inside_jobs(rows),
+            "state of the replaced version": seconds_inside_jobs(state),
+            "other Spark jobs": seconds_inside_jobs(other),
+            "outside Spark jobs": wall - seconds_inside_jobs(jobs),
+            "jobs": len(jobs),
+        })
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {name: {part: statistics.median(sample[part] for sample in samples)
+                       for part in (*WRITE_PARTS, "jobs")}
+                for name, samples in self.parts.items()}
+
+
+def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, extra: bool,
+                        write_jobs: bool = False) -> tuple[Timings, dict | None]:
     """delta-spark writes and reads against Parquet.
 
     ``extra`` adds the explanatory rows: Delta's default snapshot partitions
     (write, first read, read) and a write without column statistics.
+    ``write_jobs`` splits the Parquet write and the two statistics variants'
+    writes into the Spark jobs they ran (the session's UI must be on).
+
+    Returns:
+        The timings, and with ``write_jobs`` the medians of each write's parts.
     """
     timings = Timings()
+    jobs = WriteJobs(spark, timings) if write_jobs else None
+    timed_write = jobs.run if jobs else timings.run
     warm_up(spark, work)
     delta = lambda path: spark.read.format("delta").load(path)  # noqa: E731
     for i in range(repeat):
@@ -237,10 +291,10 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
         parquet_path, delta_path, untuned_path, no_stats_path, declared_path = (
             os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "untuned", "no-stats", "declared"))
         write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
-        timings.run("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
-        timings.run("delta-spark write", lambda: write_delta(delta_path))
+        timed_write("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
+        timed_write("delta-spark write", lambda: write_delta(delta_path))
         create_as_the_io_manager_does(spark, declared_path, source.schema)  # untimed: an empty table
-        timings.run("delta-spark write, project statistics", lambda: write_delta(declared_path))
+        timed_write("delta-spark write, project statistics", lambda: write_delta(declared_path))
         if extra:
             with untuned(spark):
                 timings.run("delta-spark write, untuned", lambda: write_delta(untuned_path))
@@ -258,7 +312,7 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
             if extra:
                 with untuned(spark):
                     timings.run("delta-spark read, untuned", lambda: scan_all(delta(untuned_path)))
-    return timings
+    return timings, (jobs.medians() if jobs else None)
 
 
 def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Timings:
@@ -299,18 +353,21 @@ def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Tim
 
 def run_one_engine(args: argparse.Namespace) -> dict:
     """Measure one engine in this process; the figures as a JSON-ready dict."""
-    spark, _ = build_session(args.engine, args.master, args.delta_spark_jars, f"delta-vs-parquet-{args.engine}")
+    write_jobs = args.write_jobs and args.engine == "delta-spark"
+    spark, _ = build_session(args.engine, args.master, args.delta_spark_jars, f"delta-vs-parquet-{args.engine}",
+                             {"spark.ui.enabled": "true"} if write_jobs else None)
     work = tempfile.mkdtemp(prefix="delta-bench-")
     try:
         with LoadSampler() as load:
             source = make_frame(spark, args.rows).cache()
             source.count()
+            parts = None
             if args.engine == "delta-spark":
-                timings = measure_delta_spark(spark, source, work, args.repeat, args.extra_rows)
+                timings, parts = measure_delta_spark(spark, source, work, args.repeat, args.extra_rows, write_jobs)
             else:
                 timings = measure_delta_rs(spark, source, work, args.repeat)
         return {"facts": describe_session(spark, args.engine), "rows": args.rows, "repeat": args.repeat,
-                "steps": timings.medians(), "load": load.samples}
+                "steps": timings.medians(), "write_jobs": parts, "load": load.samples}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
@@ -372,6 +429,21 @@ def print_markdown(results: list[dict]) -> None:
             step, baseline = steps[name], steps[base]
             print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x "
                   f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {target or '-'} |")
+    for result in results:
+        if result.get("write_jobs"):
+            print_write_jobs(result["write_jobs"])
+
+
+def print_write_jobs(parts: dict[str, dict[str, float]]) -> None:
+    """Each write's median wall seconds split by the Spark jobs it ran (``--write-jobs``)."""
+    labels = {name: label for name, _, label, _ in TABLE_ROWS["delta-spark"]}
+    baseline = parts["parquet write"]["writing the rows"]
+    print("\nWhere a write's wall seconds went (medians; jobs that overlap count once):\n")
+    print("| write | " + " | ".join(WRITE_PARTS) + " | rows' job / Parquet's | Spark jobs |")
+    print("| --- |" + " ---: |" * (len(WRITE_PARTS) + 2))
+    for name, part in parts.items():
+        print(f"| {labels[name]} | " + " | ".join(f"{part[p]:.2f}" for p in WRITE_PARTS)
+              + f" | {part['writing the rows'] / baseline:.2f}x | {part['jobs']:g} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -381,6 +453,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-extra-rows", dest="extra_rows", action="store_false",
                         help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
                              "a write without column statistics)")
+    parser.add_argument("--write-jobs", action="store_true",
+                        help="delta-spark: split each write's time into the Spark jobs it ran (writing the rows, "
+                             "building the state of the version an overwrite replaces, other jobs) and the time "
+                             "outside any job; turns the session's UI on")
     add_engine_arguments(parser)
     run_benchmark(parser, argv, os.path.abspath(__file__), run_one_engine, print_markdown)
 

@@ -13,8 +13,9 @@ Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
 * One Python process holds one SparkContext, so :func:`run_engines` runs the
   script once per engine in a child process (``--engine NAME --json``) and
   collects the JSON each child prints.
-* :func:`spark_jobs`, :func:`last_job_id` and :func:`spark_jobs_by_kind`: the jobs a session ran,
-  from its UI's REST API, and their seconds grouped by what they did.
+* :func:`spark_jobs`, :func:`last_job_id`, :func:`spark_jobs_by_kind` and
+  :func:`seconds_inside_jobs`: the jobs a session ran, from its UI's REST API,
+  their seconds grouped by what they did, and how long any of them ran.
 * Linux ``/proc`` readings (no psutil): CPU seconds of a process tree, resident
   and peak resident memory of a process, and a background load-average sampler.
 
@@ -152,6 +153,25 @@ def last_job_id(session) -> int:
     return max((job["jobId"] for job in spark_jobs(session)), default=-1)
 
 
+def job_moment(text: str) -> float:
+    """A UI job's ``submissionTime`` or ``completionTime`` as a Unix timestamp."""
+    from datetime import datetime
+
+    return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def seconds_inside_jobs(jobs: Sequence[dict]) -> float:
+    """How long at least one of ``jobs`` ran: their intervals' union (jobs that overlap count once)."""
+    intervals = sorted((job_moment(job["submissionTime"]), job_moment(job["completionTime"]))
+                       for job in jobs if "completionTime" in job)
+    total, end = 0.0, float("-inf")
+    for start, stop in intervals:
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
 def spark_jobs_by_kind(jobs: list[dict], after_job: int,
                        kind: Callable[[dict], str]) -> dict[str, dict[str, float]]:
     """Count and seconds of the jobs numbered above ``after_job``, grouped by ``kind(job)``.
@@ -159,18 +179,13 @@ def spark_jobs_by_kind(jobs: list[dict], after_job: int,
     Seconds run from a job's submission to its completion, so jobs that run
     side by side count twice.
     """
-    from datetime import datetime
-
-    def moment(text: str) -> float:
-        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-
     kinds: dict[str, dict[str, float]] = {}
     for job in jobs:
         if job["jobId"] <= after_job or "completionTime" not in job:
             continue
         entry = kinds.setdefault(kind(job), {"jobs": 0, "seconds": 0.0})
         entry["jobs"] += 1
-        entry["seconds"] += moment(job["completionTime"]) - moment(job["submissionTime"])
+        entry["seconds"] += job_moment(job["completionTime"]) - job_moment(job["submissionTime"])
     # Rounded once summed: many small jobs take under 0.05 s each.
     return {name: {"jobs": entry["jobs"], "seconds": round(entry["seconds"], 1)} for name, entry in kinds.items()}
 
