@@ -117,8 +117,8 @@ class LakeCatalog(Config):
     )
     warehouse_dir: str | None = Field(
         default=None,
-        description="Spark's warehouse folder (managed tables; the lake's tables are all external). "
-        "Default: <lake_root>/_warehouse.",
+        description="Spark's warehouse folder: the databases' own folders and managed tables (the lake's tables "
+        "are all external). Default: <lake_root>/_warehouse; with neither set, Spark's ./spark-warehouse.",
     )
 
     @field_validator("kind", mode="before")
@@ -161,18 +161,26 @@ class LakeCatalog(Config):
     def spark_config(self) -> dict[str, str]:
         """The Spark settings of this catalog, applied when the session is built.
 
+        The warehouse folder is set for the session catalog too: its databases
+        get folders there, which Spark would otherwise make in the working
+        directory (``./spark-warehouse`` in the project a user runs
+        ``dagster dev`` from).
+
         Raises:
             CatalogError: kind hive without metastore_url or metastore_uris.
         """
-        if self.kind != "hive":
+        if self.kind == "none":
             return {}
-        if not self.metastore_url and not self.metastore_uris:
+        if self.kind == "hive" and not self.metastore_url and not self.metastore_uris:
             raise CatalogError("MEDALLION_CATALOG=hive needs the metastore: set MEDALLION_METASTORE_URL (a JDBC URL "
                                "of its database) or MEDALLION_METASTORE_URIS (thrift://host:9083)")
-        config = {"spark.sql.catalogImplementation": "hive"}
+        config = {}
         warehouse = self.warehouse_dir or (_join(self.lake_root, "_warehouse") if self.lake_root else None)
         if warehouse:
             config["spark.sql.warehouse.dir"] = warehouse
+        if self.kind != "hive":
+            return config
+        config["spark.sql.catalogImplementation"] = "hive"
         if self.metastore_uris:
             config["spark.hadoop.hive.metastore.uris"] = self.metastore_uris
             return config

@@ -65,12 +65,14 @@ def delta_engine() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     """A local SparkSession on the session's Delta engine, shared by every test.
 
     Starting a JVM costs seconds, so the whole suite shares one; Dagster runs
     made in-process pick it up through ``getOrCreate``. The UI and Delta's snapshot
     tasks are set in ``spark_conf/spark-defaults.conf``, as for every test JVM.
+    The tests' databases get their folders in a temporary warehouse, not in the
+    checkout's ``spark-warehouse``.
     """
     from pyspark.sql import SparkSession
 
@@ -89,6 +91,7 @@ def spark():
         .config("spark.default.parallelism", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", TEST_DRIVER_MEMORY)
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
     )
     for key, value in session_config.items():
         builder = builder.config(key, value)

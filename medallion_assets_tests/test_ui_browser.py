@@ -218,6 +218,8 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check(dagster_dev)
              "-m", "medallion_assets.definitions", "--select", "gold/pricing_summary"],
             cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=600,
         )
+        # The runs' session catalog keeps its databases' folders in the lake, not in the project.
+        assert {p.name for p in (folder / "lakehouse" / "_warehouse").iterdir()} >= {"bronze.db", "silver.db", "gold.db"}
         runs = graphql(base, RUNS)["runsOrError"]["results"]
         assert len(runs) == 2 and all(r["status"] == "SUCCESS" for r in runs), runs
         page.goto(f"{base}/runs")
