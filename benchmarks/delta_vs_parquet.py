@@ -20,16 +20,19 @@ Markdown table. Besides wall seconds it prints the CPU seconds of the whole
 process tree (driver, JVM, Python workers) for each step, which other load on
 the machine does not inflate.
 
-delta-spark rows: its write; its first read of the freshly written table (it
-builds the table's snapshot state); later reads (the state is cached); and the
-same three with Delta's default of 50 snapshot partitions (``untuned``), and a
-write that collects no per-file column statistics, to show what they cost
-(skip these four with ``--no-extra-rows``). With ``--write-jobs`` it also splits
-the Parquet write and the two statistics variants' writes into the Spark jobs
-each ran, from the session's UI: the job writing the rows, the jobs building
-the state of the version an overwrite replaces (the project's variant
-overwrites the empty table the IO manager would have created), Delta's other
-jobs, and the time outside any job (planning, the commit).
+delta-spark rows: its write of a new table with Delta's default statistics;
+writes into an empty table created as the IO manager creates silver's
+``lineitem`` (statistics on its keys and date), once as an overwrite and
+once as an append (how the IO manager loads a merge table first); the first
+read of the freshly written table (it builds the table's snapshot state);
+later reads (the state is cached); and the same three with Delta's default
+of 50 snapshot partitions (``untuned``), and a write that collects no
+per-file column statistics, to show what they cost (skip these four with
+``--no-extra-rows``). With ``--write-jobs`` it also splits the Parquet write
+and the Delta writes into the Spark jobs each ran, from the session's UI:
+the job writing the rows, the jobs building the state of the version an
+overwrite replaces, Delta's other jobs, and the time outside any job
+(planning, the commit).
 
 delta-rs rows: the ``write_delta`` fast route (Spark's Parquet writer, one
 delta-rs commit), ``format("delta")`` write, the ``read_delta`` fast route and the
@@ -288,13 +291,17 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
     delta = lambda path: spark.read.format("delta").load(path)  # noqa: E731
     for i in range(repeat):
         reset_folder(work)
-        parquet_path, delta_path, untuned_path, no_stats_path, declared_path = (
-            os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "untuned", "no-stats", "declared"))
+        parquet_path, delta_path, untuned_path, no_stats_path, declared_path, appended_path = (
+            os.path.join(work, f"{name}-{i}")
+            for name in ("parquet", "delta", "untuned", "no-stats", "declared", "appended"))
         write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
         timed_write("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
         timed_write("delta-spark write", lambda: write_delta(delta_path))
         create_as_the_io_manager_does(spark, declared_path, source.schema)  # untimed: an empty table
         timed_write("delta-spark write, project statistics", lambda: write_delta(declared_path))
+        create_as_the_io_manager_does(spark, appended_path, source.schema)
+        timed_write("delta-spark append, project statistics",
+                    lambda: source.write.format("delta").mode("append").save(appended_path))
         if extra:
             with untuned(spark):
                 timings.run("delta-spark write, untuned", lambda: write_delta(untuned_path))
@@ -380,6 +387,8 @@ TABLE_ROWS = {
         ("delta-spark write", "parquet write", "write, Delta's default statistics (every column)", None),
         ("delta-spark write, project statistics", "parquet write",
          "write, the project's default statistics (keys and dates: l_orderkey, l_linenumber, l_shipdate)", "1.10x"),
+        ("delta-spark append, project statistics", "parquet write",
+         "the same, appended to the new table (a merge table's first load)", "1.10x"),
         ("delta-spark write, untuned", "parquet write", "write, untuned (50 snapshot partitions)", None),
         ("delta-spark write, no statistics", "parquet write",
          "write without column statistics (`stats.collect=false`; explains the gap, not a setting)", None),
