@@ -278,8 +278,8 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
 
     ``extra`` adds the explanatory rows: Delta's default snapshot partitions
     (write, first read, read) and a write without column statistics.
-    ``write_jobs`` splits the Parquet write and the two statistics variants'
-    writes into the Spark jobs they ran (the session's UI must be on).
+    ``write_jobs`` splits each write into the Spark jobs it ran (the
+    session's UI must be on).
 
     Returns:
         The timings, and with ``write_jobs`` the medians of each write's parts.
