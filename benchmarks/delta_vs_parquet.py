@@ -15,7 +15,7 @@ same cached rows.
 
 Each write runs ``--repeat`` times and each read twice per repeat after an
 untimed warm-up pass, alternating the formats so that load on the machine hits
-them alike; the median times and the ratios against Parquet are printed as one
+them alike (the delta-spark writes start one later in each repeat); the median times and the ratios against Parquet are printed as one
 Markdown table. Besides wall seconds it prints the CPU seconds of the whole
 process tree (driver, JVM, Python workers) for each step, which other load on
 the machine does not inflate.
@@ -295,13 +295,19 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
             os.path.join(work, f"{name}-{i}")
             for name in ("parquet", "delta", "untuned", "no-stats", "declared", "appended"))
         write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
-        timed_write("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path))
-        timed_write("delta-spark write", lambda: write_delta(delta_path))
-        create_as_the_io_manager_does(spark, declared_path, source.schema)  # untimed: an empty table
-        timed_write("delta-spark write, project statistics", lambda: write_delta(declared_path))
-        create_as_the_io_manager_does(spark, appended_path, source.schema)
-        timed_write("delta-spark append, project statistics",
-                    lambda: source.write.format("delta").mode("append").save(appended_path))
+        empty_table = lambda path: lambda: create_as_the_io_manager_does(spark, path, source.schema)  # noqa: E731
+        writes = [  # (step, untimed preparation, timed write)
+            ("parquet write", None, lambda: source.write.mode("overwrite").parquet(parquet_path)),
+            ("delta-spark write", None, lambda: write_delta(delta_path)),
+            ("delta-spark write, project statistics", empty_table(declared_path), lambda: write_delta(declared_path)),
+            ("delta-spark append, project statistics", empty_table(appended_path),
+             lambda: source.write.format("delta").mode("append").save(appended_path)),
+        ]
+        # Each repeat starts with the next write, so none always runs first or after the same one.
+        for name, prepare, write in writes[i % len(writes):] + writes[:i % len(writes)]:
+            if prepare is not None:
+                prepare()
+            timed_write(name, write)
         if extra:
             with untuned(spark):
                 timings.run("delta-spark write, untuned", lambda: write_delta(untuned_path))
