@@ -50,6 +50,7 @@ import os
 import shutil
 import statistics
 import tempfile
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -295,12 +296,14 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
             os.path.join(work, f"{name}-{i}")
             for name in ("parquet", "delta", "untuned", "no-stats", "declared", "appended"))
         write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
-        empty_table = lambda path: lambda: create_as_the_io_manager_does(spark, path, source.schema)  # noqa: E731
         writes = [  # (step, untimed preparation, timed write)
             ("parquet write", None, lambda: source.write.mode("overwrite").parquet(parquet_path)),
             ("delta-spark write", None, lambda: write_delta(delta_path)),
-            ("delta-spark write, project statistics", empty_table(declared_path), lambda: write_delta(declared_path)),
-            ("delta-spark append, project statistics", empty_table(appended_path),
+            ("delta-spark write, project statistics",
+             partial(create_as_the_io_manager_does, spark, declared_path, source.schema),
+             lambda: write_delta(declared_path)),
+            ("delta-spark append, project statistics",
+             partial(create_as_the_io_manager_does, spark, appended_path, source.schema),
              lambda: source.write.format("delta").mode("append").save(appended_path)),
         ]
         # Each repeat starts with the next write, so none always runs first or after the same one.
@@ -310,9 +313,9 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
             timed_write(name, write)
         if extra:
             with untuned(spark):
-                timings.run("delta-spark write, untuned", lambda: write_delta(untuned_path))
+                timed_write("delta-spark write, untuned", lambda: write_delta(untuned_path))
             with without_statistics(spark):
-                timings.run("delta-spark write, no statistics", lambda: write_delta(no_stats_path))
+                timed_write("delta-spark write, no statistics", lambda: write_delta(no_stats_path))
         expected = scan_all(spark.read.parquet(parquet_path))  # untimed: warms the page cache and the JIT
         same_rows(timings.run("delta-spark first read", lambda: scan_all(delta(delta_path))), expected, "delta-spark")
         if extra:
