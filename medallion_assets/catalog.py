@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_KINDS = ("session", "hive", "none")
+#: The default warehouse folder under the lake root (the lake's attach skips it: it holds no table).
+WAREHOUSE_FOLDER = "_warehouse"
 #: Tables a starting session registers at once.
 ATTACH_THREADS = 4
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -175,7 +177,7 @@ class LakeCatalog(Config):
             raise CatalogError("MEDALLION_CATALOG=hive needs the metastore: set MEDALLION_METASTORE_URL (a JDBC URL "
                                "of its database) or MEDALLION_METASTORE_URIS (thrift://host:9083)")
         config = {}
-        warehouse = self.warehouse_dir or (_join(self.lake_root, "_warehouse") if self.lake_root else None)
+        warehouse = self.warehouse_dir or (_join(self.lake_root, WAREHOUSE_FOLDER) if self.lake_root else None)
         if warehouse:
             config["spark.sql.warehouse.dir"] = warehouse
         if self.kind != "hive":

@@ -17,7 +17,7 @@ from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from medallion_assets.catalog import LakeCatalog
+from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
 
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ def _local_cores(master: str) -> int:
 
 
 #: Folders of the lake root that hold no tables.
-_NOT_LAYERS = ("landing", "_checkpoints", "_warehouse")
+_NOT_LAYERS = ("landing", "_checkpoints", WAREHOUSE_FOLDER)
 
 
 class LakeResource(ConfigurableResource):
