@@ -17,7 +17,12 @@ of them already hold a commit of a given run: the IO manager records
 ``dagster_run_id`` in every commit's custom metadata, on either engine.
 
 :func:`kill_when` polls these every 20 ms and SIGKILLs the process group as
-soon as a condition holds. Everything here only reads, except
+soon as a condition holds. A point that lasts only tens of milliseconds (a
+batch's files written and not yet committed: about 40 to 80 ms for the
+delta-rs engine's sink, whatever the batch's size) is missed by a 20 ms poll
+whenever the test process is not scheduled for a moment, so ``kill_when`` can
+run the process in steps once it nears the point: it is stopped (SIGSTOP)
+while each look is taken and runs only a few milliseconds between looks. Everything here only reads, except
 :func:`undo_checkpoint_commit`, which a test uses to recreate a crash state
 an outside kill cannot hit reliably (see its docstring).
 :func:`sink_engines` tells which engine wrote a stream's commits, so a test
@@ -39,6 +44,8 @@ from urllib.parse import unquote
 from medallion_assets_tests.processes import signal_group
 
 POLL_SECONDS = 0.02
+#: How long the process runs between two looks once :func:`kill_when` steps it.
+STEP_SECONDS = 0.005
 
 
 @dataclass(frozen=True)
@@ -260,14 +267,22 @@ def kill_when(
     what: str,
     timeout: float = 300,
     poll: float = POLL_SECONDS,
+    step_once: Callable[[_Look], bool] | None = None,
+    step: float = STEP_SECONDS,
 ) -> _Look:
     """SIGKILL ``proc``'s group as soon as ``condition(watch.look())`` holds.
+
+    Once ``step_once(look)`` holds, the group runs in steps: SIGCONT, ``step``
+    seconds, SIGSTOP, then a look at a state that cannot change under it. A
+    point then lasts as many looks as it takes the process steps to pass it,
+    however busy the machine, instead of being missed between two polls.
 
     Returns the look that fired the kill. Raises when the process ends first
     (a look after its end gets one more chance: the condition may have come
     true just before) or after ``timeout`` seconds (then it is killed too).
     """
     deadline = time.monotonic() + timeout
+    stepping = False
     try:
         while True:
             ended = proc.poll() is not None
@@ -279,7 +294,13 @@ def kill_when(
                                      f"see {getattr(proc, 'log', 'its log')}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}: {seen}")
-            time.sleep(poll)
+            stepping = stepping or (step_once is not None and step_once(seen))
+            if stepping:
+                signal_group(proc, signal.SIGCONT)
+                time.sleep(step)
+                signal_group(proc, signal.SIGSTOP)
+            else:
+                time.sleep(poll)
     finally:
         kill(proc)
 

@@ -34,8 +34,10 @@ from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engi
 # Four ingest processes, each a JVM of its own: minutes each on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]
 STREAM = "orders_raw"
-#: Lines of the file whose batch is killed while writing: enough for its tasks
-#: to write for a while (a second or more here), small enough to stay quick.
+#: Lines of the file whose batch is killed while writing. Its files exist for
+#: tens of milliseconds before their commit, whatever its size (the kill steps
+#: the process through that batch to see them): enough lines for a few Arrow
+#: batches, small enough to stay quick.
 BIG_FILE_LINES = 50_000
 
 
@@ -111,6 +113,8 @@ def test_ingest_killed_at_several_points_ends_exactly_once(tmp_path, delta_engin
         start(root), watch,
         lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
         what="batch 2's tasks writing",
+        # The files exist for tens of milliseconds before their commit: step through batch 2.
+        step_once=lambda s: 2 in s.offsets,
     )
     print(f"2: killed with {len(seen.uncommitted - earlier_orphans)} uncommitted file(s) of batch 2")
     assert txn_version() == 1, "killed before batch 2's Delta commit"

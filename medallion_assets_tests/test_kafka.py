@@ -311,7 +311,7 @@ def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_eng
     earlier_orphans = watch.look().uncommitted
     kill_when(_start_ingest(root, kafka, 100_000), watch,
               lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
-              what="batch 2's tasks writing")
+              what="batch 2's tasks writing", step_once=lambda s: 2 in s.offsets)
     assert txn_version() == 1, "killed before batch 2's Delta commit"
 
     # 3. A clean run to the end.
