@@ -76,16 +76,24 @@ from engine_runs import (
 
 
 def make_frame(spark: SparkSession, rows: int):
-    """TPC-H lineitem-like rows: keys, decimals, dates, short strings, comments."""
+    """TPC-H lineitem-like rows: keys, decimals, dates, short strings, comments.
+
+    Every column is nullable, as every column of silver's ``lineitem`` is (its
+    values are casts of parsed text). A column ``spark.range`` derives as
+    never null would become a NOT NULL column of a table the IO manager
+    creates from this schema, which Delta then checks on every row written.
+    """
+    # A condition the optimizer cannot fold away (an id is never negative), so the column stays nullable.
+    nullable = lambda column: F.when(F.col("id") >= 0, column)  # noqa: E731
     return spark.range(rows, numPartitions=max(2, os.cpu_count() or 2)).select(
-        F.col("id").alias("l_orderkey"),
+        nullable(F.col("id")).alias("l_orderkey"),
         (F.col("id") % 200_000).alias("l_partkey"),
         (F.col("id") % 7).cast("int").alias("l_linenumber"),
         ((F.col("id") % 5000) / 100).cast("decimal(15,2)").alias("l_extendedprice"),
         ((F.col("id") % 11) / 100).cast("decimal(15,2)").alias("l_discount"),
         F.date_add(F.lit("1992-01-01").cast("date"), (F.col("id") % 2500).cast("int")).alias("l_shipdate"),
-        F.element_at(F.array(*[F.lit(m) for m in ("AIR", "MAIL", "SHIP", "TRUCK", "RAIL")]), (F.col("id") % 5 + 1).cast("int")).alias("l_shipmode"),
-        F.concat(F.lit("comment "), F.sha1(F.col("id").cast("string")).substr(1, 20)).alias("l_comment"),
+        nullable(F.element_at(F.array(*[F.lit(m) for m in ("AIR", "MAIL", "SHIP", "TRUCK", "RAIL")]), (F.col("id") % 5 + 1).cast("int"))).alias("l_shipmode"),
+        nullable(F.concat(F.lit("comment "), F.sha1(F.col("id").cast("string")).substr(1, 20))).alias("l_comment"),
     )
 
 
