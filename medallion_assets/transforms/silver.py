@@ -101,26 +101,54 @@ def validated(
     Example:
         >>> reason, typed = validated(F.col("amount"), "amount", DecimalType(12, 2))
     """
+    converted = typed_value(text, kind)
+    return invalid_reason(text, converted, name, kind, prefix, required=required), converted
+
+
+def _pattern(kind: DataType) -> tuple[str, str]:
+    """The text pattern a value of ``kind`` must match, and what the reason calls it."""
+    if isinstance(kind, (LongType, IntegerType)):
+        return _INTEGER_PATTERN, "an integer"
+    if isinstance(kind, DecimalType):
+        return _decimal_pattern(kind), "a decimal"
+    if isinstance(kind, DateType):
+        return _DATE_PATTERN, "a date"
+    if isinstance(kind, TimestampType):
+        return _TIMESTAMP_PATTERN, "a timestamp"
+    raise TypeError(f"no validation for {kind}")
+
+
+def typed_value(text: Column, kind: DataType) -> Column:
+    """The text as ``kind``: null when missing or not of that type; a string as it is.
+
+    The half of :func:`validated` that costs per value (a pattern and a cast):
+    inside an array's lambda Spark shares no expression between two uses, so
+    a caller that needs the typed value and the reason of every element
+    computes this once per element and hands it to :func:`invalid_reason`.
+    """
+    if isinstance(kind, StringType):
+        return text
+    pattern, _ = _pattern(kind)
+    return F.when(text.rlike(pattern), text.try_cast(kind))
+
+
+def invalid_reason(
+    text: Column, converted: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True
+) -> Column:
+    """Why ``text`` is not a valid ``kind`` (null when it is), given its :func:`typed_value` ``converted``.
+
+    Arguments as :func:`validated`'s.
+    """
     lead = prefix if prefix is not None else F.lit("")
     missing = text.isNull() | (text == F.lit(""))
     missing_reason = F.when(missing, F.concat(lead, F.lit(f"missing {name}"))) if required else None
     if isinstance(kind, StringType):
-        return missing_reason if missing_reason is not None else F.lit(None).cast("string"), text
-    if isinstance(kind, (LongType, IntegerType)):
-        pattern, what = _INTEGER_PATTERN, "an integer"
-    elif isinstance(kind, DecimalType):
-        pattern, what = _decimal_pattern(kind), "a decimal"
-    elif isinstance(kind, DateType):
-        pattern, what = _DATE_PATTERN, "a date"
-    elif isinstance(kind, TimestampType):
-        pattern, what = _TIMESTAMP_PATTERN, "a timestamp"
-    else:
-        raise TypeError(f"no validation for {kind}")
-    converted = F.when(text.rlike(pattern), text.try_cast(kind))
+        return missing_reason if missing_reason is not None else F.lit(None).cast("string")
+    _, what = _pattern(kind)
     wrong = F.concat(lead, F.lit(f"{name} is not {what}: '"), text, F.lit("'"))
     if missing_reason is None:
-        return F.when(~missing & converted.isNull(), wrong), converted
-    return missing_reason.when(converted.isNull(), wrong), converted
+        return F.when(~missing & converted.isNull(), wrong)
+    return missing_reason.when(converted.isNull(), wrong)
 
 
 def not_valid_utf8(text: Column) -> Column:

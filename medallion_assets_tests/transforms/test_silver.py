@@ -174,6 +174,11 @@ def _raw(spark, lines):
 def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
     bad_item = _order(4)
     bad_item["lineitems"][0]["l_quantity"] = "2x"
+    # A good first item does not hide a bad later one: an empty text field, a missing number.
+    empty_text = _order(9)
+    empty_text["lineitems"].append({**empty_text["lineitems"][0], "l_linenumber": 2, "l_shipmode": ""})
+    missing_number = _order(10)
+    missing_number["lineitems"].append({k: v for k, v in missing_number["lineitems"][0].items() if k != "l_tax"})
     lines = [
         _event("e1", "1996-01-03T00:00:00Z", "upsert", _order(1)),
         '{"event_id": "e2", "order": {',
@@ -188,6 +193,8 @@ def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
         _event("e11", "1996-01-03T00:00:00Z", "upsert", _order(7, o_totalprice="1.234")),
         _event("e12", "1996-01-04T00:00:00Z", "delete", {"o_orderkey": 8}),
         "[1, 2]",
+        _event("e13", "1996-01-03T00:00:00Z", "upsert", empty_text),
+        _event("e14", "1996-01-03T00:00:00Z", "upsert", missing_number),
     ]
 
     events, rejects = silver.parse_order_events(_raw(spark, lines))
@@ -205,6 +212,8 @@ def test_bad_lines_are_rejected_with_reasons_and_good_lines_survive(spark):
             (lines[9], "lineitems is not an array of objects"),
             (lines[10], "o_totalprice is not a decimal: '1.234'"),
             (lines[12], "not a JSON object"),
+            (lines[13], "lineitem 2: missing l_shipmode"),
+            (lines[14], "lineitem 2: missing l_tax"),
         ]
     )
     # The independent reference gives each line the same verdict.

@@ -43,6 +43,7 @@ from medallion_assets.transforms.silver import (
     NOT_VALID_UTF8,
     conform_snapshot,
     history_rows,
+    invalid_reason,
     kafka_lines,
     latest_changes,
     mask_pii,
@@ -52,6 +53,7 @@ from medallion_assets.transforms.silver import (
     parse_changes,
     rejected_changes,
     text_schema,
+    typed_value,
     validated,
 )
 
@@ -195,10 +197,19 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
     order = F.from_json(F.col("_envelope.order"), text_schema([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
     item_text = text_schema([*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem])
     lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(item_text, True))
+    def typed_item(item: Column) -> Column:
+        return F.struct(
+            *(typed_value(item[f.name], f.dataType).alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields),
+            *(item[name].alias(name) for name in kept.lineitem),
+        )
+
+    # Each line item field's pattern and cast run once, in their own projection: the
+    # reasons below read the typed items (a lambda would compute them again per use).
     parsed = (
         orders_raw.select("value", "_source_file", "_ingested_at", envelope.alias("_envelope"))
         .select("*", order.alias("_order"))
         .select("*", lineitems.alias("_lineitems"))
+        .select("*", F.transform("_lineitems", typed_item).alias("_typed_items"))
     )
 
     event_id_reason, _ = validated(F.col("_envelope.event_id"), "event_id", StringType())
@@ -228,18 +239,28 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
 
     def item_reason(item: Column, index: Column) -> Column:
         prefix = F.concat(F.lit("lineitem "), (index + 1).cast("string"), F.lit(": "))
+        text, typed = item["_lineitems"], item["_typed_items"]
         return F.coalesce(
-            *(validated(item[f.name], f.name, f.dataType, prefix)[0] for f in EVENT_LINEITEM_SCHEMA.fields)
+            *(invalid_reason(text[f.name], typed[f.name], f.name, f.dataType, prefix) for f in EVENT_LINEITEM_SCHEMA.fields)
         )
 
-    def typed_item(item: Column) -> Column:
-        return F.struct(
-            *(validated(item[f.name], f.name, f.dataType)[1].alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields),
-            *(item[name].alias(name) for name in kept.lineitem),
-        )
+    def item_is_valid(typed: Column) -> Column:
+        # Every field present and of its type: a typed value is null otherwise, and a text one must not be empty.
+        valid = F.lit(True)
+        for f in EVENT_LINEITEM_SCHEMA.fields:
+            valid = valid & typed[f.name].isNotNull()
+            if isinstance(f.dataType, StringType):
+                valid = valid & (typed[f.name] != F.lit(""))
+        return valid
 
-    first_item_reason = F.try_element_at(
-        F.filter(F.transform(items, item_reason), lambda reason: reason.isNotNull()), F.lit(1)
+    # The reasons are built only for a line with a bad item: per item and field, in a lambda
+    # Spark evaluates without code generation, they cost more than the check that finds one.
+    first_item_reason = F.when(
+        F.exists("_typed_items", lambda typed: ~item_is_valid(typed)),
+        F.try_element_at(
+            F.filter(F.transform(F.arrays_zip("_lineitems", "_typed_items"), item_reason), lambda reason: reason.isNotNull()),
+            F.lit(1),
+        ),
     )
     is_upsert = op == F.lit("upsert")
     reason = F.coalesce(
@@ -264,7 +285,7 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         F.col("_envelope.op").alias("_op"),
         *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS)),
         *(F.col(f"_order.{name}").alias(f"_kept_{name}") for name in kept.order),
-        F.transform(items, typed_item).alias("_typed_lineitems"),
+        F.col("_typed_items").alias("_typed_lineitems"),
         "_source_file",
         "_ingested_at",
     )
