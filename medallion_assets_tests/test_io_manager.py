@@ -395,7 +395,7 @@ def test_a_column_mapped_table_is_previewed_by_spark_with_its_values(spark, tmp_
 
 
 def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_spark(spark, tmp_path, delta_engine):
-    """Statistics on a merge table's keys, sequence and dates only: a filter on a date skips files, a MERGE
+    """Statistics on a merge table's keys and dates only: a filter on a date skips files, a MERGE
     rewrites only the files holding its keys. (The delta-rs engine's pushed filters: ``delta/test_predicate.py``.)"""
     if delta_engine != "delta-spark":
         pytest.skip("data skipping of delta-spark's scan; the delta-rs engine's is tested in delta/test_predicate.py")
@@ -431,7 +431,7 @@ def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_sp
 
 
 def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark, tmp_path, delta_engine):
-    """A new merge table keeps per-file min/max on its keys, sequence and dates only, as delta-rs reads its log."""
+    """A new merge table keeps per-file min/max on its keys and dates only (not its sequence), as delta-rs reads its log."""
     import deltalake
     import pyarrow as pa
 
@@ -445,14 +445,14 @@ def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark,
     client.write(frame.withColumn("day", F.to_date("day")), path, spec)
 
     table = deltalake.DeltaTable(path)
-    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == "id,seq,day"
+    assert table.metadata().configuration["delta.dataSkippingStatsColumns"] == "id,day"
     actions = pa.table(table.get_add_actions(flatten=True))
     kept = {name.split(".", 1)[1] for name in actions.column_names if name.startswith("min.")}
     if delta_engine == "delta-spark":
-        assert kept == {"id", "seq", "day"}
+        assert kept == {"id", "day"}
     else:
         # The delta-rs engine commits Spark's Parquet files with the statistics of their footers.
-        assert {"id", "seq", "day"} <= kept
+        assert {"id", "day"} <= kept
     for column in ("id", "day"):
         assert all(value is not None for value in actions.column(f"min.{column}").to_pylist())
     assert pa.table(table.to_pyarrow_table()).num_rows == 200

@@ -137,16 +137,17 @@ _STATS_PROPERTIES = ("delta.dataSkippingStatsColumns", "delta.dataSkippingNumInd
 def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     """The columns whose per-file min/max a new table keeps, unless its declaration chooses.
 
-    What readers filter and merge on: the merge keys, the sequence column, the
-    replace group, the time column of a time-window partition and every date
-    or timestamp column (gold's filters and windows). Partition columns are
-    left out (their values are in the path, and Delta refuses them here); so
-    is the delete column, which is not stored. Delta's default (the first 32
-    columns) also keeps min/max of comments and raw text, which no reader
-    filters on and which fill the log. Fewer columns make the write only a
-    little cheaper on delta-spark (1.51x against 1.60x of a Parquet write at
-    4M rows): most of its statistics cost is per row, whatever the columns
-    (``docs/performance.md``).
+    What readers filter and merge on: the merge keys, the replace group, the
+    time column of a time-window partition and every date or timestamp column
+    (gold's filters and windows). Partition columns are left out (their values
+    are in the path, and Delta refuses them here); so is the delete column,
+    which is not stored, and so is the sequence column: a MERGE compares it
+    row by row after its join, and no reader filters on it, so its min/max
+    never skip a file, while delta-spark pays for every column's per row
+    (a text sequence most: about a tenth of a Parquet write of 4M rows,
+    ``docs/performance.md``). Delta's default (the first 32 columns) also
+    keeps min/max of comments and raw text, which no reader filters on and
+    which fill the log.
 
     Args:
         spec: the table's declaration.
@@ -154,7 +155,7 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     """
     # Delta keeps min/max of these types only; it refuses a table naming another type here.
     stored = {f.name for f in schema.fields if isinstance(f.dataType, _SKIPPING_TYPES)}
-    declared = [*spec.merge_keys, spec.sequence_column, spec.replace_group, spec.partition_expr]
+    declared = [*spec.merge_keys, spec.replace_group, spec.partition_expr]
     dated = [f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))]
     excluded = set(spec.partition_columns) | {spec.delete_column}
     return [name for name in dict.fromkeys([*declared, *dated]) if name in stored and name not in excluded]
