@@ -22,7 +22,7 @@ the machine does not inflate.
 
 delta-spark rows: its write of a new table with Delta's default statistics;
 writes into an empty table created as the IO manager creates silver's
-``lineitem`` (statistics on its two keys, its sequence and its three dates), once as an overwrite and
+``lineitem`` (statistics on its two keys and its three dates), once as an overwrite and
 once as an append (how the IO manager loads a merge table first); the first
 read of the freshly written table (it builds the table's snapshot state);
 later reads (the state is cached); and the same three with Delta's default
@@ -410,7 +410,7 @@ TABLE_ROWS = {
         ("parquet write", "parquet write", "Parquet write (baseline)", None),
         ("delta-spark write", "parquet write", "write, Delta's default statistics (every column)", None),
         ("delta-spark write, project statistics", "parquet write",
-         "write, the project's default statistics (silver lineitem's: its keys, sequence and three dates)", "1.10x"),
+         "write, the project's default statistics (silver lineitem's: its keys and three dates)", "1.10x"),
         ("delta-spark append, project statistics", "parquet write",
          "the same, appended to the new table (a merge table's first load)", "1.10x"),
         ("delta-spark write, untuned", "parquet write", "write, untuned (50 snapshot partitions)", None),
