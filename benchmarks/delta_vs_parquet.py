@@ -32,7 +32,9 @@ per-file column statistics, to show what they cost (skip these four with
 and the Delta writes into the Spark jobs each ran, from the session's UI:
 the job writing the rows, the jobs building the state of the version an
 overwrite replaces, Delta's other jobs, and the time outside any job
-(planning, the commit).
+(planning, the commit). ``--stats-columns`` times, instead, what each kept
+column costs: first loads appended to tables keeping statistics on none,
+three, five and six of lineitem's columns.
 
 delta-rs rows: the ``write_delta`` fast route (Spark's Parquet writer, one
 delta-rs commit), ``format("delta")`` write, the ``read_delta`` fast route and the
@@ -346,6 +348,52 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
     return timings, (jobs.medians() if jobs else None)
 
 
+#: ``--stats-columns``: the statistics each appended table keeps, by step name (None: none collected).
+STATISTICS_VARIANTS = {
+    "append, statistics on the keys and l_shipdate": ("l_orderkey", "l_linenumber", "l_shipdate"),
+    "append, statistics on the keys and three dates": (
+        "l_orderkey", "l_linenumber", "l_shipdate", "l_commitdate", "l_receiptdate"),
+    "append, statistics on the keys, three dates and _sequence": (
+        "l_orderkey", "l_linenumber", "_sequence", "l_shipdate", "l_commitdate", "l_receiptdate"),
+    "append, no statistics": None,
+}
+
+
+def measure_statistics(spark: SparkSession, source, work: str, repeat: int) -> Timings:
+    """What each kept column costs: appends to empty tables keeping statistics on more and more columns.
+
+    Each variant is a first load (an append to an empty table); they and
+    Parquet's write rotate their order from one repeat to the next.
+    """
+    from delta.tables import DeltaTable
+
+    def create(path: str, columns: tuple[str, ...] | None) -> None:
+        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(source.schema)
+        if columns is not None:
+            builder = builder.property("delta.dataSkippingStatsColumns", ",".join(columns))
+        builder.execute()
+
+    def append(path: str, columns: tuple[str, ...] | None) -> None:
+        if columns is None:
+            with without_statistics(spark):
+                source.write.format("delta").mode("append").save(path)
+        else:
+            source.write.format("delta").mode("append").save(path)
+
+    timings = Timings()
+    warm_up(spark, work)
+    for i in range(repeat):
+        reset_folder(work)
+        writes = [("parquet write", lambda: source.write.mode("overwrite").parquet(os.path.join(work, "parquet")))]
+        for n, (name, columns) in enumerate(STATISTICS_VARIANTS.items()):
+            path = os.path.join(work, f"variant-{n}")
+            create(path, columns)
+            writes.append((name, partial(append, path, columns)))
+        for name, write in writes[i % len(writes):] + writes[:i % len(writes)]:
+            timings.run(name, write)
+    return timings
+
+
 def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Timings:
     """The delta-rs engine's writes and reads, and the Data Source API floors, against Parquet."""
     from medallion_assets.delta import read_delta, write_delta
@@ -393,7 +441,9 @@ def run_one_engine(args: argparse.Namespace) -> dict:
             source = make_frame(spark, args.rows).cache()
             source.count()
             parts = None
-            if args.engine == "delta-spark":
+            if args.engine == "delta-spark" and args.stats_columns:
+                timings = measure_statistics(spark, source, work, args.repeat)
+            elif args.engine == "delta-spark":
                 timings, parts = measure_delta_spark(spark, source, work, args.repeat, args.extra_rows, write_jobs)
             else:
                 timings = measure_delta_rs(spark, source, work, args.repeat)
@@ -421,6 +471,7 @@ TABLE_ROWS = {
         ("delta-spark read", "parquet read", "read (snapshot cached)", "1.1x"),
         ("delta-spark first read, untuned", "parquet read", "first read, untuned (50 snapshot partitions)", None),
         ("delta-spark read, untuned", "parquet read", "read (snapshot cached), untuned", None),
+        *((name, "parquet write", f"a first load, {name.removeprefix('append, ')}", None) for name in STATISTICS_VARIANTS),
     ],
     "delta-rs": [
         ("parquet write", "parquet write", "Parquet write (baseline)", None),
@@ -486,6 +537,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-extra-rows", dest="extra_rows", action="store_false",
                         help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
                              "a write without column statistics)")
+    parser.add_argument("--stats-columns", action="store_true",
+                        help="delta-spark: instead of the usual rows, what each column's statistics cost: a first "
+                             "load appended to tables keeping statistics on 0, 3, 5 and 6 of lineitem's columns")
     parser.add_argument("--write-jobs", action="store_true",
                         help="delta-spark: split each write's time into the Spark jobs it ran (writing the rows, "
                              "building the state of the version an overwrite replaces, other jobs) and the time "
