@@ -197,6 +197,7 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
     order = F.from_json(F.col("_envelope.order"), text_schema([*_ORDER_COLUMNS, *kept.order, "lineitems"]))
     item_text = text_schema([*EVENT_LINEITEM_SCHEMA.fieldNames(), *kept.lineitem])
     lineitems = F.from_json(F.col("_order.lineitems"), ArrayType(item_text, True))
+
     def typed_item(item: Column) -> Column:
         return F.struct(
             *(typed_value(item[f.name], f.dataType).alias(f.name) for f in EVENT_LINEITEM_SCHEMA.fields),
