@@ -132,6 +132,16 @@ def typed_value(text: Column, kind: DataType) -> Column:
     return F.when(text.rlike(pattern), text.try_cast(kind))
 
 
+def is_present_and_valid(converted: Column, kind: DataType) -> Column:
+    """True where a required value's :func:`invalid_reason` is null, read from its :func:`typed_value` alone.
+
+    A check that builds no reason: ``converted`` is null when the text is
+    missing or not of its type, and a text value must not be empty either.
+    """
+    present = converted.isNotNull()
+    return present & (converted != F.lit("")) if isinstance(kind, StringType) else present
+
+
 def invalid_reason(
     text: Column, converted: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True
 ) -> Column:

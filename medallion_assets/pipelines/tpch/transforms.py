@@ -44,6 +44,7 @@ from medallion_assets.transforms.silver import (
     conform_snapshot,
     history_rows,
     invalid_reason,
+    is_present_and_valid,
     kafka_lines,
     latest_changes,
     mask_pii,
@@ -246,12 +247,9 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         )
 
     def item_is_valid(typed: Column) -> Column:
-        # Every field present and of its type: a typed value is null otherwise, and a text one must not be empty.
         valid = F.lit(True)
         for f in EVENT_LINEITEM_SCHEMA.fields:
-            valid = valid & typed[f.name].isNotNull()
-            if isinstance(f.dataType, StringType):
-                valid = valid & (typed[f.name] != F.lit(""))
+            valid = valid & is_present_and_valid(typed[f.name], f.dataType)
         return valid
 
     # The reasons are built only for a line with a bad item: per item and field, in a lambda
