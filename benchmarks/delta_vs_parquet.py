@@ -48,6 +48,7 @@ batches from uncompressed Arrow IPC files (no Parquet decoding).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -60,6 +61,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
+from medallion_assets.engine import engine_for
 from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 
 from engine_runs import (
@@ -224,15 +226,11 @@ LINEITEM_SPEC = WriteSpec(mode="merge", merge_keys=("l_orderkey", "l_linenumber"
 def create_as_the_io_manager_does(spark: SparkSession, path: str, schema) -> None:
     """An empty table with the properties the IO manager gives a new lineitem table (its statistics columns).
 
-    An overwrite keeps a table's properties, so the timed write then collects
+    Created by the session's engine, as the IO manager creates it. An
+    overwrite keeps a table's properties, so the timed write then collects
     statistics on those columns only.
     """
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    for key, value in table_properties_for(LINEITEM_SPEC, schema).items():
-        builder = builder.property(key, value)
-    builder.execute()
+    engine_for(spark).create_table(spark, path, schema, properties=table_properties_for(LINEITEM_SPEC, schema))
 
 
 def same_rows(found: int, expected: int, what: str) -> None:
@@ -365,19 +363,12 @@ def measure_statistics(spark: SparkSession, source, work: str, repeat: int) -> T
     Each variant is a first load (an append to an empty table); they and
     Parquet's write rotate their order from one repeat to the next.
     """
-    from delta.tables import DeltaTable
-
     def create(path: str, columns: tuple[str, ...] | None) -> None:
-        builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(source.schema)
-        if columns is not None:
-            builder = builder.property("delta.dataSkippingStatsColumns", ",".join(columns))
-        builder.execute()
+        properties = {} if columns is None else {"delta.dataSkippingStatsColumns": ",".join(columns)}
+        engine_for(spark).create_table(spark, path, source.schema, properties=properties)
 
     def append(path: str, columns: tuple[str, ...] | None) -> None:
-        if columns is None:
-            with without_statistics(spark):
-                source.write.format("delta").mode("append").save(path)
-        else:
+        with without_statistics(spark) if columns is None else contextlib.nullcontext():
             source.write.format("delta").mode("append").save(path)
 
     timings = Timings()

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.repeat):
             digests.add(timings.run("judge", lambda: judged_digest(judge_order_lines(lines))))
     spark.stop()
-    [(count, rejects, digest)] = digests  # the same lines judged the same way every time
+    if len(digests) != 1:
+        raise AssertionError(f"the same lines were judged differently from one repeat to the next: {sorted(digests)}")
+    [(count, rejects, digest)] = digests
     median = timings.medians()["judge"]
     print(json.dumps({"lines": count, "rejects": rejects, "digest": digest, "wall_s": round(median["wall"], 2),
                       "cpu_s": round(median["cpu"], 2), "repeat": args.repeat, "load": describe_load(load.samples),
