@@ -22,8 +22,8 @@ batch's files written and not yet committed: about 40 to 80 ms for the
 delta-rs engine's sink, whatever the batch's size) is missed by a 20 ms poll
 whenever the test process is not scheduled for a moment, so ``kill_when`` can
 run the process in steps once it nears the point: it is stopped (SIGSTOP)
-while each look is taken and runs only a few milliseconds between looks. Everything here only reads, except
-:func:`undo_checkpoint_commit`, which a test uses to recreate a crash state
+while each look is taken and runs only a few milliseconds between looks.
+Everything here only reads, except :func:`undo_checkpoint_commit`, which a test uses to recreate a crash state
 an outside kill cannot hit reliably (see its docstring).
 :func:`sink_engines` tells which engine wrote a stream's commits, so a test
 run on one engine can check its subprocesses ran that engine too.
