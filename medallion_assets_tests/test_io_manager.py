@@ -456,3 +456,34 @@ def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark,
     for column in ("id", "day"):
         assert all(value is not None for value in actions.column(f"min.{column}").to_pylist())
     assert pa.table(table.to_pyarrow_table()).num_rows == 200
+
+
+def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_its_keys():
+    """``filtered_by`` replaces the every-date default; a group-replaced table keeps its group, not its other keys."""
+    from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
+
+    from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+
+    schema = StructType([StructField(name, kind) for name, kind in [
+        ("order", LongType()), ("line", LongType()), ("seq", StringType()), ("shipped", DateType()),
+        ("received", DateType()), ("note", StringType())]])
+    grouped = dict(mode="merge", merge_keys=("order", "line"), sequence_column="seq", delete_column="_deleted",
+                   replace_group="order")
+    stats = lambda **spec: table_properties_for(WriteSpec(**spec), schema)["delta.dataSkippingStatsColumns"]  # noqa: E731
+    assert stats(**grouped) == "order,shipped,received"
+    assert stats(**grouped, filtered_by=("shipped",)) == "order,shipped"
+    assert stats(**grouped, filtered_by=()) == "order"
+    assert stats(mode="merge", merge_keys=("order", "line"), filtered_by=("note",)) == "order,line,note"
+    with pytest.raises(ValueError, match=r"filtered_by names column\(s\) \['shiped'\].*leave filtered_by out"):
+        table_properties_for(WriteSpec(**grouped, filtered_by=("shiped",)), schema)
+
+
+def test_a_misspelt_filter_column_fails_the_write_naming_the_table_and_creates_nothing(spark, tmp_path):
+    from medallion_assets.io_manager import WriteSpec, delta_table
+
+    path = str(tmp_path / "silver" / "events")
+    spec = WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["id"], filtered_by=["dya"]))
+    frame = spark.createDataFrame([(1, "2024-01-01")], "id long, day string").withColumn("day", F.to_date("day"))
+    with pytest.raises(ValueError, match=r"table .*events: filtered_by names column\(s\) \['dya'\]"):
+        DeltaTableClient(spark).write(frame, path, spec)
+    assert not (tmp_path / "silver" / "events").exists()

@@ -241,9 +241,12 @@ class DeltaTableClient:
         # Python data sources cannot take .partitionBy(); the table builder can, on both engines.
         if self.exists(path):
             return False
+        try:
+            properties = table_properties_for(spec, schema)
+        except ValueError as error:
+            raise ValueError(f"table {path}: {error}") from error
         self.engine.create_table(
-            self.spark, path, schema, partition_columns=spec.partition_columns,
-            properties=table_properties_for(spec, schema),
+            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties,
         )
         return True
 

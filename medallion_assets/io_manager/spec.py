@@ -28,6 +28,7 @@ PARTITION_COLUMNS = "delta/partition_columns"
 TABLE_PROPERTIES = "delta/table_properties"
 PARTITION_EXPR = "delta/partition_expr"
 REPLACE_GROUP = "delta/replace_group"
+FILTERED_BY = "delta/filtered_by"
 #: Column name -> description, shown in the ``dagster/column_schema`` of each materialization.
 COLUMN_DESCRIPTIONS = "delta/column_descriptions"
 #: Input metadata: ``"changes"`` reads only what the upstream gained since this step last consumed it.
@@ -86,6 +87,13 @@ class WriteSpec(BaseModel):
             "(e.g. its line items); needs sequence_column and delete_column."
         ),
     )
+    filtered_by: tuple[str, ...] | None = Field(
+        default=None,
+        description=(
+            "Columns readers filter the table on (e.g. gold's date ranges): a new table keeps per-file "
+            "min/max on them besides its keys. None (default): every date and timestamp column."
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WriteSpec:
@@ -126,6 +134,7 @@ class WriteSpec(BaseModel):
             table_properties=dict(raw(TABLE_PROPERTIES, {}) or {}),
             partition_expr=raw(PARTITION_EXPR),
             replace_group=raw(REPLACE_GROUP),
+            filtered_by=None if raw(FILTERED_BY) is None else tuple(raw(FILTERED_BY)),
         )
 
 
@@ -137,28 +146,53 @@ _STATS_PROPERTIES = ("delta.dataSkippingStatsColumns", "delta.dataSkippingNumInd
 def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     """The columns whose per-file min/max a new table keeps, unless its declaration chooses.
 
-    What readers filter and merge on: the merge keys, the replace group, the
-    time column of a time-window partition and every date or timestamp column
-    (gold's filters and windows). Partition columns are left out (their values
-    are in the path, and Delta refuses them here); so is the delete column,
-    which is not stored, and so is the sequence column: a MERGE compares it
-    row by row after its join, and no reader filters on it, so its min/max
-    never skip a file, while delta-spark pays for every column's per row
-    (a text sequence most: about a tenth of a Parquet write of 4M rows,
-    ``docs/performance.md``). Delta's default (the first 32 columns) also
-    keeps min/max of comments and raw text, which no reader filters on and
-    which fill the log.
+    What readers filter and merge on: the merge keys, the time column of a
+    time-window partition, and the ``filtered_by`` columns (when not declared,
+    every date or timestamp column: what a time filter or window reads).
+
+    With a ``replace_group``, the group column stands for the merge keys: every
+    merge replaces a group's rows as a whole and finds them by the group, and
+    the other key columns only tell a group's rows apart (``l_linenumber``'s
+    1 to 7 is in every file). Left out too: partition columns (their values
+    are in the path, and Delta refuses them here), the delete column, which is
+    not stored, and the sequence column: a MERGE compares it row by row after
+    its join and no reader filters on it, so its min/max never skip a file.
+    delta-spark pays for each kept column on every row it writes (about four
+    hundredths of a Parquet write of 4M rows per date or number column, a
+    tenth for a text sequence: ``docs/performance.md``). Delta's default (the
+    first 32 columns) also keeps min/max of comments and raw text, which no
+    reader filters on and which fill the log.
 
     Args:
         spec: the table's declaration.
         schema: the rows it is created with.
+
+    Raises:
+        ValueError: ``filtered_by`` names a column the rows lack, or one whose
+            type Delta keeps no min/max of.
     """
     # Delta keeps min/max of these types only; it refuses a table naming another type here.
     stored = {f.name for f in schema.fields if isinstance(f.dataType, _SKIPPING_TYPES)}
-    declared = [*spec.merge_keys, spec.replace_group, spec.partition_expr]
-    dated = [f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))]
+    if spec.filtered_by is None:
+        filtered = [f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))]
+    else:
+        filtered = list(spec.filtered_by)
+        unknown = [name for name in filtered if name not in schema.fieldNames()]
+        if unknown:
+            raise ValueError(
+                f"filtered_by names column(s) {unknown} that the table's rows lack (they have "
+                f"{schema.fieldNames()}): name columns the asset returns, or leave filtered_by out"
+            )
+        unkept = [f"{name} ({schema[name].dataType.simpleString()})" for name in filtered if name not in stored]
+        if unkept:
+            raise ValueError(
+                f"filtered_by names {unkept}: Delta keeps per-file min/max of numbers, text, dates and "
+                "timestamps only; leave these columns out of filtered_by"
+            )
+    keys = [spec.replace_group] if spec.replace_group else list(spec.merge_keys)
     excluded = set(spec.partition_columns) | {spec.delete_column}
-    return [name for name in dict.fromkeys([*declared, *dated]) if name in stored and name not in excluded]
+    named = dict.fromkeys([*keys, spec.partition_expr, *filtered])
+    return [name for name in named if name in stored and name not in excluded]
 
 
 def declared_table_properties(spec: WriteSpec) -> dict[str, str]:
@@ -230,6 +264,7 @@ def delta_table(
     table_properties: Mapping[str, str] | None = None,
     partition_expr: str | None = None,
     replace_group: str | None = None,
+    filtered_by: Sequence[str] | None = None,
     column_descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Asset metadata declaring how the Delta IO manager stores an asset.
@@ -247,6 +282,9 @@ def delta_table(
         table_properties: Delta properties of a new table.
         partition_expr: time column of a time-window partitioned asset.
         replace_group: merge by groups: a group's newer change replaces all its rows.
+        filtered_by: columns readers filter the table on; a new table keeps
+            per-file min/max on them besides its keys (None: every date and
+            timestamp column; ``()``: none besides the keys).
         column_descriptions: column name -> what its values are; the IO manager
             puts them in the ``dagster/column_schema`` of every write, and fails
             the write if one names a column the table does not have.
@@ -271,6 +309,7 @@ def delta_table(
         table_properties=dict(table_properties or {}),
         partition_expr=partition_expr,
         replace_group=replace_group,
+        filtered_by=None if filtered_by is None else tuple(filtered_by),
     )
     optional = {
         MERGE_KEYS: list(spec.merge_keys),
@@ -283,4 +322,7 @@ def delta_table(
         COLUMN_DESCRIPTIONS: descriptions,
     }
     # Only what the asset sets: unset keys keep the spec's defaults when read back.
-    return {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode, **{k: v for k, v in optional.items() if v}}
+    declared = {k: v for k, v in optional.items() if v}
+    if spec.filtered_by is not None:  # also when empty: () is a choice (the keys only), None the default
+        declared[FILTERED_BY] = list(spec.filtered_by)
+    return {WRITE_MODE: spec.mode, SCHEMA_MODE: spec.schema_mode, **declared}
