@@ -183,6 +183,10 @@ class ApplyChanges:
             pandas/Arrow loads of it fail; Spark and DuckDB's delta extension read it.
             Applies when the table is created (an existing one: ``ALTER TABLE ... SET
             TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')``).
+        filtered_by: the fields readers filter the silver table on (a date range,
+            a region); a new table keeps per-file min/max on them besides its keys,
+            which delta-spark pays for on every row it writes. None (the default):
+            every date and timestamp field; ``()``: the keys only.
     """
 
     table: str
@@ -193,6 +197,7 @@ class ApplyChanges:
     history: bool = False
     max_rejected_share: float | None = None
     deletion_vectors: bool = False
+    filtered_by: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,10 +276,14 @@ class Feed:
                 self._fail("silver.sequence_by", changes.sequence_by, "name the field(s) that order a key's changes")
             for setting, used in (("silver.keys", changes.keys), ("silver.sequence_by", changes.sequence_by),
                                   ("silver.except_fields", changes.except_fields),
+                                  ("silver.filtered_by", changes.filtered_by or ()),
                                   ("silver.delete_when", changes.delete_when[:1] if changes.delete_when else ())):
                 unknown = [n for n in used if n not in names]
                 if unknown:
                     self._fail(setting, unknown, f"use declared fields: {', '.join(names)}")
+            dropped = [n for n in changes.filtered_by or () if n in changes.except_fields]
+            if dropped:
+                self._fail("silver.filtered_by", dropped, "filter on fields the silver table keeps (not except_fields)")
             if changes.history and not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
                 self._fail("silver.history", True, "history's valid_from is the first sequence field: make it a timestamp or date")
             share = changes.max_rejected_share

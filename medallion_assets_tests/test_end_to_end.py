@@ -241,6 +241,11 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     bronze_path = lake / "bronze" / "orders_raw"
     import deltalake
 
+    # Statistics on what the order step declares (filtered_by, and lineitem's replace group for its keys).
+    stats_columns = {table: deltalake.DeltaTable(str(lake / "silver" / table)).metadata().configuration.get(
+        "delta.dataSkippingStatsColumns") for table in ("orders", "lineitem")}
+    assert stats_columns == {"orders": "o_orderkey,o_orderdate", "lineitem": "l_orderkey,l_shipdate"}
+
     bronze_v1 = deltalake.DeltaTable(str(bronze_path)).version()
     consumed1 = _metadata(run1, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"]
     assert consumed1 == bronze_v1

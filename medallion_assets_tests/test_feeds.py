@@ -113,6 +113,12 @@ def _payments(**changes) -> Feed:
         ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
                                  deletion_vectors="yes")},
          "silver.deletion_vectors = 'yes' cannot work: say True"),
+        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                 filtered_by=("paidat",))},
+         "silver.filtered_by = ['paidat'] cannot work: use declared fields"),
+        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                 except_fields=("paid_at",), filtered_by=("paid_at",))},
+         "silver.filtered_by = ['paid_at'] cannot work: filter on fields the silver table keeps"),
     ],
 )
 def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(changes, says):
@@ -135,6 +141,21 @@ def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_w
                                                  deletion_vectors=True))
     assert DELETION_VECTORS not in silver_spec(plain).table_properties
     assert silver_spec(with_vectors).table_properties == {DELETION_VECTORS: "true"}
+
+
+def test_a_change_feed_declares_the_fields_its_silver_table_is_filtered_by():
+    from medallion_assets.assets.silver import silver_assets
+    from medallion_assets.io_manager import WriteSpec
+
+    def filtered_by(feed: Feed) -> tuple[str, ...] | None:
+        [step] = silver_assets([feed])
+        return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata).filtered_by
+
+    assert filtered_by(_payments()) is None  # the default: every date and timestamp column
+    assert filtered_by(_payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                                     filtered_by=("amount",)))) == ("amount",)
+    assert filtered_by(_payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
+                                                     filtered_by=()))) == ()
 
 
 def test_two_feeds_of_one_name_are_refused_when_the_pipelines_are_read():

@@ -107,8 +107,10 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
         name="orders_and_lineitem",
         outs={
             # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
-            "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
-            "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
+            # filtered_by: the dates gold's queries filter on (lineitem's other two dates are only compared
+            # with each other), so that a write keeps statistics on no other date.
+            "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", filtered_by=["o_orderdate"], column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
+            "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", filtered_by=["l_shipdate"], column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
             "quarantine_orders": quarantine_out(key=QUARANTINE_ORDERS, source=" and ".join(names),
                                                 guards=[ORDERS, LINEITEM]),
         },
