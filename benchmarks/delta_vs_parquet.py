@@ -440,7 +440,8 @@ def run_one_engine(args: argparse.Namespace) -> dict:
             else:
                 timings = measure_delta_rs(spark, source, work, args.repeat)
         return {"facts": describe_session(spark, args.engine), "rows": args.rows, "repeat": args.repeat,
-                "steps": timings.medians(), "write_jobs": parts, "load": load.samples}
+                "steps": timings.medians(), "write_jobs": parts, "load": load.samples,
+                "paired": timings.paired_ratios((name, base) for name, base, _, _ in TABLE_ROWS[args.engine])}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
@@ -495,16 +496,19 @@ def print_markdown(results: list[dict]) -> None:
           f"(first reads: {first['repeat']})\n")
     for result in results:
         print(describe_run(result))
-    print("\n| engine | step | wall s | ratio to Parquet | CPU s | CPU ratio | target |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\nRatio to Parquet: of the medians. Paired: the median of each repeat's own ratio (the step "
+          "against the baseline of the same repeat, under that moment's load).\n")
+    print("| engine | step | wall s | ratio to Parquet | paired | CPU s | CPU ratio | paired | target |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:
-        steps, engine = result["steps"], result["facts"]["engine"]
+        steps, engine, paired = result["steps"], result["facts"]["engine"], result["paired"]
         for name, base, label, target in TABLE_ROWS[engine]:
             if name not in steps:
                 continue
             step, baseline = steps[name], steps[base]
-            print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x "
-                  f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {target or '-'} |")
+            pair = {kind: f"{paired[name][kind]:.2f}x" if name in paired else "-" for kind in ("wall", "cpu")}
+            print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x | {pair['wall']} "
+                  f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {pair['cpu']} | {target or '-'} |")
     for result in results:
         if result.get("write_jobs"):
             print_write_jobs(result["write_jobs"])

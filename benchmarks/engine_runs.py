@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 ENGINES = ("delta-rs", "delta-spark")
@@ -389,3 +389,18 @@ class Timings:
     def medians(self) -> dict[str, dict[str, float]]:
         return {name: {"wall": statistics.median(self.wall[name]), "cpu": statistics.median(self.cpu[name]),
                        "samples": len(self.wall[name])} for name in self.wall}
+
+    def paired_ratios(self, pairs: Iterable[tuple[str, str]]) -> dict[str, dict[str, float]]:
+        """Per step, the median of its sample-by-sample ratios to its baseline's (the i-th to the i-th).
+
+        A step and its baseline that run in the same repeat share that
+        moment's load, so a drift of the machine's load over the minutes a run
+        takes moves both; the ratio of the two medians takes samples from
+        different moments. Only for steps with as many samples as their baseline.
+        """
+        paired = {}
+        for name, base in pairs:
+            if name in self.wall and base in self.wall and len(self.wall[name]) == len(self.wall[base]):
+                paired[name] = {kind: statistics.median(step / baseline for step, baseline in zip(times[name], times[base]))
+                                for kind, times in (("wall", self.wall), ("cpu", self.cpu))}
+        return paired
