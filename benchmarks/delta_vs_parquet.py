@@ -15,9 +15,14 @@ same cached rows.
 
 Each write runs ``--repeat`` times and each read twice per repeat after an
 untimed warm-up pass, alternating the formats so that load on the machine hits
-them alike (the delta-spark writes start one later in each repeat); the median times and the ratios against Parquet are printed as one
-Markdown table. Besides wall seconds it prints the CPU seconds of the whole
-process tree (driver, JVM, Python workers) for each step, which other load on
+them alike (the delta-spark writes start one later in each repeat). Before
+each timed step the files written so far are flushed to disk (``os.sync``,
+untimed): a 4M-row write leaves about 170 MB for the kernel to write back
+over the next seconds, which would otherwise land on whichever step runs
+then. The median times and the ratios against Parquet are printed as one
+Markdown table, with the middle half of each repeat's own ratio. Besides
+wall seconds it prints the CPU seconds of the whole process tree (driver,
+JVM, Python workers) for each step, which other load on
 the machine does not inflate.
 
 delta-spark rows: its write of a new table with Delta's default statistics;
@@ -300,7 +305,7 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
     Returns:
         The timings, and with ``write_jobs`` the medians of each write's parts.
     """
-    timings = Timings()
+    timings = Timings(settle=os.sync)
     jobs = WriteJobs(spark, timings) if write_jobs else None
     timed_write = jobs.run if jobs else timings.run
     warm_up(spark, work)
@@ -372,7 +377,7 @@ def measure_statistics(spark: SparkSession, source, work: str, repeat: int) -> T
         with without_statistics(spark) if columns is None else contextlib.nullcontext():
             source.write.format("delta").mode("append").save(path)
 
-    timings = Timings()
+    timings = Timings(settle=os.sync)
     warm_up(spark, work)
     for i in range(repeat):
         reset_folder(work)
@@ -391,7 +396,7 @@ def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Tim
     from medallion_assets.delta import read_delta, write_delta
 
     spark.dataSource.register(FloorSource)
-    timings = Timings()
+    timings = Timings(settle=os.sync)
     warm_up(spark, work)
     scan_all(read_delta(spark, os.path.join(work, "warm-up-delta")))
     write_delta(make_frame(spark, 10_000), os.path.join(work, "warm-up-write-delta"), mode="overwrite")
@@ -498,8 +503,8 @@ def print_markdown(results: list[dict]) -> None:
         print(describe_run(result))
     print("\nRatio to Parquet: of the medians. Paired: the median of each repeat's own ratio (the step "
           "against the baseline of the same repeat, under that moment's load).\n")
-    print("| engine | step | wall s | ratio to Parquet | paired | CPU s | CPU ratio | paired | target |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| engine | step | wall s | ratio to Parquet | paired | paired, middle half | CPU s | CPU ratio | paired | target |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:
         steps, engine, paired = result["steps"], result["facts"]["engine"], result["paired"]
         for name, base, label, target in TABLE_ROWS[engine]:
@@ -507,7 +512,10 @@ def print_markdown(results: list[dict]) -> None:
                 continue
             step, baseline = steps[name], steps[base]
             pair = {kind: f"{paired[name][kind]:.2f}x" if name in paired else "-" for kind in ("wall", "cpu")}
+            quartiles = paired.get(name, {}).get("wall_quartiles")
+            middle = f"{quartiles[0]:.2f} to {quartiles[1]:.2f}x" if quartiles else "-"
             print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x | {pair['wall']} "
+                  f"| {middle} "
                   f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {pair['cpu']} | {target or '-'} |")
     for result in results:
         if result.get("write_jobs"):

@@ -372,13 +372,21 @@ def describe_load(samples: Sequence[float]) -> str:
 
 
 class Timings:
-    """Wall and CPU seconds of named steps, several samples each."""
+    """Wall and CPU seconds of named steps, several samples each.
 
-    def __init__(self) -> None:
+    ``settle`` runs, untimed, before each step: what the previous step left
+    for the machine to finish (e.g. its files' write-back) then lands
+    outside every step instead of on whichever runs next.
+    """
+
+    def __init__(self, settle: Callable[[], None] | None = None) -> None:
         self.wall: dict[str, list[float]] = {}
         self.cpu: dict[str, list[float]] = {}
+        self.settle = settle
 
     def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        if self.settle is not None:
+            self.settle()
         cpu_start, start = tree_cpu_seconds(), time.perf_counter()
         value = fn()
         elapsed, cpu = time.perf_counter() - start, tree_cpu_seconds() - cpu_start
@@ -397,10 +405,16 @@ class Timings:
         moment's load, so a drift of the machine's load over the minutes a run
         takes moves both; the ratio of the two medians takes samples from
         different moments. Only for steps with as many samples as their baseline.
+        ``wall_quartiles`` holds the first and third quartiles of the wall
+        ratios (with two samples or more): how far one repeat's ratio moves.
         """
         paired = {}
         for name, base in pairs:
             if name in self.wall and base in self.wall and len(self.wall[name]) == len(self.wall[base]):
-                paired[name] = {kind: statistics.median(step / baseline for step, baseline in zip(times[name], times[base]))
-                                for kind, times in (("wall", self.wall), ("cpu", self.cpu))}
+                ratios = {kind: [step / baseline for step, baseline in zip(times[name], times[base])]
+                          for kind, times in (("wall", self.wall), ("cpu", self.cpu))}
+                paired[name] = {kind: statistics.median(values) for kind, values in ratios.items()}
+                if len(ratios["wall"]) > 1:
+                    first, _, third = statistics.quantiles(ratios["wall"], n=4)
+                    paired[name]["wall_quartiles"] = (first, third)
         return paired
