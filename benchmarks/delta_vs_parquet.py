@@ -502,7 +502,8 @@ def print_markdown(results: list[dict]) -> None:
     for result in results:
         print(describe_run(result))
     print("\nRatio to Parquet: of the medians. Paired: the median of each repeat's own ratio (the step "
-          "against the baseline of the same repeat, under that moment's load).\n")
+          "against the baseline of the same repeat, under that moment's load); its middle half: the first "
+          "to the third quartile of those ratios.\n")
     print("| engine | step | wall s | ratio to Parquet | paired | paired, middle half | CPU s | CPU ratio | paired | target |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:
