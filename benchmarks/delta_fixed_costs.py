@@ -52,9 +52,12 @@ from engine_runs import (
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark or Delta setting for the session, to compare with its default (repeatable)")
     add_delta_spark_arguments(parser)
     args = parser.parse_args(argv)
-    spark = delta_spark_session(parser, args, "delta-fixed-costs", extra_config={"spark.ui.enabled": "true"})
+    settings = dict(setting.split("=", 1) for setting in args.conf)
+    spark = delta_spark_session(parser, args, "delta-fixed-costs", extra_config={"spark.ui.enabled": "true", **settings})
     work = tempfile.mkdtemp(prefix="delta-fixed-costs-")
     rows = spark.createDataFrame([(i, f"row {i}") for i in range(5)], "k long, name string").cache()
     rows.count()
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
                         jobs[name].append(sum(1 for job in spark_jobs(spark) if job["jobId"] > before))
         facts = describe_session(spark, "delta-spark")
         print(f"A 5-row table, {args.repeat} repeats after a warm-up; {facts['delta']}, Spark {facts['spark']}, "
-              f"{facts['cores']} cores; {describe_load(load.samples)}\n")
+              f"{facts['cores']} cores; {describe_load(load.samples)}"
+              + (f"; settings: {', '.join(args.conf)}" if args.conf else "") + "\n")
         print("| operation | median s | min s | Spark jobs |")
         print("| --- | ---: | ---: | ---: |")
         for name, _, _ in operations:

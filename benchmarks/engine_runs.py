@@ -148,6 +148,14 @@ def spark_jobs(session) -> list[dict]:
         return json.load(response)
 
 
+def jobs_so_far(session) -> int:
+    """Spark jobs the session has run outside job groups (the status tracker keeps the last 1000).
+
+    A stream's micro-batches run in a job group of their own and are not counted.
+    """
+    return len(session.sparkContext.statusTracker().getJobIdsForGroup())
+
+
 def last_job_id(session) -> int:
     """The newest job the session's UI knows (-1 before any): what :func:`spark_jobs_by_kind` counts after."""
     return max((job["jobId"] for job in spark_jobs(session)), default=-1)
@@ -305,6 +313,63 @@ def tree_cpu_seconds(root: int | None = None) -> float:
         if ancestor == root:
             total += count
     return total / _TICKS
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one live process, its reaped children not counted."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        raise ProcessLookupError(pid)
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each kind of thread of a live process, by its Linux thread name without its number.
+
+    For a JVM the names tell its own threads apart: the JIT compilers ("C2
+    CompilerThre", "C1 CompilerThre"), the garbage collector ("GC Thread",
+    "G1 ..."), Spark's task threads ("Executor task ...") and the driver's
+    ("Thread-", py4j's, "dag-scheduler-...").
+    """
+    kinds: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", encoding="utf-8") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "GC Thread#1" and "Thread-7" are kinds with a number; "C2 CompilerThre" is a kind.
+        name = stat[stat.index("(") + 1:stat.rindex(")")].rstrip("0123456789").rstrip("#-_ ")
+        fields = stat[stat.rindex(")") + 2:].split()
+        kinds[name] = kinds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+    return kinds
+
+
+class CpuSplit:
+    """CPU seconds of this Python process and of a JVM from now until :meth:`seconds`, the JVM's by kind of thread.
+
+    Spark's Python workers are not counted. A JVM thread that ended in between
+    took its seconds with it (Spark's pools retire idle threads): they are
+    reported as "threads that ended".
+    """
+
+    def __init__(self, jvm: int) -> None:
+        self.jvm = jvm
+        self._python = time.process_time()
+        self._threads = thread_cpu_seconds(jvm)
+        self._jvm_total = process_cpu_seconds(jvm)
+
+    def seconds(self, *, smallest: float = 0.5) -> dict[str, Any]:
+        """``python_driver``, ``jvm`` and ``jvm_by_thread`` (kinds with at least ``smallest`` seconds)."""
+        threads = {name: seconds - self._threads.get(name, 0.0) for name, seconds in thread_cpu_seconds(self.jvm).items()}
+        jvm = process_cpu_seconds(self.jvm) - self._jvm_total
+        threads["threads that ended"] = jvm - sum(threads.values())
+        return {
+            "python_driver": round(time.process_time() - self._python, 1),
+            "jvm": round(jvm, 1),
+            "jvm_by_thread": {name: round(value, 1) for name, value in sorted(threads.items(), key=lambda item: -item[1])
+                              if value >= smallest},
+        }
 
 
 def memory_kb(pid: int, field: str) -> int:

@@ -18,6 +18,13 @@ process, and ``SparkContext.__init__`` is counted. It prints JSON:
   seconds of all steps and the ``--slowest`` steps (from each step's start and
   end events in the run's event log).
 
+Each run also reports the CPU seconds of the Python driver and of the JVM,
+the JVM's by kind of thread (the JIT compilers, the garbage collector,
+Spark's task threads, the driver's). ``--by-step`` (with ``--spark-jobs``)
+lists every step with the Spark jobs submitted during it, the seconds at
+least one of them ran and the seconds outside them: the driver's planning,
+Delta log reads, Python and Dagster between jobs.
+
 ``--profile FILE`` writes a cProfile of the last run (with ``--runs 2``: the
 run with nothing new); ``python -m pstats FILE`` then shows where its time
 goes (Delta log reads, Spark actions, Dagster's own work). ``--spark-jobs``
@@ -43,7 +50,15 @@ import threading
 import time
 from pathlib import Path
 
-from engine_runs import last_job_id, spark_jobs, spark_jobs_by_kind
+from engine_runs import (
+    CpuSplit,
+    job_moment,
+    jvm_pid,
+    last_job_id,
+    seconds_inside_jobs,
+    spark_jobs,
+    spark_jobs_by_kind,
+)
 
 
 def _children_java(root_pid: int) -> set[int]:
@@ -122,10 +137,10 @@ def _job_kind(job: dict) -> str:
     return "other jobs (queries, writes)"
 
 
-def step_seconds(records) -> dict[str, float]:
-    """Seconds from each step's start to its success or failure, from the run's event log."""
+def step_intervals(records) -> dict[str, tuple[float, float]]:
+    """Each step's start and end (success or failure) as Unix timestamps, from the run's event log."""
     started: dict[str, float] = {}
-    seconds: dict[str, float] = {}
+    intervals: dict[str, tuple[float, float]] = {}
     for record in records:
         event = record.dagster_event
         if event is None or event.step_key is None:
@@ -133,8 +148,26 @@ def step_seconds(records) -> dict[str, float]:
         if event.event_type_value == "STEP_START":
             started[event.step_key] = record.timestamp
         elif event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE") and event.step_key in started:
-            seconds[event.step_key] = round(record.timestamp - started[event.step_key], 2)
-    return seconds
+            intervals[event.step_key] = (started[event.step_key], record.timestamp)
+    return intervals
+
+
+def jobs_by_step(intervals: dict[str, tuple[float, float]], jobs: list[dict], after_job: int) -> dict[str, dict]:
+    """Per step: its seconds, the Spark jobs submitted during it, the seconds at least one of them ran,
+    and the rest (the driver's own work between jobs: planning, Delta log reads, Python, Dagster)."""
+    done = [job for job in jobs if job["jobId"] > after_job and "completionTime" in job]
+    report = {}
+    for step, (start, end) in sorted(intervals.items(), key=lambda item: item[1][0]):
+        inside = [job for job in done if start <= job_moment(job["submissionTime"]) <= end]
+        in_jobs = seconds_inside_jobs(inside)
+        report[step] = {"s": round(end - start, 2), "jobs": len(inside), "in_jobs_s": round(in_jobs, 2),
+                        "outside_jobs_s": round(end - start - in_jobs, 2)}
+    return report
+
+
+def step_seconds(records) -> dict[str, float]:
+    """Seconds from each step's start to its success or failure, from the run's event log."""
+    return {step: round(end - start, 2) for step, (start, end) in step_intervals(records).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", help="write cProfile stats of the last run to this file")
     parser.add_argument("--spark-jobs", action="store_true",
                         help="per run, the Spark jobs it ran and their seconds, by kind (from the session's UI)")
+    parser.add_argument("--by-step", action="store_true",
+                        help="with --spark-jobs: per step, its Spark jobs and the seconds spent outside them")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -188,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.spark_jobs:
                 last_job = last_job_id(warm.spark_session)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
+            cpu = CpuSplit(jvm_pid(warm.spark_session))
             started = time.monotonic()
             if profiler:
                 profiler.enable()
@@ -201,9 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                 profiler.disable()
                 profiler.dump_stats(args.profile)
             elapsed = time.monotonic() - started
+            cpu_s = cpu.seconds()
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
             durations = step_seconds(instance.all_logs(result.run_id))
-            jobs = spark_jobs_by_kind(spark_jobs(warm.spark_session), last_job, _job_kind) if args.spark_jobs else None
+            all_jobs = spark_jobs(warm.spark_session) if args.spark_jobs else []
+            jobs = spark_jobs_by_kind(all_jobs, last_job, _job_kind) if args.spark_jobs else None
+            per_step = (jobs_by_step(step_intervals(instance.all_logs(result.run_id)), all_jobs, last_job)
+                        if args.spark_jobs and args.by_step else None)
             runs.append(
                 {
                     "run": number + 1,
@@ -214,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                     "checks": len(result.get_asset_check_evaluations()),
                     "checks_passed": sum(e.passed for e in result.get_asset_check_evaluations()),
                     "step_s_total": round(sum(durations.values()), 1),
+                    "work_cpu": cpu_s,
                     "slowest_steps_s": dict(
                         sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]
                     ),
                     **({"spark_jobs": jobs} if jobs is not None else {}),
+                    **({"steps_by_spark_jobs": per_step} if per_step is not None else {}),
                 }
             )
         jvms = watcher.stop()

@@ -58,7 +58,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from engine_runs import PeriodicSampler
+from engine_runs import CpuSplit, PeriodicSampler, jobs_so_far, jvm_pid
 
 HERE = Path(__file__).resolve().parent
 PLAIN_SCRIPT = HERE / "plain_pipeline.py"
@@ -405,6 +405,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     engine = spark_resource.delta_engine_in_use.name
     session_start = time.time() - started
 
+    work_cpu, jobs_before = CpuSplit(jvm_pid(spark_resource.spark_session)), jobs_so_far(spark_resource.spark_session)
     run_started = time.time()
     # Matched to the step running at each sample (memory_by_step): which step grows the driver.
     with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
@@ -415,6 +416,8 @@ def dagster_child(args: argparse.Namespace) -> int:
             raise_on_error=False,
         )
     run_ended = time.time()
+    work_cpu_s = work_cpu.seconds()
+    spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
     retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
@@ -443,6 +446,8 @@ def dagster_child(args: argparse.Namespace) -> int:
         "session_start_s": round(session_start, 3),
         "run_started": run_started,
         "work_s": round(run_ended - run_started, 3),
+        "work_cpu": work_cpu_s,
+        "spark_jobs": spark_jobs_run,
         "events": events,
         "rows": rows,
         "checks": checks,
@@ -589,6 +594,29 @@ def by_site(records: list[dict]) -> list[tuple[str, str, int, float]]:
     return sorted(rows, key=lambda row: -row[3])
 
 
+def _work_cpu_table(plain: dict | None, runs: list[dict]) -> list[str]:
+    """CPU seconds of each process's work (session start excluded), the JVM's by kind of thread."""
+    columns = [("plain", plain)] if plain and plain.get("work_cpu") else []
+    columns += [(f"Dagster, {run['engine']}", run) for run in runs if run.get("work_cpu")]
+    if not columns:
+        return []
+    kinds: list[str] = []
+    for _, run in columns:
+        kinds += [kind for kind in run["work_cpu"]["jvm_by_thread"] if kind not in kinds]
+    lines = ["\nSpark jobs and CPU seconds of the work (session start excluded), the JVM's by kind of thread (Linux thread "
+             "names: `C2 CompilerThre` is the optimizing JIT, `C1` the quick one, `Executor task ...` Spark's "
+             "tasks, `Thread` the driver's calls from Python, `GC Thread` and `G1 Conc` the garbage "
+             "collector):\n",
+             "| | " + " | ".join(name for name, _ in columns) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    rows = [("Spark jobs (streams' not counted)", lambda run: run.get("spark_jobs", "")),
+             ("CPU s: Python driver", lambda run: run["work_cpu"]["python_driver"]), ("CPU s: JVM", lambda run: run["work_cpu"]["jvm"])]
+    rows += [(f"CPU s: JVM, `{kind}`", lambda run, kind=kind: run["work_cpu"]["jvm_by_thread"].get(kind, "")) for kind in kinds]
+    for label, value in rows:
+        lines.append(f"| {label} | " + " | ".join(str(value(run)) for _, run in columns) + " |")
+    return lines
+
+
 def markdown(report: dict, args: argparse.Namespace) -> str:
     out: list[str] = []
     plain = report["plain"]
@@ -620,6 +648,7 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         )
     for failure in report.get("failed", []):
         out.append(f"| {failure} | | | | | | | |")
+    out.extend(_work_cpu_table(plain, report["dagster"]))
     out.append(
         "\nPeak resident memory per process (`VmHWM`, sampled every 0.5 s). The JVM of a local session is "
         "driver and executor at once: its figure includes cached partitions up to the heap's limit, so what the "

@@ -31,7 +31,8 @@ events, the parsed customer changes) are cached here too, as any script that
 uses them twice would.
 
 It prints (or writes to ``--json``) seconds per written table, the session
-start-up and the total work time; ``--row-counts`` adds each table's rows
+start-up, the total work time and its CPU seconds (the Python driver's, the
+JVM's by kind of thread); ``--row-counts`` adds each table's rows
 (read from the Parquet footers, outside the timing).
 """
 
@@ -43,6 +44,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from engine_runs import CpuSplit, jobs_so_far, jvm_pid
 
 
 def _session(app_name: str = "plain-pipeline"):
@@ -227,12 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     spark = _session()
     session_start = time.perf_counter() - started
     timer = Timer()
+    cpu, jobs_before = CpuSplit(jvm_pid(spark)), jobs_so_far(spark)
     work_started = time.perf_counter()
     run(spark, args.landing, args.out, timer)
     work = time.perf_counter() - work_started
     report = {
         "session_start_s": round(session_start, 3),
         "work_s": round(work, 3),
+        "work_cpu": cpu.seconds(),
+        "spark_jobs": jobs_so_far(spark) - jobs_before,
         "writes_s": timer.seconds,
         "spark_version": spark.version,
     }
