@@ -9,6 +9,7 @@ working directory of the process that uses them.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,42 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "true",
 }
+
+#: JVM options an embedded session's driver starts with (``spark.driver.defaultJavaOptions``,
+#: which Spark puts before ``spark.driver.extraJavaOptions``). The parallel collector suits a
+#: batch run's throughput better than the JDK's default G1, which spends CPU on short pauses
+#: nobody waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance.md, "The garbage collector").
+EMBEDDED_DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
+#: Where else a driver's JVM options come from, besides the session's own settings.
+_JVM_OPTION_VARIABLES = ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
+
+
+def garbage_collector_chosen_elsewhere(config: dict[str, str]) -> str | None:
+    """Where a garbage collector is already chosen for the driver's JVM, if anywhere: a description.
+
+    The JVM refuses to start with two collectors ("Multiple garbage collectors
+    selected"), so the embedded session adds its own choice only when none of
+    the session's settings, the JVM option variables or Spark's
+    ``spark-defaults.conf`` names one.
+    """
+    chooses_gc = re.compile(r"-XX:\+Use\w*GC\b")
+    for key in ("spark.driver.defaultJavaOptions", "spark.driver.extraJavaOptions"):
+        if chooses_gc.search(str(config.get(key, ""))):
+            return f"the session setting {key}"
+    for name in _JVM_OPTION_VARIABLES:
+        if chooses_gc.search(os.environ.get(name, "")):
+            return f"the environment variable {name}"
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
+    )
+    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
+    if defaults is not None and defaults.is_file():
+        for line in defaults.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.strip().startswith("spark.driver.") and chooses_gc.search(line):
+                return str(defaults)
+    return None
+
 
 class SparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy SparkSession resource, configured for this lakehouse.
@@ -179,6 +216,13 @@ class SparkResource(LazyPySparkResource):
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
         config.update({str(k): str(v) for k, v in self.spark_config.items()})
+        if (
+            not self.remote
+            and str(self.master).startswith("local")
+            and "spark.driver.defaultJavaOptions" not in config
+            and garbage_collector_chosen_elsewhere(config) is None
+        ):
+            config["spark.driver.defaultJavaOptions"] = EMBEDDED_DRIVER_JAVA_OPTIONS
         if (
             not self.remote
             and str(self.master).startswith("local")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.resources import LakeResource, SparkResource, garbage_collector_chosen_elsewhere
 
 
 def test_lake_layout(tmp_path):
@@ -36,6 +36,22 @@ def test_spark_needs_master_or_remote():
         SparkResource(master=None, remote=None)
 
 
+def test_an_embedded_session_leaves_a_garbage_collector_chosen_elsewhere(tmp_path, monkeypatch):
+    # The JVM refuses to start with two collectors, so the resource adds its own only when none is chosen.
+    for name in ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "SPARK_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert garbage_collector_chosen_elsewhere({}) is None
+    assert garbage_collector_chosen_elsewhere({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}) == (
+        "the session setting spark.driver.extraJavaOptions")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseZGC")
+    assert garbage_collector_chosen_elsewhere({}) == "the environment variable JAVA_TOOL_OPTIONS"
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS")
+    (tmp_path / "spark-defaults.conf").write_text(
+        "spark.executor.extraJavaOptions -XX:+UseG1GC\nspark.driver.extraJavaOptions -XX:+UseSerialGC\n")
+    assert garbage_collector_chosen_elsewhere({}) == str(tmp_path / "spark-defaults.conf")
+
+
 def test_spark_session_is_shared_and_delta_enabled(spark):
     resource = SparkResource(master="local[2]")
     assert resource.spark_session is spark  # getOrCreate: one JVM for the test session
@@ -50,8 +66,10 @@ from medallion_assets.resources import SparkResource
 resource = SparkResource(master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS"))
 spark = resource.spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
 report = {"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory(),
-          "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize")}
+          "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize"),
+          "collectors": [bean.getName() for bean in management.getGarbageCollectorMXBeans()]}
 engine = resource.delta_engine_in_use
 if engine.name == "delta-spark":
     # A table of three versions written by delta-rs, vacuumed by the engine: the tasks of each stage it ran.
@@ -96,6 +114,8 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     # The JVM really got it (its max heap is a little under -Xmx), not Spark's 1g default.
     assert report["max_heap"] > 0.85 * int(expected[:-1]) * 1024**3
     assert report["max_result"] == f"{max(int(expected[:-1]) // 2, 1)}g"
+    # The parallel collector, not the JDK's G1 ("G1 Young Generation", ...): the JVM really runs it.
+    assert sorted(report["collectors"]) == ["PS MarkSweep", "PS Scavenge"], report["collectors"]
     if engine == "delta-spark":
         # Delta's cluster-sized defaults, 50 tasks per snapshot and 10000 per VACUUM listing
         # (a 5-row table's VACUUM took 28.6 s with them, 2.4 s without), are lowered to the session's cores.
