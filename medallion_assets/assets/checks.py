@@ -48,14 +48,31 @@ def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, in
 
 
 def count_orphans(child: DataFrame, foreign_keys: Sequence[str], parent: DataFrame, parent_keys: Sequence[str]) -> tuple[int, int]:
-    """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan."""
-    parents = parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)]).distinct()
+    """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan.
+
+    One pass over the child: each row meets at most one of the distinct parent
+    keys, so a left join keeps the child's rows, and those it found no parent
+    for are counted in the same aggregate.
+    """
+    parents = (
+        parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
+        .distinct()
+        .withColumn("_has_parent", F.lit(True))
+    )
     condition = None
     for i, fk in enumerate(foreign_keys):
         term = F.col(fk) == F.col(f"_fk{i}")
         condition = term if condition is None else condition & term
-    orphans = child.select(*foreign_keys).join(parents, condition, "left_anti")
-    return child.count(), orphans.count()
+    totals = (
+        child.select(*foreign_keys)
+        .join(parents, condition, "left")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(F.col("_has_parent").isNull(), 1)).alias("orphans"),
+        )
+        .first()
+    )
+    return int(totals["rows"]), int(totals["orphans"])
 
 
 def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
