@@ -207,7 +207,9 @@ class SparkResource(LazyPySparkResource):
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if not self.remote:
             config = merged_session_config(config, self.catalog.spark_config())
-        if plan.source and not self.remote and str(self.master).startswith("local"):
+        # A local master: the JVM this process starts is the driver and the only executor.
+        embedded = not self.remote and str(self.master).startswith("local")
+        if plan.source and embedded:
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, and VACUUM lists
             # a table's folders with Spark's partition-discovery parallelism, 10000 tasks: both
             # sized for clusters (a 5-row table's VACUUM took 28.6 s instead of 2.4 on 2 cores:
@@ -217,18 +219,12 @@ class SparkResource(LazyPySparkResource):
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
         config.update({str(k): str(v) for k, v in self.spark_config.items()})
         if (
-            not self.remote
-            and str(self.master).startswith("local")
+            embedded
             and "spark.driver.defaultJavaOptions" not in config
             and garbage_collector_chosen_elsewhere(config) is None
         ):
             config["spark.driver.defaultJavaOptions"] = EMBEDDED_DRIVER_JAVA_OPTIONS
-        if (
-            not self.remote
-            and str(self.master).startswith("local")
-            and "spark.driver.memory" not in config
-            and not os.environ.get("SPARK_DRIVER_MEMORY")
-        ):
+        if embedded and "spark.driver.memory" not in config and not os.environ.get("SPARK_DRIVER_MEMORY"):
             # An embedded session's driver JVM is also its only executor; Spark's 1g default
             # leaves too little for caches and broadcast joins once tables grow.
             memory = embedded_driver_memory()

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from medallion_assets.resources import LakeResource, SparkResource, garbage_collector_chosen_elsewhere
+from medallion_assets.resources import (
+    _JVM_OPTION_VARIABLES,
+    LakeResource,
+    SparkResource,
+    garbage_collector_chosen_elsewhere,
+)
 
 
 def test_lake_layout(tmp_path):
@@ -38,7 +43,7 @@ def test_spark_needs_master_or_remote():
 
 def test_an_embedded_session_leaves_a_garbage_collector_chosen_elsewhere(tmp_path, monkeypatch):
     # The JVM refuses to start with two collectors, so the resource adds its own only when none is chosen.
-    for name in ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS", "SPARK_HOME"):
+    for name in (*_JVM_OPTION_VARIABLES, "SPARK_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert garbage_collector_chosen_elsewhere({}) is None
