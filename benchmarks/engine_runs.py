@@ -281,14 +281,25 @@ def without_engine_arguments(argv: Sequence[str]) -> list[str]:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def _read_stat(path: str) -> tuple[str, list[str]] | None:
+    """A process's or thread's ``stat`` file: its name and the fields after it (``None`` once it is gone)."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             stat = handle.read()
     except OSError:
         return None
-    # Fields after the command name, which may hold spaces: [0] is state, [1] the parent.
-    return stat[stat.rindex(")") + 2:].split()
+    # The name may hold spaces and parentheses; after it, [0] is the state, [1] the parent.
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    found = _read_stat(f"/proc/{pid}/stat")
+    return found[1] if found else None
+
+
+def _own_cpu_ticks(fields: list[str]) -> int:
+    """utime + stime of a stat line's fields (its reaped children not counted)."""
+    return int(fields[11]) + int(fields[12])
 
 
 def tree_cpu_seconds(root: int | None = None) -> float:
@@ -320,7 +331,7 @@ def process_cpu_seconds(pid: int) -> float:
     fields = _stat_fields(pid)
     if fields is None:
         raise ProcessLookupError(pid)
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return _own_cpu_ticks(fields) / _TICKS
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
@@ -333,15 +344,13 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     """
     kinds: dict[str, float] = {}
     for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat", encoding="utf-8") as handle:
-                stat = handle.read()
-        except OSError:
+        found = _read_stat(f"/proc/{pid}/task/{task}/stat")
+        if found is None:
             continue
+        name, fields = found
         # "GC Thread#1" and "Thread-7" are kinds with a number; "C2 CompilerThre" is a kind.
-        name = stat[stat.index("(") + 1:stat.rindex(")")].rstrip("0123456789").rstrip("#-_ ")
-        fields = stat[stat.rindex(")") + 2:].split()
-        kinds[name] = kinds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+        kind = name.rstrip("0123456789").rstrip("#-_ ")
+        kinds[kind] = kinds.get(kind, 0.0) + _own_cpu_ticks(fields) / _TICKS
     return kinds
 
 

@@ -239,10 +239,11 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.monotonic() - started
             cpu_s = cpu.seconds()
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
-            durations = step_seconds(instance.all_logs(result.run_id))
+            records = instance.all_logs(result.run_id)  # read once: the run's whole event log
+            durations = step_seconds(records)
             all_jobs = spark_jobs(warm.spark_session) if args.spark_jobs else []
             jobs = spark_jobs_by_kind(all_jobs, last_job, _job_kind) if args.spark_jobs else None
-            per_step = (jobs_by_step(step_intervals(instance.all_logs(result.run_id)), all_jobs, last_job)
+            per_step = (jobs_by_step(step_intervals(records), all_jobs, last_job)
                         if args.spark_jobs and args.by_step else None)
             runs.append(
                 {
