@@ -156,6 +156,16 @@ def jobs_so_far(session) -> int:
     return len(session.sparkContext.statusTracker().getJobIdsForGroup())
 
 
+def classes_generated_so_far(session) -> int:
+    """Classes Spark's code generator has compiled in this JVM (Janino runs), from its own metrics.
+
+    A class comes from the generator's cache when the same source was compiled
+    before and is still among ``spark.sql.codegen.cache.maxEntries``; each one
+    compiled is also code the JIT compiles again.
+    """
+    return int(session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
+
+
 def last_job_id(session) -> int:
     """The newest job the session's UI knows (-1 before any): what :func:`spark_jobs_by_kind` counts after."""
     return max((job["jobId"] for job in spark_jobs(session)), default=-1)
@@ -292,7 +302,8 @@ def _read_stat(path: str) -> tuple[str, list[str]] | None:
     return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the process's name (``None`` once it is gone)."""
     found = _read_stat(f"/proc/{pid}/stat")
     return found[1] if found else None
 
@@ -302,6 +313,21 @@ def _own_cpu_ticks(fields: list[str]) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def process_tree(root: int) -> dict[int, list[str]]:
+    """``root`` and its live descendants: pid -> its :func:`stat_fields`."""
+    stats = {int(entry): fields for entry in os.listdir("/proc")
+             if entry.isdigit() and (fields := stat_fields(int(entry))) is not None}
+    parents = {pid: int(fields[1]) for pid, fields in stats.items()}
+    tree = {}
+    for pid, fields in stats.items():
+        ancestor = pid
+        while ancestor not in (root, 0, 1) and ancestor in parents:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            tree[pid] = fields
+    return tree
+
+
 def tree_cpu_seconds(root: int | None = None) -> float:
     """User + system CPU seconds of ``root`` (default: this process) and all its descendants.
 
@@ -309,26 +335,14 @@ def tree_cpu_seconds(root: int | None = None) -> float:
     they have reaped: here the JVM and Spark's Python workers, whatever the
     other processes on the machine do.
     """
-    root = os.getpid() if root is None else root
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := _stat_fields(int(entry))) is not None:
-            parents[int(entry)] = int(fields[1])
-            ticks[int(entry)] = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    total = 0
-    for pid, count in ticks.items():
-        ancestor = pid
-        while ancestor not in (root, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor == root:
-            total += count
-    return total / _TICKS
+    tree = process_tree(os.getpid() if root is None else root)
+    # utime, stime, cutime, cstime
+    return sum(sum(int(f) for f in fields[11:15]) for fields in tree.values()) / _TICKS
 
 
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of one live process, its reaped children not counted."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     if fields is None:
         raise ProcessLookupError(pid)
     return _own_cpu_ticks(fields) / _TICKS

@@ -58,51 +58,24 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from engine_runs import CpuSplit, PeriodicSampler, jobs_so_far, jvm_pid
+from engine_runs import (
+    CpuSplit,
+    PeriodicSampler,
+    classes_generated_so_far,
+    jobs_so_far,
+    jvm_pid,
+    process_tree,
+    stat_fields,
+    tree_cpu_seconds,
+)
 
 HERE = Path(__file__).resolve().parent
 PLAIN_SCRIPT = HERE / "plain_pipeline.py"
 
 
 # --------------------------------------------------------------------------
-# Process-tree CPU time (Linux /proc)
+# Peak memory of a process tree (Linux /proc)
 # --------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[int, list[str]] | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[1]), fields
-
-
-def process_tree(root: int) -> dict[int, list[str]]:
-    """``root`` and its live descendants: pid -> the fields of its ``/proc/<pid>/stat`` after the state."""
-    parents: dict[int, int] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            found = _proc_stat(int(entry))
-            if found:
-                parents[int(entry)], stats[int(entry)] = found
-    tree = {}
-    for pid, fields in stats.items():
-        ancestor = pid
-        while ancestor not in (root, 0, 1) and ancestor in parents:
-            ancestor = parents[ancestor]
-        if ancestor == root or pid == root:
-            tree[pid] = fields
-    return tree
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and its live descendants, with their reaped children."""
-    # utime, stime, cutime, cstime are fields 14..17 of stat (11..14 after the state field)
-    total = sum(sum(int(v) for v in fields[11:15]) for fields in process_tree(root).values())
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def tree_peak_memory(root: int) -> dict[str, float]:
@@ -198,10 +171,10 @@ def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
 
 def process_age_seconds(pid: int) -> float:
     """Seconds since ``pid`` started (field 22 of /proc/PID/stat, in clock ticks after boot)."""
-    found = _proc_stat(pid)
+    fields = stat_fields(pid)
     with open("/proc/uptime", encoding="utf-8") as handle:
         uptime = float(handle.read().split()[0])
-    return uptime - int(found[1][19]) / os.sysconf("SC_CLK_TCK") if found else float("nan")
+    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK") if fields else float("nan")
 
 
 def load_average() -> str:
@@ -406,6 +379,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     session_start = time.time() - started
 
     work_cpu, jobs_before = CpuSplit(jvm_pid(spark_resource.spark_session)), jobs_so_far(spark_resource.spark_session)
+    classes_before = classes_generated_so_far(spark_resource.spark_session)
     run_started = time.time()
     # Matched to the step running at each sample (memory_by_step): which step grows the driver.
     with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
@@ -418,6 +392,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     run_ended = time.time()
     work_cpu_s = work_cpu.seconds()
     spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
+    classes_generated = classes_generated_so_far(spark_resource.spark_session) - classes_before
     retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
@@ -448,6 +423,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "work_s": round(run_ended - run_started, 3),
         "work_cpu": work_cpu_s,
         "spark_jobs": spark_jobs_run,
+        "classes_generated": classes_generated,
         "events": events,
         "rows": rows,
         "checks": checks,
@@ -610,6 +586,7 @@ def _work_cpu_table(plain: dict | None, runs: list[dict]) -> list[str]:
              "| | " + " | ".join(name for name, _ in columns) + " |",
              "| --- |" + " ---: |" * len(columns)]
     rows = [("Spark jobs (streams' not counted)", lambda run: run.get("spark_jobs", "")),
+            ("classes Spark's code generator compiled", lambda run: run.get("classes_generated", "")),
              ("CPU s: Python driver", lambda run: run["work_cpu"]["python_driver"]), ("CPU s: JVM", lambda run: run["work_cpu"]["jvm"])]
     rows += [(f"CPU s: JVM, `{kind}`", lambda run, kind=kind: run["work_cpu"]["jvm_by_thread"].get(kind, "")) for kind in kinds]
     for label, value in rows:
