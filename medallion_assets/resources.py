@@ -38,11 +38,19 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
     "spark.sql.adaptive.enabled": "true",
 }
 
-#: JVM options an embedded session's driver starts with (``spark.driver.defaultJavaOptions``,
-#: which Spark puts before ``spark.driver.extraJavaOptions``). The parallel collector suits a
-#: batch run's throughput better than the JDK's default G1, which spends CPU on short pauses
-#: nobody waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance.md, "The garbage collector").
-EMBEDDED_DRIVER_JAVA_OPTIONS = "-XX:+UseParallelGC"
+#: The garbage collector of an embedded session's driver. The parallel collector suits a batch
+#: run's throughput better than the JDK's default G1, which spends CPU on short pauses nobody
+#: waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance.md, "The garbage collector").
+EMBEDDED_DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
+
+#: When an embedded session's optimizing JIT compiler (C2) takes a method: after four times the
+#: JDK's default calls and loop iterations. A run plans and generates code for hundreds of small
+#: queries whose code runs a few times; with the defaults, C2 spent a third of an SF 0.1 run's
+#: JVM CPU compiling it, on 2 cores shared with the tasks (docs/performance.md, "The JIT compiler").
+EMBEDDED_DRIVER_JIT_OPTIONS = (
+    "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
+    "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000"
+)
 
 #: Where else a driver's JVM options come from, besides the session's own settings.
 _JVM_OPTION_VARIABLES = ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
@@ -72,6 +80,19 @@ def garbage_collector_chosen_elsewhere(config: dict[str, str]) -> str | None:
             if line.strip().startswith("spark.driver.") and chooses_gc.search(line):
                 return str(defaults)
     return None
+
+
+def embedded_driver_java_options(config: dict[str, str]) -> str:
+    """The JVM options an embedded session's driver starts with (``spark.driver.defaultJavaOptions``).
+
+    Spark puts them before ``spark.driver.extraJavaOptions``, whose flags the
+    JVM reads last and lets win. The collector is left out when one is chosen
+    elsewhere (:func:`garbage_collector_chosen_elsewhere`).
+    """
+    options = [EMBEDDED_DRIVER_JIT_OPTIONS]
+    if garbage_collector_chosen_elsewhere(config) is None:
+        options.insert(0, EMBEDDED_DRIVER_GC_OPTIONS)
+    return " ".join(options)
 
 
 class SparkResource(LazyPySparkResource):
@@ -218,12 +239,8 @@ class SparkResource(LazyPySparkResource):
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
         config.update({str(k): str(v) for k, v in self.spark_config.items()})
-        if (
-            embedded
-            and "spark.driver.defaultJavaOptions" not in config
-            and garbage_collector_chosen_elsewhere(config) is None
-        ):
-            config["spark.driver.defaultJavaOptions"] = EMBEDDED_DRIVER_JAVA_OPTIONS
+        if embedded and "spark.driver.defaultJavaOptions" not in config:
+            config["spark.driver.defaultJavaOptions"] = embedded_driver_java_options(config)
         if embedded and "spark.driver.memory" not in config and not os.environ.get("SPARK_DRIVER_MEMORY"):
             # An embedded session's driver JVM is also its only executor; Spark's 1g default
             # leaves too little for caches and broadcast joins once tables grow.

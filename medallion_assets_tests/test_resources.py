@@ -9,6 +9,7 @@ from medallion_assets.resources import (
     _JVM_OPTION_VARIABLES,
     LakeResource,
     SparkResource,
+    embedded_driver_java_options,
     garbage_collector_chosen_elsewhere,
 )
 
@@ -55,6 +56,11 @@ def test_an_embedded_session_leaves_a_garbage_collector_chosen_elsewhere(tmp_pat
     (tmp_path / "spark-defaults.conf").write_text(
         "spark.executor.extraJavaOptions -XX:+UseG1GC\nspark.driver.extraJavaOptions -XX:+UseSerialGC\n")
     assert garbage_collector_chosen_elsewhere({}) == str(tmp_path / "spark-defaults.conf")
+    # The JIT's thresholds do not depend on it: only the collector is left out.
+    options = embedded_driver_java_options({})
+    assert "-XX:Tier4InvocationThreshold=20000" in options and "GC" not in options
+    (tmp_path / "spark-defaults.conf").unlink()
+    assert embedded_driver_java_options({}).split()[0] == "-XX:+UseParallelGC"
 
 
 def test_spark_session_is_shared_and_delta_enabled(spark):
@@ -75,6 +81,9 @@ management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
 report = {"conf": spark.conf.get("spark.driver.memory"), "max_heap": runtime.maxMemory(),
           "max_result": spark.sparkContext.getConf().get("spark.driver.maxResultSize"),
           "collectors": [bean.getName() for bean in management.getGarbageCollectorMXBeans()]}
+hotspot = management.getPlatformMXBean(spark.sparkContext._jvm.java.lang.Class.forName(
+    "com.sun.management.HotSpotDiagnosticMXBean"))
+report["c2_calls"] = hotspot.getVMOption("Tier4InvocationThreshold").getValue()
 engine = resource.delta_engine_in_use
 if engine.name == "delta-spark":
     # A table of three versions written by delta-rs, vacuumed by the engine: the tasks of each stage it ran.
@@ -121,6 +130,8 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     assert report["max_result"] == f"{max(int(expected[:-1]) // 2, 1)}g"
     # The parallel collector, not the JDK's G1 ("G1 Young Generation", ...): the JVM really runs it.
     assert sorted(report["collectors"]) == ["PS MarkSweep", "PS Scavenge"], report["collectors"]
+    # The optimizing JIT waits for four times the JDK's default 5000 calls.
+    assert report["c2_calls"] == "20000"
     if engine == "delta-spark":
         # Delta's cluster-sized defaults, 50 tasks per snapshot and 10000 per VACUUM listing
         # (a 5-row table's VACUUM took 28.6 s with them, 2.4 s without), are lowered to the session's cores.
