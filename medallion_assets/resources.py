@@ -56,6 +56,18 @@ EMBEDDED_DRIVER_JIT_OPTIONS = (
 _JVM_OPTION_VARIABLES = ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")
 
 
+def _spark_defaults_driver_lines() -> tuple[Path | None, list[str]]:
+    """Spark's ``spark-defaults.conf`` (``SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), if any, and its ``spark.driver.*`` lines."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
+    )
+    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
+    if defaults is None or not defaults.is_file():
+        return None, []
+    lines = [line.strip() for line in defaults.read_text(encoding="utf-8", errors="replace").splitlines()]
+    return defaults, [line for line in lines if line.startswith("spark.driver.")]
+
+
 def garbage_collector_chosen_elsewhere(config: dict[str, str]) -> str | None:
     """Where a garbage collector is already chosen for the driver's JVM, if anywhere: a description.
 
@@ -71,14 +83,28 @@ def garbage_collector_chosen_elsewhere(config: dict[str, str]) -> str | None:
     for name in _JVM_OPTION_VARIABLES:
         if chooses_gc.search(os.environ.get(name, "")):
             return f"the environment variable {name}"
-    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
-        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
-    )
-    defaults = Path(conf_dir, "spark-defaults.conf") if conf_dir else None
-    if defaults is not None and defaults.is_file():
-        for line in defaults.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.strip().startswith("spark.driver.") and chooses_gc.search(line):
-                return str(defaults)
+    defaults, lines = _spark_defaults_driver_lines()
+    if any(chooses_gc.search(line) for line in lines):
+        return str(defaults)
+    return None
+
+
+def default_java_options_set_elsewhere(config: dict[str, str]) -> str | None:
+    """Where the driver's ``spark.driver.defaultJavaOptions`` is already set, if anywhere: a description.
+
+    The session's own value would replace it, so the embedded session's
+    options (:func:`embedded_driver_java_options`) are added only when neither
+    the session's settings, ``PYSPARK_SUBMIT_ARGS`` nor ``spark-defaults.conf`` set it.
+    """
+    key = "spark.driver.defaultJavaOptions"
+    if key in config:
+        return f"the session setting {key}"
+    if key in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return "the environment variable PYSPARK_SUBMIT_ARGS"
+    defaults, lines = _spark_defaults_driver_lines()
+    # A properties file: the key ends at a blank, '=' or ':'.
+    if any(re.split(r"[\s=:]", line, maxsplit=1)[0] == key for line in lines):
+        return str(defaults)
     return None
 
 
@@ -239,7 +265,7 @@ class SparkResource(LazyPySparkResource):
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
         config.update({str(k): str(v) for k, v in self.spark_config.items()})
-        if embedded and "spark.driver.defaultJavaOptions" not in config:
+        if embedded and default_java_options_set_elsewhere(config) is None:
             config["spark.driver.defaultJavaOptions"] = embedded_driver_java_options(config)
         if embedded and "spark.driver.memory" not in config and not os.environ.get("SPARK_DRIVER_MEMORY"):
             # An embedded session's driver JVM is also its only executor; Spark's 1g default

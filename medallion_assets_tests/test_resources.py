@@ -9,6 +9,7 @@ from medallion_assets.resources import (
     _JVM_OPTION_VARIABLES,
     LakeResource,
     SparkResource,
+    default_java_options_set_elsewhere,
     embedded_driver_java_options,
     garbage_collector_chosen_elsewhere,
 )
@@ -61,6 +62,22 @@ def test_an_embedded_session_leaves_a_garbage_collector_chosen_elsewhere(tmp_pat
     assert "-XX:Tier4InvocationThreshold=20000" in options and "GC" not in options
     (tmp_path / "spark-defaults.conf").unlink()
     assert embedded_driver_java_options({}).split()[0] == "-XX:+UseParallelGC"
+
+
+def test_an_embedded_session_keeps_default_java_options_set_elsewhere(tmp_path, monkeypatch):
+    # The session's own spark.driver.defaultJavaOptions would replace the user's, flags and all.
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    assert default_java_options_set_elsewhere({}) is None
+    assert default_java_options_set_elsewhere({"spark.driver.defaultJavaOptions": "-Xss4m"}) == (
+        "the session setting spark.driver.defaultJavaOptions")
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xss4m\n")
+    assert default_java_options_set_elsewhere({}) is None
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Xss4m\n")
+    assert default_java_options_set_elsewhere({}) == str(tmp_path / "spark-defaults.conf")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.driver.defaultJavaOptions=-Xss4m pyspark-shell")
+    assert default_java_options_set_elsewhere({}) == "the environment variable PYSPARK_SUBMIT_ARGS"
 
 
 def test_spark_session_is_shared_and_delta_enabled(spark):
