@@ -308,6 +308,12 @@ def stat_fields(pid: int) -> list[str] | None:
     return found[1] if found else None
 
 
+def process_name(pid: int) -> str | None:
+    """The name the kernel gives a process (``java``, ``python3.11``; ``None`` once it is gone)."""
+    found = _read_stat(f"/proc/{pid}/stat")
+    return found[0] if found else None
+
+
 def _own_cpu_ticks(fields: list[str]) -> int:
     """utime + stime of a stat line's fields (its reaped children not counted)."""
     return int(fields[11]) + int(fields[12])

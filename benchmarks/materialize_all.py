@@ -55,6 +55,8 @@ from engine_runs import (
     job_moment,
     jvm_pid,
     last_job_id,
+    process_name,
+    process_tree,
     seconds_inside_jobs,
     spark_jobs,
     spark_jobs_by_kind,
@@ -63,31 +65,7 @@ from engine_runs import (
 
 def _children_java(root_pid: int) -> set[int]:
     """PIDs of ``java`` processes whose ancestry includes ``root_pid`` (Linux /proc)."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry)] = int(fields[1])
-        names[int(entry)] = name
-    found = set()
-    for pid, name in names.items():
-        if name != "java":
-            continue
-        ancestor = pid
-        while ancestor > 1:
-            ancestor = parents.get(ancestor, 1)
-            if ancestor == root_pid:
-                found.add(pid)
-                break
-    return found
+    return {pid for pid in process_tree(root_pid) if pid != root_pid and process_name(pid) == "java"}
 
 
 def _main_class(pid: int) -> str:
