@@ -166,6 +166,18 @@ def classes_generated_so_far(session) -> int:
     return int(session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
 
 
+def codegen_seconds_so_far(session) -> float:
+    """About how long Spark's code generator has spent compiling in this JVM, in seconds.
+
+    An estimate: the metric is a histogram of milliseconds per class whose
+    sample favours recent compilations, so its mean times the classes counted
+    is what this returns. Good enough to tell whether compiling generated code
+    is a large part of a run's driver time, not to compare close figures.
+    """
+    timer = session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    return timer.getSnapshot().getMean() * timer.getCount() / 1000.0
+
+
 def last_job_id(session) -> int:
     """The newest job the session's UI knows (-1 before any): what :func:`spark_jobs_by_kind` counts after."""
     return max((job["jobId"] for job in spark_jobs(session)), default=-1)

@@ -20,7 +20,8 @@ process, and ``SparkContext.__init__`` is counted. It prints JSON:
 
 Each run also reports the CPU seconds of the Python driver and of the JVM,
 the JVM's by kind of thread (the JIT compilers, the garbage collector,
-Spark's task threads, the driver's). ``--by-step`` (with ``--spark-jobs``)
+Spark's task threads, the driver's), and the classes Spark's code generator
+compiled with about how long that took. ``--by-step`` (with ``--spark-jobs``)
 lists every step with the Spark jobs submitted during it, the seconds at
 least one of them ran and the seconds outside them: the driver's planning,
 Delta log reads, Python and Dagster between jobs.
@@ -52,6 +53,8 @@ from pathlib import Path
 
 from engine_runs import (
     CpuSplit,
+    classes_generated_so_far,
+    codegen_seconds_so_far,
     job_moment,
     jvm_pid,
     last_job_id,
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 last_job = last_job_id(warm.spark_session)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             cpu = CpuSplit(jvm_pid(warm.spark_session))
+            classes_before = classes_generated_so_far(warm.spark_session)
+            codegen_before = codegen_seconds_so_far(warm.spark_session)
             started = time.monotonic()
             if profiler:
                 profiler.enable()
@@ -234,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     "checks_passed": sum(e.passed for e in result.get_asset_check_evaluations()),
                     "step_s_total": round(sum(durations.values()), 1),
                     "work_cpu": cpu_s,
+                    "classes_generated": classes_generated_so_far(warm.spark_session) - classes_before,
+                    "codegen_compile_s": round(codegen_seconds_so_far(warm.spark_session) - codegen_before, 1),
                     "slowest_steps_s": dict(
                         sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]
                     ),

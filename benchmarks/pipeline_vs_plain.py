@@ -62,6 +62,7 @@ from engine_runs import (
     CpuSplit,
     PeriodicSampler,
     classes_generated_so_far,
+    codegen_seconds_so_far,
     jobs_so_far,
     jvm_pid,
     process_tree,
@@ -380,6 +381,7 @@ def dagster_child(args: argparse.Namespace) -> int:
 
     work_cpu, jobs_before = CpuSplit(jvm_pid(spark_resource.spark_session)), jobs_so_far(spark_resource.spark_session)
     classes_before = classes_generated_so_far(spark_resource.spark_session)
+    codegen_before = codegen_seconds_so_far(spark_resource.spark_session)
     run_started = time.time()
     # Matched to the step running at each sample (memory_by_step): which step grows the driver.
     with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
@@ -393,6 +395,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     work_cpu_s = work_cpu.seconds()
     spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
     classes_generated = classes_generated_so_far(spark_resource.spark_session) - classes_before
+    codegen_s = codegen_seconds_so_far(spark_resource.spark_session) - codegen_before
     retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
@@ -424,6 +427,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "work_cpu": work_cpu_s,
         "spark_jobs": spark_jobs_run,
         "classes_generated": classes_generated,
+        "codegen_compile_s": round(codegen_s, 1),
         "events": events,
         "rows": rows,
         "checks": checks,
@@ -587,6 +591,7 @@ def _work_cpu_table(plain: dict | None, runs: list[dict]) -> list[str]:
              "| --- |" + " ---: |" * len(columns)]
     rows = [("Spark jobs (streams' not counted)", lambda run: run.get("spark_jobs", "")),
             ("classes Spark's code generator compiled", lambda run: run.get("classes_generated", "")),
+            ("s compiling them (estimated)", lambda run: run.get("codegen_compile_s", "")),
              ("CPU s: Python driver", lambda run: run["work_cpu"]["python_driver"]), ("CPU s: JVM", lambda run: run["work_cpu"]["jvm"])]
     rows += [(f"CPU s: JVM, `{kind}`", lambda run, kind=kind: run["work_cpu"]["jvm_by_thread"].get(kind, "")) for kind in kinds]
     for label, value in rows:
