@@ -156,26 +156,30 @@ def jobs_so_far(session) -> int:
     return len(session.sparkContext.statusTracker().getJobIdsForGroup())
 
 
-def classes_generated_so_far(session) -> int:
-    """Classes Spark's code generator has compiled in this JVM (Janino runs), from its own metrics.
+class CodegenSpend:
+    """What Spark's code generator compiles in a session's JVM from now until :meth:`since`, from its own metrics.
 
     A class comes from the generator's cache when the same source was compiled
     before and is still among ``spark.sql.codegen.cache.maxEntries``; each one
-    compiled is also code the JIT compiles again.
+    compiled is also code the JIT compiles again. The seconds are an estimate:
+    the metric is a histogram of milliseconds per class whose sample favours
+    recent compilations, so its mean times the classes counted is what is
+    reported. Good enough to tell whether compiling generated code is a large
+    part of a run's driver time, not to compare close figures.
     """
-    return int(session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
 
+    def __init__(self, session) -> None:
+        self._metric = session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+        self._classes, self._seconds = self._so_far()
 
-def codegen_seconds_so_far(session) -> float:
-    """About how long Spark's code generator has spent compiling in this JVM, in seconds.
+    def _so_far(self) -> tuple[int, float]:
+        count = int(self._metric.getCount())
+        return count, self._metric.getSnapshot().getMean() * count / 1000.0
 
-    An estimate: the metric is a histogram of milliseconds per class whose
-    sample favours recent compilations, so its mean times the classes counted
-    is what this returns. Good enough to tell whether compiling generated code
-    is a large part of a run's driver time, not to compare close figures.
-    """
-    timer = session._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
-    return timer.getSnapshot().getMean() * timer.getCount() / 1000.0
+    def since(self) -> dict[str, Any]:
+        """``classes_generated`` and ``codegen_compile_s`` (estimated) since this was created."""
+        classes, seconds = self._so_far()
+        return {"classes_generated": classes - self._classes, "codegen_compile_s": round(seconds - self._seconds, 1)}
 
 
 def last_job_id(session) -> int:

@@ -52,9 +52,8 @@ import time
 from pathlib import Path
 
 from engine_runs import (
+    CodegenSpend,
     CpuSplit,
-    classes_generated_so_far,
-    codegen_seconds_so_far,
     job_moment,
     jvm_pid,
     last_job_id,
@@ -205,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 last_job = last_job_id(warm.spark_session)
             profiler = cProfile.Profile() if args.profile and number == args.runs - 1 else None
             cpu = CpuSplit(jvm_pid(warm.spark_session))
-            classes_before = classes_generated_so_far(warm.spark_session)
-            codegen_before = codegen_seconds_so_far(warm.spark_session)
+            codegen = CodegenSpend(warm.spark_session)
             started = time.monotonic()
             if profiler:
                 profiler.enable()
@@ -221,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 profiler.dump_stats(args.profile)
             elapsed = time.monotonic() - started
             cpu_s = cpu.seconds()
+            codegen_spent = codegen.since()
             steps = [e for e in result.all_events if e.event_type == DagsterEventType.STEP_SUCCESS]
             records = instance.all_logs(result.run_id)  # read once: the run's whole event log
             durations = step_seconds(records)
@@ -239,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                     "checks_passed": sum(e.passed for e in result.get_asset_check_evaluations()),
                     "step_s_total": round(sum(durations.values()), 1),
                     "work_cpu": cpu_s,
-                    "classes_generated": classes_generated_so_far(warm.spark_session) - classes_before,
-                    "codegen_compile_s": round(codegen_seconds_so_far(warm.spark_session) - codegen_before, 1),
+                    **codegen_spent,
                     "slowest_steps_s": dict(
                         sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]
                     ),

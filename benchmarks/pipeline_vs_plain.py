@@ -59,10 +59,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from engine_runs import (
+    CodegenSpend,
     CpuSplit,
     PeriodicSampler,
-    classes_generated_so_far,
-    codegen_seconds_so_far,
     jobs_so_far,
     jvm_pid,
     process_tree,
@@ -380,8 +379,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     session_start = time.time() - started
 
     work_cpu, jobs_before = CpuSplit(jvm_pid(spark_resource.spark_session)), jobs_so_far(spark_resource.spark_session)
-    classes_before = classes_generated_so_far(spark_resource.spark_session)
-    codegen_before = codegen_seconds_so_far(spark_resource.spark_session)
+    codegen = CodegenSpend(spark_resource.spark_session)
     run_started = time.time()
     # Matched to the step running at each sample (memory_by_step): which step grows the driver.
     with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
@@ -394,8 +392,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     run_ended = time.time()
     work_cpu_s = work_cpu.seconds()
     spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
-    classes_generated = classes_generated_so_far(spark_resource.spark_session) - classes_before
-    codegen_s = codegen_seconds_so_far(spark_resource.spark_session) - codegen_before
+    codegen_spent = codegen.since()
     retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
@@ -426,8 +423,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "work_s": round(run_ended - run_started, 3),
         "work_cpu": work_cpu_s,
         "spark_jobs": spark_jobs_run,
-        "classes_generated": classes_generated,
-        "codegen_compile_s": round(codegen_s, 1),
+        **codegen_spent,
         "events": events,
         "rows": rows,
         "checks": checks,

@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine_runs import CpuSplit, classes_generated_so_far, codegen_seconds_so_far, jobs_so_far, jvm_pid
+from engine_runs import CodegenSpend, CpuSplit, jobs_so_far, jvm_pid
 
 
 def _session(app_name: str = "plain-pipeline"):
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     session_start = time.perf_counter() - started
     timer = Timer()
     cpu, jobs_before = CpuSplit(jvm_pid(spark)), jobs_so_far(spark)
-    classes_before, codegen_before = classes_generated_so_far(spark), codegen_seconds_so_far(spark)
+    codegen = CodegenSpend(spark)
     work_started = time.perf_counter()
     run(spark, args.landing, args.out, timer)
     work = time.perf_counter() - work_started
@@ -240,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "work_s": round(work, 3),
         "work_cpu": cpu.seconds(),
         "spark_jobs": jobs_so_far(spark) - jobs_before,
-        "classes_generated": classes_generated_so_far(spark) - classes_before,
-        "codegen_compile_s": round(codegen_seconds_so_far(spark) - codegen_before, 1),
+        **codegen.since(),
         "writes_s": timer.seconds,
         "spark_version": spark.version,
     }
