@@ -172,13 +172,20 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
         except Exception:  # no table yet, or a commit being written: look again
             return 0
 
+    logged: list[str] = []
+
+    def batches_reported() -> int:
+        return sum(line.startswith(f"{KAFKA_STREAM}: batch ") for line in list(logged))
+
     def producer() -> None:
         # Two bursts while the stream runs: each must arrive without a restart.
+        # Each burst waits for its batch's progress too: Spark commits a batch to the
+        # table before it reports the batch's progress, and a stop in between loses the report.
         try:
-            for burst, total in ((lines[:6], 6), (lines[6:], 12)):
+            for burst, total, reports in ((lines[:6], 6, 1), (lines[6:], 12, 2)):
                 publish_lines(kafka, burst)
                 deadline = time.monotonic() + 120
-                while bronze_rows() < total and time.monotonic() < deadline:
+                while (bronze_rows() < total or batches_reported() < reports) and time.monotonic() < deadline:
                     time.sleep(0.5)
         except BaseException as error:  # surfaced in the test's thread below
             failures.append(error)
@@ -187,7 +194,8 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
 
     thread = threading.Thread(target=producer)
     thread.start()
-    run = run_continuous(spark, lake, config, should_stop=stop.is_set, install_signal_handlers=False, kafka=kafka)
+    run = run_continuous(spark, lake, config, should_stop=stop.is_set, install_signal_handlers=False, kafka=kafka,
+                         log_progress=logged.append)
     thread.join()
     assert not failures, failures
     assert run.stopped_by == "request"
