@@ -38,6 +38,11 @@ measuring a fix before making it): ``cache`` makes ``.cache()`` a no-op,
 ``drift-scan`` skips silver's schema-drift scan. (``lite-metadata``, output
 metadata from the Delta log only, is what the IO manager now does.)
 
+Runs on 2 cores spread by about 5% between two runs of the same work, so
+``--rounds N`` runs the plain script and the Dagster runs N times in turn
+and reports each round's ratio and their median; the first round's runs are
+the ones the report describes in detail.
+
 It prints Markdown: totals and ratios, the top steps, time per layer, and the
 calls the framework adds, with their seconds. ``--json`` keeps every number.
 Nothing is written outside ``--folder`` (a temporary folder by default).
@@ -50,6 +55,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +63,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from engine_runs import (
     CodegenSpend,
@@ -472,6 +479,30 @@ def _run_child(command: list[str], env: dict[str, str], timeout: float, log: Pat
             **{kind: round(mb) for kind, mb in memory.items()}}
 
 
+class Job(NamedTuple):
+    """One child process of a round: its command, and what to do before and after it."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    log: Path
+    prepare: Callable[[], None]
+    #: Keeps the first round's whole report of the run.
+    finish: Callable[[dict], None]
+    #: A later round's figures of the run: ``{"work_s", "cpu_s"}``.
+    measure: Callable[[dict], dict]
+
+
+def _round_figures(report: dict, job_name: str) -> dict:
+    """The first round's work and CPU seconds of one job, from the report its finish filled in."""
+    if job_name.startswith("plain"):
+        run = report["plain"]
+    else:
+        [run] = [run for run in report["dagster"]
+                 if job_name == "Dagster on " + run["engine"] + ("-" + "-".join(run["ablate"]) if run["ablate"] else "")]
+    return {"work_s": run["work_s"], "cpu_s": run["cpu_s"]}
+
+
 def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -595,6 +626,29 @@ def _work_cpu_table(plain: dict | None, runs: list[dict]) -> list[str]:
     return lines
 
 
+def _rounds_table(rounds: list[dict]) -> list[str]:
+    """Each round's work seconds and ratios to that round's plain script, and their medians."""
+    if len(rounds) < 2:
+        return []
+    runs = [name for name in rounds[0]["work"] if name != "plain"]
+    lines = [f"\n{len(rounds)} rounds, each the plain script then the Dagster runs (the first is the one above):\n",
+             "| round | load before | plain work s | " + " | ".join(f"{name}: work s | ratio | CPU ratio" for name in runs) + " |",
+             "| --- | --- | ---: |" + " ---: | ---: | ---: |" * len(runs)]
+    ratios: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    for number, entry in enumerate(rounds, start=1):
+        plain = entry["work"]["plain"]
+        cells = []
+        for name in runs:
+            run = entry["work"][name]
+            ratios[name].append((run["work_s"] / plain["work_s"], run["cpu_s"] / plain["cpu_s"]))
+            cells.append(f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} | {_ratio(run['cpu_s'], plain['cpu_s'])}")
+        lines.append(f"| {number} | {entry['load_before']} | {plain['work_s']:.1f} | " + " | ".join(cells) + " |")
+    medians = [f"{statistics.median(r for r, _ in ratios[name]):.2f}x (CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
+               for name in runs]
+    lines.append("\nMedian ratio: " + "; ".join(f"{name} {median}" for name, median in zip(runs, medians)) + ".")
+    return lines
+
+
 def markdown(report: dict, args: argparse.Namespace) -> str:
     out: list[str] = []
     plain = report["plain"]
@@ -626,6 +680,7 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         )
     for failure in report.get("failed", []):
         out.append(f"| {failure} | | | | | | | |")
+    out.extend(_rounds_table(report.get("rounds", [])))
     out.extend(_work_cpu_table(plain, report["dagster"]))
     out.append(
         "\nPeak resident memory per process (`VmHWM`, sampled every 0.5 s). The JVM of a local session is "
@@ -775,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ephemeral-instance", action="store_true", help="in-memory Dagster instance, not sqlite")
     parser.add_argument("--parallel", action="store_true",
                         help="run the plain script and the Dagster runs at the same time (on a busy machine; compare CPU seconds then)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the plain script and the Dagster runs this many times in turn, and report each "
+                             "round's ratio and their median (the first round's runs are shown in detail)")
     parser.add_argument("--top", type=int, default=12, help="steps shown")
     parser.add_argument("--top-sites", type=int, default=25, help="probe sites shown")
     parser.add_argument("--json", type=Path, default=None, help="write every number here")
@@ -790,6 +848,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.folder:
             parser.error("--report-only needs --folder")
         return report_only(args)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > 1 and (args.no_plain or args.reuse_plain):
+        parser.error("--rounds compares each round's runs with that round's plain script: drop --no-plain and --reuse-plain")
     if "delta-spark" in args.engines and not os.environ.get("DELTA_SPARK_JARS"):
         parser.error("delta-spark needs DELTA_SPARK_JARS (the folder of the delta-spark jars)")
 
@@ -821,16 +883,23 @@ def main(argv: list[str] | None = None) -> int:
             report["plain"] = json.loads(plain_run.read_text())
         else:
             out, plain_json = folder / "plain", folder / "plain.json"
-            shutil.rmtree(out, ignore_errors=True)
             command = [sys.executable, str(PLAIN_SCRIPT), "--landing", str(landing), "--out", str(out),
                        "--json", str(plain_json), "--row-counts"]
+
+            def prepare_plain(out=out):
+                shutil.rmtree(out, ignore_errors=True)
 
             def finish_plain(result, out=out, plain_json=plain_json):
                 report["plain"] = {**json.loads(plain_json.read_text()), **result}
                 plain_run.write_text(json.dumps(report["plain"]))
                 shutil.rmtree(out, ignore_errors=True)
 
-            jobs.append(("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log", finish_plain))
+            def measure_plain(result, out=out, plain_json=plain_json):
+                shutil.rmtree(out, ignore_errors=True)
+                return {"work_s": json.loads(plain_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
+
+            jobs.append(Job("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log",
+                            prepare_plain, finish_plain, measure_plain))
             report["commands"].append(env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts")
 
         variants = [(engine, []) for engine in args.engines]
@@ -839,12 +908,7 @@ def main(argv: list[str] | None = None) -> int:
         for engine, ablate in variants:
             name = engine + ("-" + "-".join(ablate) if ablate else "")
             lake = folder / f"lake-{name}"
-            shutil.rmtree(lake, ignore_errors=True)
-            lake.mkdir()
-            (lake / "landing").symlink_to(landing, target_is_directory=True)
             home = folder / f"dagster-home-{name}"
-            shutil.rmtree(home, ignore_errors=True)
-            home.mkdir()
             child_json = folder / f"dagster-{name}.json"
             command = [sys.executable, str(Path(__file__).resolve()), "--child-dagster", "--lake", str(lake),
                        "--json", str(child_json)]
@@ -856,6 +920,13 @@ def main(argv: list[str] | None = None) -> int:
                 command.append("--ephemeral-instance")
             env = _child_env({"MEDALLION_DELTA_ENGINE": engine, "DAGSTER_HOME": str(home)}, args.driver_memory)
 
+            def prepare_dagster(lake=lake, home=home):
+                # Every run starts from an empty lake over the same landing, on a new instance.
+                for empty in (lake, home):
+                    shutil.rmtree(empty, ignore_errors=True)
+                    empty.mkdir()
+                (lake / "landing").symlink_to(landing, target_is_directory=True)
+
             def finish_dagster(result, child_json=child_json, lake=lake):
                 child = json.loads(child_json.read_text())
                 child.update(result)
@@ -863,31 +934,62 @@ def main(argv: list[str] | None = None) -> int:
                 report["dagster"].append(child)
                 shutil.rmtree(lake, ignore_errors=True)
 
-            jobs.append((f"Dagster on {name}", command, env, folder / f"dagster-{name}.log", finish_dagster))
+            def measure_dagster(result, child_json=child_json, lake=lake):
+                shutil.rmtree(lake, ignore_errors=True)
+                return {"work_s": json.loads(child_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
 
-        results: dict[str, object] = {}
+            jobs.append(Job(f"Dagster on {name}", command, env, folder / f"dagster-{name}.log",
+                            prepare_dagster, finish_dagster, measure_dagster))
 
-        def run_job(job) -> None:
-            # Each result is kept as soon as its run ends, so a later failure loses nothing.
-            name, command, env, log, finish = job
-            print(f"{name} ...", file=sys.stderr)
-            try:
-                results[name] = _run_child(command, env, args.timeout, log)
-                finish(results[name])
-            except (RuntimeError, TimeoutError, OSError, ValueError) as error:
-                results[name] = error
-            print(f"{name}: {results[name]}", file=sys.stderr)
+        def run_jobs(keep: Callable[[Job, dict], object]) -> dict[str, object]:
+            """Each job's ``keep(job, result)``, or the error that stopped it."""
+            results: dict[str, object] = {}
 
-        if args.parallel:
-            threads = [threading.Thread(target=run_job, args=(job,)) for job in jobs]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        else:
-            for job in jobs:
-                run_job(job)
-        report["failed"] = [f"{name}: {results[name]}" for name, *_ in jobs if isinstance(results[name], Exception)]
+            def run_job(job: Job) -> None:
+                # Each result is kept as soon as its run ends, so a later failure loses nothing.
+                print(f"{job.name} ...", file=sys.stderr)
+                try:
+                    job.prepare()
+                    results[job.name] = keep(job, _run_child(job.command, job.env, args.timeout, job.log))
+                except (RuntimeError, TimeoutError, OSError, ValueError) as error:
+                    results[job.name] = error
+                print(f"{job.name}: {results[job.name]}", file=sys.stderr)
+
+            if args.parallel:
+                threads = [threading.Thread(target=run_job, args=(job,)) for job in jobs]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+            else:
+                for job in jobs:
+                    run_job(job)
+            return results
+
+        def finish(job: Job, result: dict) -> dict:
+            job.finish(result)
+            return result
+
+        load_before = report["load_before"]
+        results = run_jobs(finish)
+        report["failed"] = [f"{job.name}: {results[job.name]}" for job in jobs if isinstance(results[job.name], Exception)]
+        if args.rounds > 1 and not report["failed"]:
+            # The first round's runs are the ones described in detail; every round's work goes in the rounds table.
+            rounds = [{"load_before": load_before,
+                       "work": {"plain" if job.name.startswith("plain") else job.name: _round_figures(report, job.name)
+                                for job in jobs}}]
+            for number in range(2, args.rounds + 1):
+                load_before = load_average()
+                print(f"round {number} of {args.rounds}", file=sys.stderr)
+                measured = run_jobs(lambda job, result: job.measure(result))
+                failed = [f"{job.name}: {measured[job.name]}" for job in jobs if isinstance(measured[job.name], Exception)]
+                if failed:
+                    report["failed"] += [f"round {number}: {failure}" for failure in failed]
+                    break
+                rounds.append({"load_before": load_before,
+                               "work": {"plain" if job.name.startswith("plain") else job.name: measured[job.name]
+                                        for job in jobs}})
+            report["rounds"] = rounds
         if "plain" not in report and not args.no_plain:
             raise RuntimeError("the plain run failed: " + "; ".join(report["failed"]))
         report["dagster"].sort(key=lambda run: (run["ablate"] != [], args.engines.index(run["engine"])))
