@@ -489,18 +489,8 @@ class Job(NamedTuple):
     prepare: Callable[[], None]
     #: Keeps the first round's whole report of the run.
     finish: Callable[[dict], None]
-    #: A later round's figures of the run: ``{"work_s", "cpu_s"}``.
+    #: The run's figures in a round: ``{"work_s", "cpu_s"}``.
     measure: Callable[[dict], dict]
-
-
-def _round_figures(report: dict, job_name: str) -> dict:
-    """The first round's work and CPU seconds of one job, from the report its finish filled in."""
-    if job_name.startswith("plain"):
-        run = report["plain"]
-    else:
-        [run] = [run for run in report["dagster"]
-                 if job_name == "Dagster on " + run["engine"] + ("-" + "-".join(run["ablate"]) if run["ablate"] else "")]
-    return {"work_s": run["work_s"], "cpu_s": run["cpu_s"]}
 
 
 def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, str]:
@@ -968,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def finish(job: Job, result: dict) -> dict:
             job.finish(result)
-            return result
+            return job.measure(result)
 
         load_before = report["load_before"]
         results = run_jobs(finish)
@@ -976,8 +966,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rounds > 1 and not report["failed"]:
             # The first round's runs are the ones described in detail; every round's work goes in the rounds table.
             rounds = [{"load_before": load_before,
-                       "work": {"plain" if job.name.startswith("plain") else job.name: _round_figures(report, job.name)
-                                for job in jobs}}]
+                       "work": {"plain" if job.name.startswith("plain") else job.name: results[job.name] for job in jobs}}]
             for number in range(2, args.rounds + 1):
                 load_before = load_average()
                 print(f"round {number} of {args.rounds}", file=sys.stderr)
