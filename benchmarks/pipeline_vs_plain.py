@@ -487,9 +487,9 @@ class Job(NamedTuple):
     env: dict[str, str]
     log: Path
     prepare: Callable[[], None]
-    #: Keeps the first round's whole report of the run.
+    #: Keeps the first round's whole report of the run (before ``measure``).
     finish: Callable[[dict], None]
-    #: The run's figures in a round: ``{"work_s", "cpu_s"}``.
+    #: The run's figures in a round, ``{"work_s", "cpu_s"}``; removes what the run wrote.
     measure: Callable[[dict], dict]
 
 
@@ -866,7 +866,8 @@ def main(argv: list[str] | None = None) -> int:
         env_note = f"PYSPARK_SUBMIT_ARGS='--driver-memory {args.driver_memory} pyspark-shell' " if args.driver_memory else ""
 
         plain_run = folder / "plain-run.json"
-        jobs = []  # (name, command, environment, log, what to do with its result)
+        plain_job = None
+        jobs = []  # one Job per child process of a round
         if args.no_plain:
             report["plain"] = None
         elif args.reuse_plain:
@@ -879,17 +880,17 @@ def main(argv: list[str] | None = None) -> int:
             def prepare_plain(out=out):
                 shutil.rmtree(out, ignore_errors=True)
 
-            def finish_plain(result, out=out, plain_json=plain_json):
+            def finish_plain(result, plain_json=plain_json):
                 report["plain"] = {**json.loads(plain_json.read_text()), **result}
                 plain_run.write_text(json.dumps(report["plain"]))
-                shutil.rmtree(out, ignore_errors=True)
 
             def measure_plain(result, out=out, plain_json=plain_json):
                 shutil.rmtree(out, ignore_errors=True)
                 return {"work_s": json.loads(plain_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
 
-            jobs.append(Job("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log",
-                            prepare_plain, finish_plain, measure_plain))
+            plain_job = Job("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log",
+                            prepare_plain, finish_plain, measure_plain)
+            jobs.append(plain_job)
             report["commands"].append(env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts")
 
         variants = [(engine, []) for engine in args.engines]
@@ -917,12 +918,11 @@ def main(argv: list[str] | None = None) -> int:
                     empty.mkdir()
                 (lake / "landing").symlink_to(landing, target_is_directory=True)
 
-            def finish_dagster(result, child_json=child_json, lake=lake):
+            def finish_dagster(result, child_json=child_json):
                 child = json.loads(child_json.read_text())
                 child.update(result)
                 child["summary"] = summarize_dagster(child)
                 report["dagster"].append(child)
-                shutil.rmtree(lake, ignore_errors=True)
 
             def measure_dagster(result, child_json=child_json, lake=lake):
                 shutil.rmtree(lake, ignore_errors=True)
@@ -960,24 +960,20 @@ def main(argv: list[str] | None = None) -> int:
             job.finish(result)
             return job.measure(result)
 
-        load_before = report["load_before"]
-        results = run_jobs(finish)
-        report["failed"] = [f"{job.name}: {results[job.name]}" for job in jobs if isinstance(results[job.name], Exception)]
-        if args.rounds > 1 and not report["failed"]:
-            # The first round's runs are the ones described in detail; every round's work goes in the rounds table.
-            rounds = [{"load_before": load_before,
-                       "work": {"plain" if job.name.startswith("plain") else job.name: results[job.name] for job in jobs}}]
-            for number in range(2, args.rounds + 1):
-                load_before = load_average()
+        # The first round's runs are the ones described in detail; every round's work goes in the rounds table.
+        report["failed"], rounds = [], []
+        for number in range(1, args.rounds + 1):
+            load_before = report["load_before"] if number == 1 else load_average()
+            if args.rounds > 1:
                 print(f"round {number} of {args.rounds}", file=sys.stderr)
-                measured = run_jobs(lambda job, result: job.measure(result))
-                failed = [f"{job.name}: {measured[job.name]}" for job in jobs if isinstance(measured[job.name], Exception)]
-                if failed:
-                    report["failed"] += [f"round {number}: {failure}" for failure in failed]
-                    break
-                rounds.append({"load_before": load_before,
-                               "work": {"plain" if job.name.startswith("plain") else job.name: measured[job.name]
-                                        for job in jobs}})
+            results = run_jobs(finish if number == 1 else lambda job, result: job.measure(result))
+            failed = [f"{job.name}: {results[job.name]}" for job in jobs if isinstance(results[job.name], Exception)]
+            report["failed"] += [f"round {number}: {failure}" for failure in failed] if number > 1 else failed
+            if failed:
+                break
+            rounds.append({"load_before": load_before,
+                           "work": {"plain" if job is plain_job else job.name: results[job.name] for job in jobs}})
+        if args.rounds > 1:
             report["rounds"] = rounds
         if "plain" not in report and not args.no_plain:
             raise RuntimeError("the plain run failed: " + "; ".join(report["failed"]))
