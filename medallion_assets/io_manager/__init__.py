@@ -15,7 +15,12 @@ Split the way dagster-deltalake splits its IO manager:
 
 from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 from medallion_assets.io_manager.client import DeltaTableClient, TableDescription, WriteResult
-from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler, check_once_per_version
+from medallion_assets.io_manager.manager import (
+    DeltaIOManager,
+    SparkDataFrameTypeHandler,
+    check_once_per_version,
+    start_check_once_per_version,
+)
 from medallion_assets.io_manager.metadata import (
     latest_materialization_metadata,
     markdown_preview,
@@ -74,5 +79,6 @@ __all__ = [
     "latest_materialization_metadata",
     "markdown_preview",
     "spark_table_schema",
+    "start_check_once_per_version",
     "table_metadata",
 ]
