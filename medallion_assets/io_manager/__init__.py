@@ -15,12 +15,7 @@ Split the way dagster-deltalake splits its IO manager:
 
 from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 from medallion_assets.io_manager.client import DeltaTableClient, TableDescription, WriteResult
-from medallion_assets.io_manager.manager import (
-    DeltaIOManager,
-    SparkDataFrameTypeHandler,
-    check_once_per_version,
-    start_check_once_per_version,
-)
+from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler, check_once_per_version
 from medallion_assets.io_manager.metadata import (
     latest_materialization_metadata,
     markdown_preview,
@@ -79,6 +74,5 @@ __all__ = [
     "latest_materialization_metadata",
     "markdown_preview",
     "spark_table_schema",
-    "start_check_once_per_version",
     "table_metadata",
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,45 +187,6 @@ def check_once_per_version(
         check_key: the check.
         evaluate: computes the result.
     """
-    earlier, versions = _earlier_result(context, check_key)
-    return earlier if earlier is not None else _recording_versions(evaluate(), versions)
-
-
-def start_check_once_per_version(
-    context: Any, check_key: AssetCheckKey, evaluate: Callable[[], AssetCheckResult]
-) -> Future[AssetCheckResult]:
-    """:func:`check_once_per_version`, with ``evaluate()`` running on a thread of its own.
-
-    For a check computed in its asset's step from what the step read, not from
-    what it writes: started before the step yields its output, the check's
-    Spark jobs run while the IO manager writes the table. Spark schedules the
-    jobs of both threads at once, so one's planning and commits on the driver
-    overlap the other's tasks instead of leaving a core idle. Whether an
-    earlier result is reused is decided here, on the step's thread, since
-    Dagster's instance is asked.
-
-    The caller waits for the future before it frees anything ``evaluate()``
-    reads (a cached frame), also when the write failed.
-
-    Example:
-        >>> check = start_check_once_per_version(context, key, lambda: compare(gold, silver))  # doctest: +SKIP
-        >>> yield Output(gold)  # doctest: +SKIP
-        >>> yield check.result()  # doctest: +SKIP
-    """
-    earlier, versions = _earlier_result(context, check_key)
-    if earlier is not None:
-        done: Future[AssetCheckResult] = Future()
-        done.set_result(earlier)
-        return done
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"check {check_key.name}")
-    try:
-        return pool.submit(lambda: _recording_versions(evaluate(), versions))
-    finally:
-        pool.shutdown(wait=False)  # the submitted evaluation still runs; the thread ends with it
-
-
-def _earlier_result(context: Any, check_key: AssetCheckKey) -> tuple[AssetCheckResult | None, dict[str, Any]]:
-    """The check's latest result if it read the versions this step read, and those versions."""
     reads = step_reads(context.instance, context.run.run_id, context.get_step_execution_context().step.key)
     versions: dict[str, Any] = reads.described()
     if versions and context.has_partition_key:
@@ -245,11 +205,8 @@ def _earlier_result(context: Any, check_key: AssetCheckKey) -> tuple[AssetCheckR
                 asset_key=check_key.asset_key, check_name=check_key.name, passed=earlier.passed,
                 severity=earlier.severity, description=earlier.description,
                 metadata={**earlier.metadata, REUSED_FROM_RUN: origin.value if origin else evaluated[0].run_id},
-            ), versions
-    return None, versions
-
-
-def _recording_versions(result: AssetCheckResult, versions: dict[str, Any]) -> AssetCheckResult:
+            )
+    result = evaluate()
     metadata = {key: value for key, value in (result.metadata or {}).items() if key != REUSED_FROM_RUN}
     return result.with_metadata({**metadata, CHECKED_VERSIONS: MetadataValue.json(versions)})
 

@@ -21,8 +21,7 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, wait
+from collections.abc import Sequence
 from decimal import Decimal
 
 from dagster import (
@@ -43,7 +42,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.assets.checks import last_update_freshness_checks
-from medallion_assets.io_manager import DELTA_KINDS, delta_table, start_check_once_per_version
+from medallion_assets.io_manager import DELTA_KINDS, check_once_per_version, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
 
 GROUP = "gold"
@@ -79,33 +78,17 @@ def _net_price_sum(alias: str = "revenue") -> F.Column:
 def reconcile(
     context: AssetExecutionContext, gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *,
     check_name: str, asset_key: AssetKey,
-) -> Future[AssetCheckResult]:
-    """Start comparing ``values`` per ``keys`` between a gold table and silver's own aggregate.
+) -> AssetCheckResult:
+    """Compare ``values`` per ``keys`` between a gold table and silver's own aggregate.
 
     A key present on one side only, or with a different value, is a failing row.
     Decimal sums are compared exactly. Evaluated again only when a silver
-    table the step read changed (:func:`check_once_per_version`); the
-    comparison runs while the step writes its table
-    (:func:`start_check_once_per_version`), since it needs nothing written.
+    table the step read changed (:func:`check_once_per_version`).
     """
-    return start_check_once_per_version(
+    return check_once_per_version(
         context, AssetCheckKey(asset_key, check_name),
         lambda: _reconciled(gold, silver, keys, values, check_name=check_name, asset_key=asset_key),
     )
-
-
-def _written_and_reconciled(
-    frame: DataFrame, lineage: dict[str, list[TableColumnDep]], reconciliation: Future[AssetCheckResult]
-) -> Iterator[Output[DataFrame] | AssetCheckResult]:
-    """The gold table's output, then its reconciliation's result; ``frame`` freed after both."""
-    try:
-        yield _with_lineage(frame, lineage)
-        yield reconciliation.result()
-    finally:
-        # Written and reconciled, or failed: the comparison may still be reading the cached frame,
-        # and the session outlives the step.
-        wait([reconciliation])
-        frame.unpersist()
 
 
 def _reconciled(
@@ -299,18 +282,21 @@ DAILY_REVENUE_COLUMNS = {
 )
 def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
     frame = G.daily_revenue(orders, lineitem, customer).cache()
-    silver_days = (
-        orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
-        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-        .groupBy("o_orderdate")
-        .agg(_net_price_sum())
-    )
-    gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
-    reconciliation = reconcile(
-        context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
-        asset_key=DAILY_REVENUE,
-    )
-    yield from _written_and_reconciled(frame, DAILY_REVENUE_LINEAGE, reconciliation)
+    try:
+        yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
+        silver_days = (
+            orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
+            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+            .groupBy("o_orderdate")
+            .agg(_net_price_sum())
+        )
+        gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
+        yield reconcile(
+            context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
+            asset_key=DAILY_REVENUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 MONTHLY_REVENUE_LINEAGE = {
@@ -338,18 +324,21 @@ MONTHLY_REVENUE_COLUMNS = {
 )
 def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame):
     frame = G.monthly_revenue(orders, lineitem).cache()
-    silver_months = (
-        orders.where("o_orderstatus = 'F'")
-        .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-        .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
-        .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
-    )
-    gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
-    reconciliation = reconcile(
-        context, gold_months, silver_months, ["month"], ["revenue", "order_count"],
-        check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE,
-    )
-    yield from _written_and_reconciled(frame, MONTHLY_REVENUE_LINEAGE, reconciliation)
+    try:
+        yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
+        silver_months = (
+            orders.where("o_orderstatus = 'F'")
+            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
+            .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
+            .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
+        )
+        gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
+        yield reconcile(
+            context, gold_months, silver_months, ["month"], ["revenue", "order_count"],
+            check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 CUSTOMER_LIFETIME_VALUE_LINEAGE = {
@@ -387,19 +376,22 @@ CUSTOMER_LIFETIME_VALUE_COLUMNS = {
 )
 def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame, orders: DataFrame):
     frame = G.customer_lifetime_value(customer, orders).cache()
-    per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
-        F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
-    )
-    silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
-        "c_custkey",
-        F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
-        F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
-    )
-    reconciliation = reconcile(
-        context, frame.select("c_custkey", "total_spend", "order_count"), silver_customers, ["c_custkey"],
-        ["total_spend", "order_count"], check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE,
-    )
-    yield from _written_and_reconciled(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE, reconciliation)
+    try:
+        yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
+        per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
+            F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
+        )
+        silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
+            "c_custkey",
+            F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
+            F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
+        )
+        yield reconcile(
+            context, frame.select("c_custkey", "total_spend", "order_count"), silver_customers, ["c_custkey"],
+            ["total_spend", "order_count"], check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE,
+        )
+    finally:
+        frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
 
 gold_assets = [
