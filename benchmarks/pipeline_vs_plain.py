@@ -51,6 +51,7 @@ Nothing is written outside ``--folder`` (a temporary folder by default).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -493,6 +494,12 @@ class Job(NamedTuple):
     measure: Callable[[dict], dict]
 
 
+def _round_figures(result: dict, *, report_json: Path, written: Path) -> dict:
+    """A run's figures in a round (its own work seconds, its processes' CPU seconds); removes what it wrote."""
+    shutil.rmtree(written, ignore_errors=True)
+    return {"work_s": json.loads(report_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
+
+
 def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -884,12 +891,9 @@ def main(argv: list[str] | None = None) -> int:
                 report["plain"] = {**json.loads(plain_json.read_text()), **result}
                 plain_run.write_text(json.dumps(report["plain"]))
 
-            def measure_plain(result, out=out, plain_json=plain_json):
-                shutil.rmtree(out, ignore_errors=True)
-                return {"work_s": json.loads(plain_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
-
             plain_job = Job("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log",
-                            prepare_plain, finish_plain, measure_plain)
+                            prepare_plain, finish_plain,
+                            functools.partial(_round_figures, report_json=plain_json, written=out))
             jobs.append(plain_job)
             report["commands"].append(env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts")
 
@@ -924,12 +928,9 @@ def main(argv: list[str] | None = None) -> int:
                 child["summary"] = summarize_dagster(child)
                 report["dagster"].append(child)
 
-            def measure_dagster(result, child_json=child_json, lake=lake):
-                shutil.rmtree(lake, ignore_errors=True)
-                return {"work_s": json.loads(child_json.read_text())["work_s"], "cpu_s": result["cpu_s"]}
-
             jobs.append(Job(f"Dagster on {name}", command, env, folder / f"dagster-{name}.log",
-                            prepare_dagster, finish_dagster, measure_dagster))
+                            prepare_dagster, finish_dagster,
+                            functools.partial(_round_figures, report_json=child_json, written=lake)))
 
         def run_jobs(keep: Callable[[Job, dict], object]) -> dict[str, object]:
             """Each job's ``keep(job, result)``, or the error that stopped it."""
