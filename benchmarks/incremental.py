@@ -15,8 +15,8 @@ time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). With
 ``--deletion-vectors`` (delta-spark only) the tables written by MERGE are
 created with deletion vectors, as ``ApplyChanges(deletion_vectors=True)``
 creates a feed's silver table: their MERGEs mark the rows they replace instead
-of rewriting the files. It prints JSON. ``--folder`` keeps the lake (and tpchgen's data) for a rerun; without
-it a temporary folder is removed at the end.
+of rewriting the files. It prints JSON. ``--folder`` keeps the lake (and
+tpchgen's data) for a rerun; without it a temporary folder is removed at the end.
 """
 
 from __future__ import annotations
