@@ -9,7 +9,7 @@ a noisy TPC-H delivery split into ``--batches`` batches, materializes every
 asset and check (the full run), lands the last batch (about ``1/batches`` of
 the changes) and materializes again (the incremental run), then once more
 with nothing new. Each run is timed as work (session start excluded) with its
-slowest steps, and the incremental run as a share of the full one. With
+steps' seconds, and the incremental run as a share of the full one. With
 ``--probes`` each run also lists the Spark, Delta and IO-manager calls its
 time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). With
 ``--deletion-vectors`` (delta-spark only) the tables written by MERGE are
@@ -17,6 +17,15 @@ created with deletion vectors, as ``ApplyChanges(deletion_vectors=True)``
 creates a feed's silver table: their MERGEs mark the rows they replace instead
 of rewriting the files. It prints JSON. ``--folder`` keeps the lake (and
 tpchgen's data) for a rerun; without it a temporary folder is removed at the end.
+
+``--fit FILE ...`` measures nothing: it reads the JSON of runs at several
+scale factors and prints, in Markdown, each run's figures and straight-line
+fits of the full run and the batch in the scale factor (what a run costs
+whatever its rows, and per SF), in all and by layer (bronze, silver, gold,
+checks), and the steps whose batch cost grows fastest with the data::
+
+    python benchmarks/incremental.py --scale-factor 1 --probes > sf1.json   # and so on
+    python benchmarks/incremental.py --fit sf0.01.json sf0.1.json sf0.3.json sf1.json
 """
 
 from __future__ import annotations
@@ -56,6 +65,80 @@ def _merge_tables_with_deletion_vectors() -> None:
     client.table_properties_for = with_deletion_vectors
 
 
+def step_layers(defs) -> dict[str, str]:
+    """Step (op) name -> the layer of what it writes (``checks`` for a check's own step)."""
+    layers = {}
+    for asset in defs.assets:
+        written = sorted({key.path[0] for key in asset.keys} - {"quarantine"}) or ["quarantine"]
+        layers[asset.node_def.name] = written[0]
+    for check in defs.asset_checks:
+        layers[check.node_def.name] = "checks"
+    return layers
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares ``(intercept, slope)`` of ``y`` on ``x``."""
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
+             / sum((x - mean_x) ** 2 for x, _ in points))
+    return mean_y - slope * mean_x, slope
+
+
+def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str:
+    """Markdown: the runs by scale factor, and each cost as a fixed part plus a part per SF."""
+    reports = sorted(reports, key=lambda r: r["scale_factor"])
+    if len({r["scale_factor"] for r in reports}) < 2:
+        raise SystemExit("--fit needs runs at two scale factors at least")
+    runs = [{run["run"]: run for run in r["runs"]} for r in reports]
+    lines = ["| SF | full run s | the batch s | nothing new s | batch / full |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for r, by_name in zip(reports, runs):
+        full, batch = by_name["full"]["work_s"], by_name["incremental"]["work_s"]
+        lines.append(f"| {r['scale_factor']:g} | {full} | {batch} | {by_name['nothing new']['work_s']} "
+                     f"| {batch / full:.2f} |")
+    fits = {}
+    for name in ("full", "incremental"):
+        points = [(r["scale_factor"], by_name[name]["work_s"]) for r, by_name in zip(reports, runs)]
+        fits[name] = _line(points)
+        miss = max(abs(y - (fits[name][0] + fits[name][1] * x)) for x, y in points)
+        lines.append(f"\n{name}: {fits[name][0]:.1f} s + {fits[name][1]:.1f} s per SF (largest miss {miss:.1f} s)")
+    lines.append(f"\nthe batch's share tends to {fits['incremental'][1] / fits['full'][1]:.2f} as SF grows")
+
+    def steps(run: dict) -> dict[str, float]:
+        # Runs of older code kept only their slowest steps (all of them with --slowest 45).
+        return run.get("steps_s") or run["slowest_steps_s"]
+
+    def per_layer(name: str) -> dict[str, list[tuple[float, float]]]:
+        points: dict[str, list[tuple[float, float]]] = {}
+        for r, by_name in zip(reports, runs):
+            totals: dict[str, float] = {}
+            for step, seconds in steps(by_name[name]).items():
+                layer = layers.get(step, "other")
+                totals[layer] = totals.get(layer, 0.0) + seconds
+            for layer, seconds in totals.items():
+                points.setdefault(layer, []).append((r["scale_factor"], seconds))
+        return points
+
+    lines += ["", "| layer | batch: fixed s | batch: s per SF | full run: fixed s | full run: s per SF |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    batch_layers, full_layers = per_layer("incremental"), per_layer("full")
+    for layer in sorted(batch_layers, key=lambda layer: -_line(batch_layers[layer])[1]):
+        (batch_fixed, batch_per_sf) = _line(batch_layers[layer])
+        (full_fixed, full_per_sf) = _line(full_layers[layer]) if layer in full_layers else (0.0, 0.0)
+        lines.append(f"| {layer} | {batch_fixed:.1f} | {batch_per_sf:.1f} | {full_fixed:.1f} | {full_per_sf:.1f} |")
+    by_step: dict[str, list[tuple[float, float]]] = {}
+    for r, by_name in zip(reports, runs):
+        for step, seconds in steps(by_name["incremental"]).items():
+            by_step.setdefault(step, []).append((r["scale_factor"], seconds))
+    fitted = {step: _line(points) for step, points in by_step.items() if len(points) == len(reports)}
+    lines += ["", "| step (fastest growing in the batch) | batch: fixed s | batch: s per SF |",
+              "| --- | ---: | ---: |"]
+    for step, (fixed, per_sf) in sorted(fitted.items(), key=lambda item: -item[1][1])[:top]:
+        lines.append(f"| `{step}` | {fixed:.1f} | {per_sf:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale-factor", type=float, default=0.1)
@@ -66,7 +149,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the Spark, Delta and IO-manager calls of each run, by call site")
     parser.add_argument("--deletion-vectors", action="store_true",
                         help="create the tables written by MERGE with deletion vectors (delta-spark only)")
+    parser.add_argument("--fit", nargs="+", metavar="FILE",
+                        help="measure nothing: fit the JSON of runs at several scale factors (see above)")
     args = parser.parse_args(argv)
+    if args.fit:
+        from medallion_assets.definitions import build_definitions
+
+        reports = [json.loads(Path(name).read_text()) for name in args.fit]
+        print(fit_report(reports, step_layers(build_definitions("local"))))
+        return 0
     probes = install_probes(set()) if args.probes else None
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -120,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "jvm_live_heap_mb": live_heap_mb,
             "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
+            "steps_s": seconds,
             **({"calls_by_site_s": [
                 {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
                 for kind, site, calls, total in by_site([r for r in probes.records if r["t0"] >= began_wall])[:15]
