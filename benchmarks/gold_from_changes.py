@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,11 +46,11 @@ from pyspark.testing import assertDataFrameEqual
 from medallion_assets.io_manager import DELETION_VECTORS
 from engine_runs import (
     LoadSampler,
+    Timings,
     add_delta_spark_arguments,
     delta_spark_session,
     describe_load,
     describe_session,
-    tree_cpu_seconds,
 )
 
 SEQUENCE, DELETED = "_sequence", "_deleted"
@@ -182,13 +181,6 @@ def gold_from_changes(spark: SparkSession, paths: dict[str, str], before: dict[s
         touched.unpersist()
 
 
-def timed(name: str, fn, figures: dict[str, tuple[float, float]]):
-    cpu, started = tree_cpu_seconds(), time.perf_counter()
-    result = fn()
-    figures[name] = (time.perf_counter() - started, tree_cpu_seconds() - cpu)
-    return result
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale-factor", type=float, default=0.1)
@@ -207,7 +199,11 @@ def main(argv: list[str] | None = None) -> None:
     client = DeltaTableClient(spark)
     work = Path(tempfile.mkdtemp(prefix="gold-from-changes-"))
     overwrite = WriteSpec(mode="overwrite", schema_mode="overwrite")
-    figures: dict[str, tuple[float, float]] = {}
+    timings = Timings()
+
+    def recompute(paths: dict[str, str], gold_path: str) -> None:
+        now = {name: read(spark, path) for name, path in paths.items()}
+        client.write(G.daily_revenue(now["orders"], now["lineitem"], now["customers"]), gold_path, overwrite)
     try:
         source = {"orders": spark.read.parquet(str(folder / "orders.parquet")),
                   "lineitem": spark.read.parquet(str(folder / "lineitem.parquet")),
@@ -226,8 +222,7 @@ def main(argv: list[str] | None = None) -> None:
                                  spec)
                 before[variant] = {n: client.last_commit_info(p)["version"] for n, p in paths[variant].items()}
             gold_path = str(work / "gold-before")
-            now = {n: read(spark, p) for n, p in paths[PLAIN].items()}
-            client.write(G.daily_revenue(now["orders"], now["lineitem"], now["customers"]), gold_path, overwrite)
+            recompute(paths[PLAIN], gold_path)
             for variant in VARIANTS:
                 specs = silver_specs(VARIANTS[variant])
 
@@ -235,15 +230,10 @@ def main(argv: list[str] | None = None) -> None:
                     for name in ("customers", "orders", "lineitem"):
                         client.write(changes[name], paths[variant][name], specs[name])
 
-                timed(f"the batch's three MERGEs, {variant}", apply_batch, figures)
+                timings.run(f"the batch's three MERGEs, {variant}", apply_batch)
                 after[variant] = {n: client.last_commit_info(p)["version"] for n, p in paths[variant].items()}
             recomputed = str(work / "gold-recomputed")
             shutil.copytree(gold_path, recomputed)
-
-            def recompute() -> None:
-                now = {n: read(spark, p) for n, p in paths[PLAIN].items()}
-                client.write(G.daily_revenue(now["orders"], now["lineitem"], now["customers"]), recomputed,
-                             overwrite)
 
             def maintain(variant: str, maintained: str) -> None:
                 # Read whole before the overwrite replaces what it reads.
@@ -255,13 +245,14 @@ def main(argv: list[str] | None = None) -> None:
                 finally:
                     stored.unpersist()
 
-            timed("gold recomputed from all of silver, as the pipeline does", recompute, figures)
+            timings.run("gold recomputed from all of silver, as the pipeline does",
+                        lambda: recompute(paths[PLAIN], recomputed))
             maintained = {}
             for number, variant in enumerate(v for v in VARIANTS if v != PLAIN):
                 maintained[variant] = str(work / f"gold-maintained-{number}")
                 shutil.copytree(gold_path, maintained[variant])
-                timed(f"gold from silver's changes, {variant}",
-                      lambda variant=variant: maintain(variant, maintained[variant]), figures)
+                timings.run(f"gold from silver's changes, {variant}",
+                            lambda variant=variant: maintain(variant, maintained[variant]))
         expected = client.read(recomputed)
         for path in maintained.values():
             assertDataFrameEqual(client.read(path), expected)
@@ -273,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{describe_load(load.samples)}\n")
         print("| step | s | CPU s |")
         print("| --- | ---: | ---: |")
-        for name, (seconds, cpu) in figures.items():
-            print(f"| {name} | {seconds:.1f} | {cpu:.1f} |")
+        for name, figures in timings.medians().items():
+            print(f"| {name} | {figures['wall']:.1f} | {figures['cpu']:.1f} |")
         print("\nThe gold tables from the changes hold the same rows as the recomputed one (assertDataFrameEqual).")
     finally:
         spark.stop()
