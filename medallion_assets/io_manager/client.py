@@ -310,7 +310,7 @@ def computed_once(frame: DataFrame) -> Iterator[tuple[DataFrame, int]]:
             return
         # select("*"): a plan of its own, planned now that the cache holds the rows (their true size).
         kept = cached.select("*").localCheckpoint(eager=True)
-        cached.unpersist()
+        cached.unpersist()  # the checkpoint holds the rows now: the cache's memory goes back before the write
         try:
             yield kept, rows
         finally:
