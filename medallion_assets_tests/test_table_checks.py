@@ -1,31 +1,60 @@
-"""The counts behind the table checks, on real Spark DataFrames: rows that fail, not only that all pass."""
+"""The counts behind the table checks: rows that fail, not only that all pass.
+
+Each count has two ways (Spark for any table, Arrow for a small one read by
+delta-rs) and both must give the same answers, so each test runs on real
+Spark DataFrames and on Arrow tables built by pyarrow from the same rows.
+"""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
 from medallion_assets.assets.checks import count_duplicate_keys, count_orphans
 
+KEYED_ROWS = [(1, 1, "a"), (1, 2, "b"), (2, 1, "c"), (2, 1, "d"), (2, 1, "e"), (None, 1, "f")]
+PARENTS = [(1, 10), (1, 10), (2, 20), (3, 30)]
+CHILDREN = [(1, 10, "ok"), (1, 10, "ok again"), (2, 20, "ok"), (2, 99, "no such pair"), (4, 40, "no such key"),
+            (None, 10, "null key")]
 
-def test_duplicate_and_null_keys_fail_the_key_check(spark):
-    stored = spark.createDataFrame(
-        [(1, 1, "a"), (1, 2, "b"), (2, 1, "c"), (2, 1, "d"), (2, 1, "e"), (None, 1, "f")],
-        "k long, line long, note string",
-    )
+
+def _tables(spark, way, rows, names, ddl, arrow_types):
+    if way == "spark":
+        return spark.createDataFrame(rows, ddl)
+    return pa.table({name: pa.array([row[i] for row in rows], type=kind)
+                     for i, (name, kind) in enumerate(zip(names, arrow_types))})
+
+
+def _where(table, way, column, value):
+    if way == "spark":
+        return table.where(f"{column} = {value!r}" if isinstance(value, str) else f"{column} = {value}")
+    return table.filter(pc.equal(table[column], value))
+
+
+@pytest.mark.parametrize("way", ["spark", "arrow"])
+def test_duplicate_and_null_keys_fail_the_key_check(spark, way):
+    stored = _tables(spark, way, KEYED_ROWS, ["k", "line", "note"], "k long, line long, note string",
+                     [pa.int64(), pa.int64(), pa.string()])
     # (2, 1) three times: 3 failing rows, one key; the null key: 1 row, one key.
     assert count_duplicate_keys(stored, ["k", "line"]) == (6, 4, 2)
     # On k alone: k=1 twice, k=2 three times, the null once.
     assert count_duplicate_keys(stored, ["k"]) == (6, 6, 3)
-    assert count_duplicate_keys(stored.where("k = 1"), ["k", "line"]) == (2, 0, 0)
+    assert count_duplicate_keys(_where(stored, way, "k", 1), ["k", "line"]) == (2, 0, 0)
+    assert count_duplicate_keys(_where(stored, way, "k", 7), ["k"]) == (0, 0, 0)
 
 
-def test_orphans_and_null_foreign_keys_fail_the_reference_check(spark):
+@pytest.mark.parametrize("way", ["spark", "arrow"])
+def test_orphans_and_null_foreign_keys_fail_the_reference_check(spark, way):
     # A parent key stored twice must not count its children twice.
-    parent = spark.createDataFrame([(1, 10), (1, 10), (2, 20), (3, 30)], "pk long, pk2 long")
-    child = spark.createDataFrame(
-        [(1, 10, "ok"), (1, 10, "ok again"), (2, 20, "ok"), (2, 99, "no such pair"), (4, 40, "no such key"),
-         (None, 10, "null key")],
-        "fk long, fk2 long, note string",
-    )
+    parent = _tables(spark, way, PARENTS, ["pk", "pk2"], "pk long, pk2 long", [pa.int64(), pa.int64()])
+    # The Arrow child's keys are 32-bit where the parent's are 64-bit: the count must not refuse them.
+    child = _tables(spark, way, CHILDREN, ["fk", "fk2", "note"], "fk long, fk2 long, note string",
+                    [pa.int32(), pa.int64(), pa.string()])
     assert count_orphans(child, ["fk"], parent, ["pk"]) == (6, 2)
     assert count_orphans(child, ["fk", "fk2"], parent, ["pk", "pk2"]) == (6, 3)
-    assert count_orphans(child.where("note LIKE 'ok%'"), ["fk", "fk2"], parent, ["pk", "pk2"]) == (3, 0)
-    assert count_orphans(child.limit(0), ["fk"], parent, ["pk"]) == (0, 0)
+    ok = child.where("note LIKE 'ok%'") if way == "spark" else child.filter(
+        pc.starts_with(child["note"], "ok"))
+    assert count_orphans(ok, ["fk", "fk2"], parent, ["pk", "pk2"]) == (3, 0)
+    empty = child.limit(0) if way == "spark" else child.slice(0, 0)
+    assert count_orphans(empty, ["fk"], parent, ["pk"]) == (0, 0)

@@ -3,6 +3,11 @@
 Row expectations live next to their asset (see ``expectations.py``); these
 checks look at a whole stored table, after it is written. Each reports the
 rows that pass and fail, so a failing check says how bad things are.
+
+The key and reference checks read their tables as a
+:class:`~medallion_assets.io_manager.TableRead`: a table of at most the IO
+manager's ``arrow_read_max_rows`` rows is counted in Arrow, read by delta-rs,
+and a larger one by Spark; the counts are the same either way.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
@@ -26,15 +31,26 @@ from dagster import (
     build_last_update_freshness_checks,
     build_sensor_for_freshness_checks,
 )
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.feeds import ApplyChanges, Feed
-from medallion_assets.io_manager import check_once_per_version
+from medallion_assets.io_manager import TableRead, check_once_per_version
 
-def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, int, int]:
-    """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing."""
-    per_key = frame.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
+#: Check metadata: what computed the counts, Arrow (delta-rs read the table) or Spark.
+COMPUTED_WITH = "computed_with"
+
+
+def count_duplicate_keys(rows: DataFrame | pa.Table, keys: Sequence[str]) -> tuple[int, int, int]:
+    """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing.
+
+    ``rows``: a Spark DataFrame, or an Arrow table holding at least ``keys``.
+    """
+    if isinstance(rows, pa.Table):
+        return _duplicate_keys_in_arrow(rows, keys)
+    per_key = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
     null_key = F.lit(False)
     for k in keys:
         null_key = null_key | F.col(k).isNull()
@@ -47,13 +63,39 @@ def count_duplicate_keys(frame: DataFrame, keys: Sequence[str]) -> tuple[int, in
     return int(totals["rows"]), int(totals["failing"]), int(totals["bad_keys"])
 
 
-def count_orphans(child: DataFrame, foreign_keys: Sequence[str], parent: DataFrame, parent_keys: Sequence[str]) -> tuple[int, int]:
+def _duplicate_keys_in_arrow(table: pa.Table, keys: Sequence[str]) -> tuple[int, int, int]:
+    if table.num_rows == 0:
+        return 0, 0, 0
+    per_key = table.select(list(keys)).group_by(list(keys)).aggregate([([], "count_all")])
+    counts = per_key.column("count_all")
+    bad = pc.greater(counts, 1)
+    for k in keys:
+        bad = pc.or_(bad, pc.is_null(per_key.column(k)))
+    failing = pc.sum(pc.if_else(bad, counts, 0)).as_py()
+    return table.num_rows, int(failing), int(pc.sum(pc.cast(bad, pa.int64())).as_py())
+
+
+def count_orphans(
+    child: DataFrame | pa.Table, foreign_keys: Sequence[str], parent: DataFrame | pa.Table, parent_keys: Sequence[str]
+) -> tuple[int, int]:
     """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan.
 
-    One pass over the child: each row meets at most one of the distinct parent
-    keys, so a left join keeps the child's rows, and those it found no parent
-    for are counted in the same aggregate.
+    Both tables Spark DataFrames, or both Arrow tables holding at least the key
+    columns. One pass over the child: each row meets at most one of the
+    distinct parent keys, so a left join keeps the child's rows, and those it
+    found no parent for are counted in the same aggregate.
     """
+    if isinstance(child, pa.Table) and isinstance(parent, pa.Table):
+        # A left anti join keeps each child row without a parent once, and a null key matches nothing.
+        parents = parent.select(list(parent_keys))
+        children = child.select(list(foreign_keys))
+        for fk, pk in zip(foreign_keys, parent_keys):
+            wanted = parents.schema.field(pk).type
+            if children.schema.field(fk).type != wanted:
+                children = children.set_column(children.schema.get_field_index(fk), fk,
+                                               pc.cast(children.column(fk), wanted))
+        orphans = children.join(parents, keys=list(foreign_keys), right_keys=list(parent_keys), join_type="left anti")
+        return child.num_rows, orphans.num_rows
     parents = (
         parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
         .distinct()
@@ -86,9 +128,10 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
         description=f"({', '.join(keys)}) is present and unique in silver.{table}.",
         blocking=True,
     )
-    def _unique(context: AssetCheckExecutionContext, stored: DataFrame) -> AssetCheckResult:
+    def _unique(context: AssetCheckExecutionContext, stored: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            rows, failing, bad_keys = count_duplicate_keys(stored, keys)
+            key_rows = stored.arrow(keys)
+            rows, failing, bad_keys = count_duplicate_keys(stored.frame if key_rows is None else key_rows, keys)
             return AssetCheckResult(
                 asset_key=key,
                 check_name=name,
@@ -99,6 +142,7 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
                     "passing_rows": rows - failing,
                     "failing_rows": failing,
                     "duplicated_or_null_keys": bad_keys,
+                    COMPUTED_WITH: "Spark" if key_rows is None else "Arrow",
                 },
             )
 
@@ -119,10 +163,15 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
         description=f"Every {child}.({', '.join(foreign_keys)}) exists in {parent}.({', '.join(parent_keys)}).",
         additional_ins={"parent_table": AssetIn(key=AssetKey(["silver", parent]))},
     )
-    def _references(context: AssetCheckExecutionContext, child_table: DataFrame,
-                    parent_table: DataFrame) -> AssetCheckResult:
+    def _references(context: AssetCheckExecutionContext, child_table: TableRead,
+                    parent_table: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            rows, orphans = count_orphans(child_table, foreign_keys, parent_table, parent_keys)
+            in_arrow = child_table.small and parent_table.small
+            if in_arrow:
+                rows, orphans = count_orphans(child_table.arrow(foreign_keys), foreign_keys,
+                                              parent_table.arrow(parent_keys), parent_keys)
+            else:
+                rows, orphans = count_orphans(child_table.frame, foreign_keys, parent_table.frame, parent_keys)
             return AssetCheckResult(
                 asset_key=key,
                 check_name=name,
@@ -132,6 +181,7 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
                     "references": f"{child}.{','.join(foreign_keys)} -> {parent}.{','.join(parent_keys)}",
                     "passing_rows": rows - orphans,
                     "failing_rows": orphans,
+                    COMPUTED_WITH: "Arrow" if in_arrow else "Spark",
                 },
             )
 

@@ -11,6 +11,8 @@ Split the way dagster-deltalake splits its IO manager:
   side) and :class:`SparkDataFrameTypeHandler`.
 * ``arrow_handlers``: pandas, polars and Arrow in and out through delta-rs
   (:class:`ArrowDeltaClient`, one handler per library), without Spark.
+* ``table_read``: :class:`TableRead`, an input computed on in Arrow while
+  the version read is small, else with Spark.
 """
 
 from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
@@ -43,6 +45,7 @@ from medallion_assets.io_manager.spec import (
     WriteSpec,
     delta_table,
 )
+from medallion_assets.io_manager.table_read import TableRead
 
 __all__ = [
     "DELTA_KINDS",
@@ -67,6 +70,7 @@ __all__ = [
     "DeltaTableClient",
     "SparkDataFrameTypeHandler",
     "TableDescription",
+    "TableRead",
     "WriteResult",
     "WriteSpec",
     "check_once_per_version",

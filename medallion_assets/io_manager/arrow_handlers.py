@@ -67,6 +67,16 @@ def _as_zone(moment: Any, tz: str | None) -> Any:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
 
 
+def rows_by_statistics(add_actions: pa.Table) -> int | None:
+    """A version's rows from its files' ``num_records`` (delta-rs' add actions); None when some file has none."""
+    if add_actions.num_rows == 0:
+        return 0
+    if "num_records" not in add_actions.column_names:
+        return None
+    counts = add_actions.column("num_records")
+    return None if counts.null_count else int(pc.sum(counts).as_py())
+
+
 class ArrowDeltaClient:
     """Reads and writes Delta tables with delta-rs (``deltalake``), without Spark.
 
@@ -113,6 +123,21 @@ class ArrowDeltaClient:
                 )
             dataset = dataset.replace_schema(pa.schema([dataset.schema.field(name) for name in columns]))
         return dataset
+
+    def readable_rows(self, path: str, *, version: int | None = None) -> tuple[int, int | None]:
+        """``(version, rows)`` of the table at ``version`` (the latest by default), from its log alone.
+
+        ``rows`` sums the files' statistics, None when a file has none.
+
+        Raises:
+            UnsupportedFeatureError: the table's files cannot be read as plain
+                Parquet (deletion vectors, column mapping).
+        """
+        from medallion_assets.delta._snapshot import check_read_support
+
+        table = self._open(path, version)
+        check_read_support(table, path)
+        return table.version(), rows_by_statistics(pa.table(table.get_add_actions(flatten=True)))
 
     def computed_from(self, path: str) -> str | None:
         """The ``computed_from`` fingerprint of the table's newest commit, if it has one."""
@@ -226,8 +251,8 @@ class ArrowDeltaClient:
         table = self._open(path)
         info, _ = self.newest_commit(path)
         actions = pa.table(table.get_add_actions(flatten=True))
-        records = actions.column("num_records").to_pylist() if "num_records" in actions.column_names else []
-        rows = sum(n for n in records if n is not None) if records and None not in records else table.count()
+        rows = rows_by_statistics(actions)
+        rows = table.count() if rows is None else rows
         schema = pa.schema(table.schema())
         descriptions = dict(column_descriptions or {})
         check_column_descriptions(descriptions, schema.names, table=f"Delta table {path}")

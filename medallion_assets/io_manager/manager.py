@@ -22,9 +22,11 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
+from deltalake.exceptions import DeltaError
 from pydantic import Field
 from pyspark.sql import DataFrame
 
+from medallion_assets.delta.errors import UnsupportedFeatureError
 from medallion_assets.io_manager.arrow_handlers import (
     ENGINE_NAME,
     ArrowDeltaClient,
@@ -47,6 +49,7 @@ from medallion_assets.io_manager.spec import (
     WriteSpec,
     column_descriptions,
 )
+from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, TableRead
 from medallion_assets.resources import LakeResource, SparkResource
 
 _CONSUMED_PREFIX = "medallion/consumed/"
@@ -234,6 +237,15 @@ class DeltaIOManager(ConfigurableIOManager):
         default=True,
         description="Do not rewrite an overwrite-mode table whose inputs have not changed since it was written.",
     )
+    arrow_read_max_rows: int = Field(
+        default=ARROW_READ_MAX_ROWS,
+        ge=0,
+        description=(
+            "Inputs annotated TableRead (the table checks) may be computed in Arrow, read by delta-rs without "
+            "Spark, when the version read has at most this many rows; larger ones are computed by Spark. "
+            "0: always Spark."
+        ),
+    )
 
     def _client(self) -> DeltaTableClient:
         return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use)
@@ -243,9 +255,15 @@ class DeltaIOManager(ConfigurableIOManager):
 
     # ---- inputs --------------------------------------------------------
     def load_input(self, context: InputContext) -> Any:
-        handler = handler_for_type(getattr(context.dagster_type, "typing_type", None))
+        kind = getattr(context.dagster_type, "typing_type", None)
+        if kind is TableRead:
+            return self._load_table_read(context)
+        handler = handler_for_type(kind)
         if handler is not None:
             return self._load_without_spark(context, handler)
+        return self._load_spark(context)
+
+    def _load_spark(self, context: InputContext) -> DataFrame:
         client = self._client()
         key = context.asset_key
         path = self._path(key)
@@ -276,6 +294,41 @@ class DeltaIOManager(ConfigurableIOManager):
             if partition_expr:
                 frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
         return frame
+
+    def _load_table_read(self, context: InputContext) -> TableRead:
+        """A :class:`TableRead` of the input's version: Arrow while it is small and delta-rs reads it, else Spark."""
+        key = context.asset_key
+        path = self._path(key)
+        metadata = dict(context.definition_metadata or {})
+        partitioned = context.has_asset_partitions and context.upstream_output is not None and bool(
+            (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
+        )
+        if metadata.get(READ) == "changes" or partitioned:
+            raise ValueError(
+                f"input {key.to_user_string()} of {context.op_def.name}: a TableRead reads a whole version, "
+                "not changes or a partition; annotate the input as a Spark DataFrame instead"
+            )
+        version = metadata.get(VERSION)
+        arrow = ArrowDeltaClient()
+        try:
+            read, rows = arrow.readable_rows(path, version=int(version) if version is not None else None)
+        except (DeltaError, UnsupportedFeatureError, OSError, ValueError) as error:
+            # A location only the Spark server sees, or a table feature delta-rs does not read.
+            context.log.debug(f"{key.to_user_string()}: delta-rs cannot read {path} ({error}); Spark reads it")
+            frame = self._load_spark(context)
+            return TableRead(path=path, version=None, rows=None, max_arrow_rows=self.arrow_read_max_rows,
+                             _spark_frame=lambda: frame)
+        context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read})
+
+        def spark_frame() -> DataFrame:
+            return SparkDataFrameTypeHandler().load_input(self._client(), path, version=read,
+                                                          columns=metadata.get(COLUMNS))
+
+        def arrow_columns(columns: Sequence[str]) -> Any:
+            return arrow.dataset(path, version=read, columns=columns).to_table()
+
+        return TableRead(path=path, version=read, rows=rows, max_arrow_rows=self.arrow_read_max_rows,
+                         _spark_frame=spark_frame, _arrow_columns=arrow_columns)
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""

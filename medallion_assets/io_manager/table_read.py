@@ -1,0 +1,74 @@
+"""An input a step computes on with Spark, or without Spark while the version it read is small.
+
+A check of a table of a few thousand rows (a key, a reference) spends well
+under a second of work on its rows through Spark: its query waits on the
+new version's Delta snapshot and a job of its own, about 0.8 s a check in
+an SF 0.1 run (docs/performance.md, "Table checks without Spark"). The same
+count over the version's key columns in Arrow, read by delta-rs, takes
+milliseconds. Past a bound the rows would have to fit in the driver, so the
+step computes with Spark as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+#: Rows up to which a :class:`TableRead` hands out Arrow (the IO manager's ``arrow_read_max_rows``): a
+#: few columns of a million rows are tens of MB in the driver, whatever the lake's size.
+ARROW_READ_MAX_ROWS = 1_000_000
+
+
+@dataclass
+class TableRead:
+    """The version of an upstream table a step read, as Spark or, when small, as Arrow.
+
+    Annotate an input (of an asset or an asset check) as ``TableRead`` and the
+    Delta IO manager hands this instead of a DataFrame. It records the version
+    read as it does for a DataFrame input, so :func:`check_once_per_version`
+    sees the same reads either way.
+
+    Attributes:
+        path: the table's location.
+        version: the version read; None when delta-rs cannot open the table
+            (Spark read it, and the step's input metadata names the version).
+        rows: rows of that version by its log's statistics; None when a file
+            has none, or delta-rs cannot open the table (then only
+            :attr:`frame` is offered).
+        max_arrow_rows: :meth:`arrow` answers up to this many rows.
+
+    Example:
+        >>> def _unique(stored: TableRead):                      # doctest: +SKIP
+        ...     keys = stored.arrow(["k"])
+        ...     if keys is None:  # large, or not readable by delta-rs
+        ...         return stored.frame.groupBy("k").count().where("count > 1").count()
+        ...     return keys.group_by("k").aggregate([([], "count_all")]).num_rows
+    """
+
+    path: str
+    version: int | None
+    rows: int | None
+    max_arrow_rows: int
+    _spark_frame: Callable[[], DataFrame] = field(repr=False)
+    _arrow_columns: Callable[[Sequence[str]], pa.Table] | None = field(default=None, repr=False)
+
+    @cached_property
+    def frame(self) -> DataFrame:
+        """The version as a Spark DataFrame (lazy: nothing runs until an action)."""
+        return self._spark_frame()
+
+    @property
+    def small(self) -> bool:
+        """Whether :meth:`arrow` answers: delta-rs reads the table and it has at most :attr:`max_arrow_rows` rows."""
+        return self._arrow_columns is not None and self.rows is not None and self.rows <= self.max_arrow_rows
+
+    def arrow(self, columns: Sequence[str]) -> pa.Table | None:
+        """``columns`` of the version as an Arrow table, read by delta-rs; None unless :attr:`small`."""
+        if not self.small:
+            return None
+        return self._arrow_columns(columns)
+
