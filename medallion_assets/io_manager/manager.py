@@ -22,12 +22,11 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
-from deltalake.exceptions import DeltaError
 from pydantic import Field
 from pyspark.sql import DataFrame
 
-from medallion_assets.delta.errors import UnsupportedFeatureError
 from medallion_assets.io_manager.arrow_handlers import (
+    DELTA_RS_CANNOT_READ,
     ENGINE_NAME,
     ArrowDeltaClient,
     TimeWindowFilter,
@@ -289,10 +288,9 @@ class DeltaIOManager(ConfigurableIOManager):
             {_READ_TABLE: _key_name(key), _READ_VERSION: int(version) if version is not None else latest}
         )
         frame = SparkDataFrameTypeHandler().load_input(client, path, version=version, columns=columns)
-        if context.has_asset_partitions and context.upstream_output is not None:
-            partition_expr = (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
-            if partition_expr:
-                frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
+        partition_expr = _upstream_partition_expr(context)
+        if partition_expr:
+            frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
         return frame
 
     def _load_table_read(self, context: InputContext) -> TableRead:
@@ -300,10 +298,7 @@ class DeltaIOManager(ConfigurableIOManager):
         key = context.asset_key
         path = self._path(key)
         metadata = dict(context.definition_metadata or {})
-        partitioned = context.has_asset_partitions and context.upstream_output is not None and bool(
-            (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
-        )
-        if metadata.get(READ) == "changes" or partitioned:
+        if metadata.get(READ) == "changes" or _upstream_partition_expr(context):
             raise ValueError(
                 f"input {key.to_user_string()} of {context.op_def.name}: a TableRead reads a whole version, "
                 "not changes or a partition; annotate the input as a Spark DataFrame instead"
@@ -312,7 +307,7 @@ class DeltaIOManager(ConfigurableIOManager):
         arrow = ArrowDeltaClient()
         try:
             read, rows = arrow.readable_rows(path, version=int(version) if version is not None else None)
-        except (DeltaError, UnsupportedFeatureError, OSError, ValueError) as error:
+        except DELTA_RS_CANNOT_READ as error:
             # A location only the Spark server sees, or a table feature delta-rs does not read.
             context.log.debug(f"{key.to_user_string()}: delta-rs cannot read {path} ({error}); Spark reads it")
             frame = self._load_spark(context)
@@ -349,11 +344,10 @@ class DeltaIOManager(ConfigurableIOManager):
             )
         version = metadata.get(VERSION)
         window = None
-        if context.has_asset_partitions and context.upstream_output is not None:
-            partition_expr = (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
-            if partition_expr:
-                span = context.asset_partitions_time_window
-                window = TimeWindowFilter(column=partition_expr, start=span.start, end=span.end)
+        partition_expr = _upstream_partition_expr(context)
+        if partition_expr:
+            span = context.asset_partitions_time_window
+            window = TimeWindowFilter(column=partition_expr, start=span.start, end=span.end)
         read = int(version) if version is not None else client.latest_version(path)
         context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read, "delta/engine": ENGINE_NAME})
         dataset = client.dataset(path, version=read, columns=metadata.get(COLUMNS), window=window)
@@ -528,6 +522,13 @@ def _check_descriptions_before_writing(
     if set(descriptions) - set(columns) and client.exists(path):
         columns += [name for name in client.read(path).columns if name not in columns]
     check_column_descriptions(descriptions, columns, table=f"asset {asset} (Delta table {path})")
+
+
+def _upstream_partition_expr(context: InputContext) -> str | None:
+    """The upstream's ``partition_expr`` column when this input reads one time-window partition of it."""
+    if not context.has_asset_partitions or context.upstream_output is None:
+        return None
+    return (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
 
 
 def _computed_from(client: DeltaTableClient, path: str) -> str | None:

@@ -120,17 +120,16 @@ def _preview_from_files(description: TableDescription, rows: int, *, key_columns
     files' physical column names as missing columns, all null.
     """
     import deltalake
-    from deltalake.exceptions import DeltaError
 
     from medallion_assets.delta._snapshot import check_read_support
-    from medallion_assets.delta.errors import UnsupportedFeatureError
+    from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ
 
     try:
         table = deltalake.DeltaTable(description.path, version=description.version)
         check_read_support(table, description.path)
         dataset = table.to_pyarrow_dataset()
         return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows)
-    except (DeltaError, UnsupportedFeatureError, OSError, ValueError, pa.ArrowException) as error:
+    except DELTA_RS_CANNOT_READ as error:
         log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
         return None
 
