@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import deltalake
 from deltalake.exceptions import DeltaError as _RsDeltaError
+from pyspark.errors import PySparkException
 from pyspark.sql import types as T
 
 from medallion_assets.delta._sql import to_sql
@@ -96,9 +97,11 @@ def _data_type(value: T.DataType | str, column: str) -> T.DataType:
     if isinstance(value, T.DataType):
         return value
     if isinstance(value, str):
+        # Only Spark's own errors mean "not a type" (or "no session here"): a lost connection to
+        # the JVM must surface as itself, not as the user's mistake.
         try:
             return T._parse_datatype_string(value)
-        except Exception:
+        except PySparkException:
             pass
         try:
             from pyspark.sql import SparkSession
@@ -106,7 +109,7 @@ def _data_type(value: T.DataType | str, column: str) -> T.DataType:
             active = SparkSession.getActiveSession()
             if active is not None:
                 return active.createDataFrame([], f"`{column}` {value}").schema[column].dataType
-        except Exception:
+        except PySparkException:
             pass
         raise DeltaOptionError(f"column '{column}': '{value}' is not a Spark SQL type (e.g. 'bigint', 'decimal(10,2)').")
     raise DeltaOptionError(f"column '{column}': dataType must be a pyspark DataType or a DDL string, got {value!r}.")
