@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from dagster import AssetIn, AssetKey, MonthlyPartitionsDefinition, asset, materialize
@@ -376,6 +377,14 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             spark.conf.unset("spark.databricks.delta.allFilesInCrc.enabled")
 
 
+def _column_mapped_table(spark, path: str) -> None:
+    """Three rows in a column-mapped table, written by delta-spark (reader version 2: no reader feature named)."""
+    spark.sql(f"CREATE TABLE delta.`{path}` (k BIGINT, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    written = spark.range(3).select(F.col("id").alias("k"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"))
+    written.write.format("delta").mode("append").save(path)
+
+
 def test_a_column_mapped_table_is_previewed_by_spark_with_its_values(spark, tmp_path, delta_engine):
     """delta-rs opens a column-mapped table but reads its renamed columns as nulls: Spark previews it."""
     if delta_engine != "delta-spark":
@@ -383,15 +392,44 @@ def test_a_column_mapped_table_is_previewed_by_spark_with_its_values(spark, tmp_
     from medallion_assets.io_manager import table_metadata
 
     path = str(tmp_path / "mapped")
-    spark.sql(f"CREATE TABLE delta.`{path}` (k BIGINT, v STRING) USING delta "
-              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
-    written = spark.range(3).select(F.col("id").alias("k"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"))
-    written.write.format("delta").mode("append").save(path)
+    _column_mapped_table(spark, path)
 
     preview = table_metadata(DeltaTableClient(spark), path, key_columns=["k"])["preview"].value
     shown = [[cell.strip() for cell in line.strip("|").split("|")] for line in preview.splitlines()[2:]
              if line.startswith("| ")]
     assert shown == [["0", "v0"], ["1", "v1"], ["2", "v2"]]
+
+
+def test_a_column_mapped_table_is_refused_as_an_arrow_input_naming_it(spark, tmp_path, delta_engine):
+    """An Arrow input of a column-mapped table fails, naming the input and the fix, instead of reading nulls."""
+    if delta_engine != "delta-spark":
+        pytest.skip("only delta-spark writes column-mapped tables; the delta-rs engine refuses them")
+    from dagster import AssetSpec
+
+    from medallion_assets.delta.errors import UnsupportedFeatureError
+
+    resources = _resources(tmp_path)
+    _column_mapped_table(spark, str(tmp_path / "lake" / "silver" / "mapped"))
+
+    read = []
+
+    @asset(key=["gold", "from_mapped"], ins={"mapped": AssetIn(key=["silver", "mapped"])})
+    def from_mapped(mapped: pa.Table) -> None:
+        read.append(mapped.to_pylist())  # delta-rs alone reads [{'k': None, 'v': None}, ...]
+
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        materialize([AssetSpec(["silver", "mapped"]), from_mapped], selection=[from_mapped], resources=resources)
+    assert read == []
+    message = str(refused.value)
+    for part in ("input silver/mapped of gold__from_mapped", "columnMapping", "as Table",
+                 "annotate the input as a Spark DataFrame"):
+        assert part in message
+    # The same rows as a Spark input: Spark reads the mapped columns.
+    @asset(key=["gold", "counted"], ins={"mapped": AssetIn(key=["silver", "mapped"])})
+    def counted(mapped) -> None:
+        assert sorted(mapped.collect()) == [(0, "v0"), (1, "v1"), (2, "v2")]
+
+    assert materialize([AssetSpec(["silver", "mapped"]), counted], selection=[counted], resources=resources).success
 
 
 def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_spark(spark, tmp_path, delta_engine):

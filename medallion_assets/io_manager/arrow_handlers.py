@@ -116,8 +116,18 @@ class ArrowDeltaClient:
 
         Nothing is read yet: the filter on a partition column skips whole
         files, and the selected columns are the only ones a scan reads.
+
+        Raises:
+            UnsupportedFeatureError: the table's files cannot be read as plain
+                Parquet (column mapping, deletion vectors).
         """
-        dataset = self._open(path, version).to_pyarrow_dataset()
+        from medallion_assets.delta._snapshot import check_read_support
+
+        table = self._open(path, version)
+        # delta-rs' dataset opens a column-mapped table of reader version 2 and reads its
+        # renamed columns as nulls, without an error: refuse it here.
+        check_read_support(table, path)
+        dataset = table.to_pyarrow_dataset()
         if window is not None:
             dataset = dataset.filter(window.expression(dataset.schema))
         if columns:

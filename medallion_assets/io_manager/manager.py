@@ -25,6 +25,7 @@ from dagster import (
 from pydantic import Field
 from pyspark.sql import DataFrame
 
+from medallion_assets.delta.errors import UnsupportedFeatureError
 from medallion_assets.io_manager.arrow_handlers import (
     DELTA_RS_CANNOT_READ,
     ENGINE_NAME,
@@ -350,7 +351,14 @@ class DeltaIOManager(ConfigurableIOManager):
             window = TimeWindowFilter(column=partition_expr, start=span.start, end=span.end)
         read = int(version) if version is not None else client.latest_version(path)
         context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read, "delta/engine": ENGINE_NAME})
-        dataset = client.dataset(path, version=read, columns=metadata.get(COLUMNS), window=window)
+        try:
+            dataset = client.dataset(path, version=read, columns=metadata.get(COLUMNS), window=window)
+        except UnsupportedFeatureError as error:
+            raise UnsupportedFeatureError(
+                f"input {key.to_user_string()} of {context.op_def.name}: delta-rs cannot read it as "
+                f"{kind.__name__} ({error.message}); annotate the input as a Spark DataFrame, which reads it through Spark",
+                table=path,
+            ) from error
         return handler.from_dataset(dataset, kind)
 
     def _consumed_version(self, client: DeltaTableClient, context: InputContext, upstream: AssetKey) -> int:
