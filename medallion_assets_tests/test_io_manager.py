@@ -410,7 +410,6 @@ def test_a_column_mapped_table_is_refused_as_an_arrow_input_naming_it(spark, tmp
 
     resources = _resources(tmp_path)
     _column_mapped_table(spark, str(tmp_path / "lake" / "silver" / "mapped"))
-
     read = []
 
     @asset(key=["gold", "from_mapped"], ins={"mapped": AssetIn(key=["silver", "mapped"])})
@@ -424,6 +423,7 @@ def test_a_column_mapped_table_is_refused_as_an_arrow_input_naming_it(spark, tmp
     for part in ("input silver/mapped of gold__from_mapped", "columnMapping", "as Table",
                  "annotate the input as a Spark DataFrame"):
         assert part in message
+
     # The same rows as a Spark input: Spark reads the mapped columns.
     @asset(key=["gold", "counted"], ins={"mapped": AssetIn(key=["silver", "mapped"])})
     def counted(mapped) -> None:
