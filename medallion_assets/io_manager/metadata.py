@@ -119,15 +119,11 @@ def _preview_from_files(description: TableDescription, rows: int, *, key_columns
     mapping is one: delta-rs opens such a table, but its Arrow dataset reads the
     files' physical column names as missing columns, all null.
     """
-    import deltalake
-
-    from medallion_assets.delta._snapshot import check_read_support
-    from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ
+    # Imported here: arrow_handlers imports this module.
+    from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
 
     try:
-        table = deltalake.DeltaTable(description.path, version=description.version)
-        check_read_support(table, description.path)
-        dataset = table.to_pyarrow_dataset()
+        dataset = ArrowDeltaClient().dataset(description.path, version=description.version)
         return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows)
     except DELTA_RS_CANNOT_READ as error:
         log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
