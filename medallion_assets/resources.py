@@ -40,13 +40,13 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
 
 #: The garbage collector of an embedded session's driver. The parallel collector suits a batch
 #: run's throughput better than the JDK's default G1, which spends CPU on short pauses nobody
-#: waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance.md, "The garbage collector").
+#: waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance-record.md, "The garbage collector").
 EMBEDDED_DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
 
 #: When an embedded session's optimizing JIT compiler (C2) takes a method: after four times the
 #: JDK's default calls and loop iterations. A run plans and generates code for hundreds of small
 #: queries whose code runs a few times; with the defaults, C2 spent a third of an SF 0.1 run's
-#: JVM CPU compiling it, on 2 cores shared with the tasks (docs/performance.md, "The JIT compiler").
+#: JVM CPU compiling it, on 2 cores shared with the tasks (docs/performance-record.md, "The JIT compiler").
 EMBEDDED_DRIVER_JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
     "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000"
@@ -305,7 +305,7 @@ class SparkResource(LazyPySparkResource):
         With the ``session`` catalog the names are registered here, on first use:
         registering reads each table's log, seconds for a whole lake, which a run
         whose steps work by path (:attr:`session_by_path`) pays only for the tables
-        it reads (``docs/performance.md``, "Tables by name").
+        it reads (``docs/performance-record.md``, "Tables by name").
 
         Raises:
             CatalogError: the catalog refused a table (the message names it and the fix).

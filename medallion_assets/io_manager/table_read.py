@@ -3,7 +3,7 @@
 A check of a table of a few thousand rows (a key, a reference) spends well
 under a second of work on its rows through Spark: its query waits on the
 new version's Delta snapshot and a job of its own, about 0.8 s a check in
-an SF 0.1 run (docs/performance.md, "Table checks without Spark"). The same
+an SF 0.1 run (docs/performance-record.md, "Table checks without Spark"). The same
 count over the version's key columns in Arrow, read by delta-rs, takes
 milliseconds. Past a bound the rows would have to fit in the driver, so the
 step computes with Spark as before.
