@@ -234,6 +234,87 @@ def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
     assert commit.get("dagster_run_id") == first.run_id  # the last commit is still the first run's
 
 
+def _daily_totals(spark, days: int):
+    """A gold-like aggregate of ``days`` rows: a sum, a count Spark knows is never null, a date, a timestamp, a null."""
+    import datetime as dt
+    from decimal import Decimal
+
+    lines = spark.createDataFrame(
+        [(day, Decimal(f"{day}.25"), dt.date(1995, 1, 1) + dt.timedelta(days=day), None if day == 0 else f"d{day}")
+         for day in range(days) for _ in range(2)],
+        "day long, amount decimal(12,2), on date, label string",
+    )
+    return lines.groupBy("day", "on", "label").agg(
+        F.sum("amount").alias("total"), F.count(F.lit(1)).alias("lines"), F.max(F.col("on").cast("timestamp")).alias("at"),
+    )
+
+
+def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(spark, tmp_path, delta_engine):
+    import deltalake
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets_tests.delta.readers import read_with_duckdb
+
+    days = {"n": 0}
+
+    @asset(key=["gold", "daily_totals"])
+    def daily_totals():
+        return _daily_totals(spark, days["n"])
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    session = SparkResource(master="local[2]")
+    path = lake.table_path(["gold", "daily_totals"])
+
+    def materialize_days(n: int, *, bound: int = 5):
+        days["n"] = n
+        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound)
+        result = materialize([daily_totals], resources={"spark": session, "lake": lake, "io_manager": io_manager})
+        [materialization] = result.asset_materializations_for_node("gold__daily_totals")
+        # Whoever wrote it, Spark and DuckDB read the rows the asset returned.
+        assertDataFrameEqual(DeltaTableClient(spark).read(path), _daily_totals(spark, n))
+        assert read_with_duckdb(path).num_rows == n
+        return materialization.metadata
+
+    # At most 5 rows: deltalake commits them. The metadata names Spark's types, as the Spark
+    # route's would, and the table's columns are nullable, as delta-spark stores a frame's.
+    small = materialize_days(4)
+    assert (small["delta/engine"].value, small["dagster/row_count"].value) == (ENGINE_NAME, 4)
+    assert [(c.name, c.type) for c in small["dagster/column_schema"].schema.columns] == [
+        (f.name, f.dataType.simpleString()) for f in _daily_totals(spark, 1).schema.fields
+    ]
+    assert all(field.nullable for field in deltalake.DeltaTable(path).schema().fields)
+    # One row past the bound: Spark writes the output.
+    assert materialize_days(6)["delta/engine"].value == delta_engine
+    # A table above the bound predicts a large output: Spark, without collecting first.
+    assert materialize_days(3)["delta/engine"].value == delta_engine
+    assert materialize_days(2)["delta/engine"].value == ENGINE_NAME
+    assert materialize_days(2, bound=0)["delta/engine"].value == delta_engine
+
+
+def test_a_small_overwrite_deltalake_cannot_commit_is_written_by_spark(spark, tmp_path, delta_engine):
+    if delta_engine != "delta-spark":
+        pytest.skip("a table with row tracking, which deltalake does not write, is made here by delta-spark")
+    import deltalake
+    from pyspark.testing import assertDataFrameEqual
+
+    resources = _resources(tmp_path)
+    path = resources["lake"].table_path(["gold", "tracked"])
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+
+    @asset(key=["gold", "tracked"])
+    def tracked():
+        return spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+
+    result = materialize([tracked], resources=resources)
+    [materialization] = result.asset_materializations_for_node("gold__tracked")
+    assert materialization.metadata["delta/engine"].value == "delta-spark"
+    assertDataFrameEqual(DeltaTableClient(spark).read(path), tracked())
+    # The table's creation and Spark's overwrite: deltalake's attempt committed nothing.
+    assert [entry["operation"] for entry in deltalake.DeltaTable(path).history()] == ["WRITE", "CREATE TABLE"]
+
+
 def test_time_window_partition_replaces_only_its_month(spark, tmp_path):
     months = MonthlyPartitionsDefinition(start_date="1995-01-01", end_date="1995-04-01")
 

@@ -160,7 +160,7 @@ class DeltaTableClient:
         Returns:
             The version committed, or why no row was written.
         """
-        _check_column_names(frame, path)
+        check_column_names(frame.columns, path)
         check_engine_reads(declared_table_properties(spec), path=path, engine=self.engine.name)
         frame = self.engine.prepare_write(frame)
         metadata = dict(commit_metadata or {})
@@ -325,9 +325,9 @@ def computed_once(frame: DataFrame) -> Iterator[tuple[DataFrame, int]]:
 _INVALID_COLUMN_CHARACTERS = " ,;{}()\n\t="
 
 
-def _check_column_names(frame: DataFrame, path: str) -> None:
+def check_column_names(columns: Sequence[str], path: str) -> None:
     """Refuse column names Delta cannot store without column mapping, before anything is written."""
-    bad = [name for name in frame.columns if any(ch in name for ch in _INVALID_COLUMN_CHARACTERS)]
+    bad = [name for name in columns if any(ch in name for ch in _INVALID_COLUMN_CHARACTERS)]
     if bad:
         raise ValueError(
             f"cannot write {path}: column name(s) {bad} contain a character Delta does not allow "

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
@@ -22,6 +23,7 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
+from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 from pydantic import Field
 from pyspark.sql import DataFrame
 
@@ -34,10 +36,11 @@ from medallion_assets.io_manager.arrow_handlers import (
     handler_for_object,
     handler_for_type,
 )
-from medallion_assets.io_manager.client import DeltaTableClient, WriteResult
+from medallion_assets.io_manager.client import DeltaTableClient, WriteResult, check_column_names
 from medallion_assets.io_manager.metadata import (
     check_column_descriptions,
     latest_materialization_metadata,
+    spark_table_schema,
     table_metadata,
 )
 from medallion_assets.io_manager.spec import (
@@ -51,6 +54,11 @@ from medallion_assets.io_manager.spec import (
 )
 from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, TableRead
 from medallion_assets.resources import LakeResource, SparkResource
+
+#: Rows up to which an overwrite of a Spark DataFrame is written by delta-rs (``arrow_write_max_rows``):
+#: the outputs that cost a pipeline run a second each for delta-spark's own jobs (gold's aggregates,
+#: reference tables) are far smaller; the collected rows are what the driver holds meanwhile.
+ARROW_WRITE_MAX_ROWS = 100_000
 
 _CONSUMED_PREFIX = "medallion/consumed/"
 #: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
@@ -243,6 +251,17 @@ class DeltaIOManager(ConfigurableIOManager):
         description=(
             "Inputs annotated TableRead (the table checks) may be computed in Arrow, read by delta-rs without "
             "Spark, when the version read has at most this many rows; larger ones are computed by Spark. "
+            "0: always Spark."
+        ),
+    )
+    arrow_write_max_rows: int = Field(
+        default=ARROW_WRITE_MAX_ROWS,
+        ge=0,
+        description=(
+            "A Spark DataFrame output written by overwrite (no partitions, no declared table properties) "
+            "with at most this many rows is collected as Arrow and committed by delta-rs, in a fraction of "
+            "the time delta-spark's overwrite takes whatever the rows; larger outputs, tables delta-rs "
+            "cannot write, object-store lakes and Spark Connect sessions are written by Spark. "
             "0: always Spark."
         ),
     )
@@ -440,6 +459,26 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({**metadata, **step_metadata})
             return
 
+        small = self._small_overwrite(client, obj, path, spec, replace_where=replace_where)
+        if small is not None:
+            try:
+                self._store_without_spark(
+                    context, small, path, spec, descriptions=descriptions, replace_where=None,
+                    commit_metadata=commit_metadata, step_metadata=step_metadata, unchanged=False,
+                    spark_frame=obj,
+                )
+            except (DeltaProtocolError, CommitFailedError) as error:
+                # Nothing was committed: a table feature deltalake does not write (row tracking, type
+                # widening), found when it commits, or another writer's commit in between.
+                context.log.info(f"{key.to_user_string()}: deltalake did not commit it ({error}); Spark writes it")
+            else:
+                context.log.info(
+                    f"{key.to_user_string()}: {small.num_rows} rows committed by deltalake, without Spark's jobs "
+                    f"(outputs of at most arrow_write_max_rows={self.arrow_write_max_rows} rows)"
+                )
+                self._register(client, key, path)
+                return
+
         # A step retried after its append committed (a retry policy, a lost executor)
         # must not append again: one Delta transaction per run, output and partition.
         window = fingerprint.get("partition")
@@ -464,6 +503,39 @@ class DeltaIOManager(ConfigurableIOManager):
         self._register(client, key, path)
         context.add_output_metadata({**metadata, **step_metadata})
 
+    def _small_overwrite(
+        self, client: DeltaTableClient, frame: Any, path: str, spec: WriteSpec, *, replace_where: str | None
+    ) -> pa.Table | None:
+        """``frame`` as Arrow when delta-rs is to write it (see ``arrow_write_max_rows``), else None.
+
+        Only a whole-table overwrite whose declaration both writers carry out
+        alike: no partitions, no declared properties, a lake on this machine's
+        file system (delta-rs writes from this process), and a driver in this
+        process (not Spark Connect). An existing table must be one delta-rs
+        opens, and no larger than the bound: its size predicts the output's,
+        so a large table is not computed once to find that out. A first write
+        finds out by collecting at most one row past the bound, and a larger
+        output is then written by Spark.
+        """
+        bound = self.arrow_write_max_rows
+        if (not bound or not isinstance(frame, DataFrame) or not hasattr(frame, "_jdf") or spec.mode != "overwrite"
+                or replace_where or spec.partition_columns or spec.table_properties or "://" in path):
+            return None
+        check_column_names(frame.columns, path)
+        if client.exists(path):
+            try:
+                _, rows = ArrowDeltaClient().readable_rows(path)
+            except DELTA_RS_CANNOT_READ:
+                return None
+            if rows is None or rows > bound:
+                return None
+        data = frame.limit(bound + 1).toArrow()
+        if data.num_rows > bound:
+            return None
+        # Nullable, as delta-spark stores a DataFrame's columns: a NOT NULL the frame's plan
+        # happens to know (a count) would otherwise become a constraint of the table.
+        return data.cast(pa.schema([column.with_nullable(True) for column in data.schema]))
+
     def _register(self, client: DeltaTableClient, key: AssetKey, path: str) -> None:
         # After the commit: the entry follows the table (first write, new columns, a re-created table).
         if self.spark.catalog.enabled and client.exists(path):
@@ -482,10 +554,13 @@ class DeltaIOManager(ConfigurableIOManager):
         commit_metadata: Mapping[str, str],
         step_metadata: Mapping[str, Any],
         unchanged: str | bool,
+        spark_frame: DataFrame | None = None,
     ) -> None:
         """Store a pandas, polars or Arrow output with delta-rs (no SparkSession).
 
         ``unchanged``: the overwrite's fingerprint when it has inputs to compare, else false.
+        ``spark_frame``: the Spark DataFrame the rows came from, whose types name the columns in
+        ``dagster/column_schema`` as the Spark route's writes of the same table name them.
         """
         key = context.asset_key
         asset = key.to_user_string()
@@ -513,6 +588,8 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
             return
         metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
+        if spark_frame is not None and [c.name for c in metadata["dagster/column_schema"].columns] == spark_frame.columns:
+            metadata["dagster/column_schema"] = spark_table_schema(spark_frame, descriptions)
         if skipped:
             metadata["delta/skipped"] = skipped
         context.add_output_metadata({**metadata, **step_metadata})
