@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import shlex
@@ -146,7 +147,7 @@ def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict]
 def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     """What the session JVM still holds: its live heap in MB and the classes holding most of it.
 
-    ``jcmd <pid> GC.class_histogram`` after the session's caches are dropped:
+    ``jcmd <pid> GC.class_histogram`` after the session's caches and Python's garbage are dropped:
     the histogram collects first, so it counts live objects only (the heap's
     "used" figure after ``System.gc()`` also counted blocks still being
     released). ``(None, [])`` where there is no local JVM (Spark Connect) or no
@@ -156,6 +157,9 @@ def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     if jvm is None or shutil.which("jcmd") is None:
         return None, []
     spark.catalog.clearCache()
+    # Python's garbage first: a DataFrame in a reference cycle (a run's contexts) keeps its Java
+    # plan alive, and with it the broadcast relations its query built, until Python collects it.
+    gc.collect()
     pid = str(jvm.java.lang.ProcessHandle.current().pid())
     try:
         # A first collection lets Spark's cleaner drop the broadcast and shuffle blocks of
