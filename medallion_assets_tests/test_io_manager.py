@@ -292,6 +292,37 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
     assert materialize_days(2, bound=0)["delta/engine"].value == delta_engine
 
 
+def test_an_unchanged_small_overwrite_reuses_its_description_without_reading_the_table(spark, tmp_path, monkeypatch):
+    from dagster import DagsterInstance
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+
+    @asset(key=["bronze", "numbers"])
+    def numbers():
+        return spark.range(10).withColumnRenamed("id", "n")
+
+    @asset(key=["gold", "total"], ins={"numbers": AssetIn(key=["bronze", "numbers"])})
+    def total(numbers):
+        return numbers.groupBy().agg(F.sum("n").alias("total"))
+
+    resources = _resources(tmp_path)
+    instance = DagsterInstance.ephemeral()
+    first = materialize([numbers, total], resources=resources, instance=instance)
+    written = first.asset_materializations_for_node("gold__total")[0].metadata
+    assert written["delta/engine"].value == ENGINE_NAME
+    described = []
+    describe = DeltaTableClient.describe
+    monkeypatch.setattr(DeltaTableClient, "describe",
+                        lambda client, path, **kwargs: described.append(path) or describe(client, path, **kwargs))
+    again = materialize([total, numbers.to_source_asset()], resources=resources, instance=instance,
+                        selection=[AssetKey(["gold", "total"])])
+    skipped = again.asset_materializations_for_node("gold__total")[0].metadata
+    # Inputs unchanged: not written, and described by the earlier materialization of the same version.
+    assert "delta/skipped" in skipped and described == []
+    for key in ("delta/engine", "delta/version", "dagster/row_count", "preview", "dagster/column_schema"):
+        assert skipped[key] == written[key], key
+
+
 def test_a_small_overwrite_deltalake_cannot_commit_is_written_by_spark(spark, tmp_path, delta_engine):
     if delta_engine != "delta-spark":
         pytest.skip("a table with row tracking, which deltalake does not write, is made here by delta-spark")

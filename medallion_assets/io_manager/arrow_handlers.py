@@ -29,16 +29,13 @@ from deltalake.exceptions import DeltaError
 
 from medallion_assets.delta.errors import UnsupportedFeatureError
 from medallion_assets.engine import user_metadata
-from medallion_assets.io_manager.metadata import arrow_markdown_preview, check_column_descriptions
+from medallion_assets.io_manager.metadata import ENGINE_NAME, arrow_markdown_preview, check_column_descriptions
 from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, declared_table_properties
 
 #: What delta-rs raises where it cannot read a location or a table (a Hadoop-only scheme, a lake only
 #: a Spark server sees, deletion vectors, column mapping): callers that have Spark read with it instead.
 DELTA_RS_CANNOT_READ = (DeltaError, UnsupportedFeatureError, OSError, ValueError, pa.ArrowException)
 
-#: What output metadata names as the engine of these writes: deltalake itself, whatever engine the
-#: Spark session runs (the Spark path names the session's: delta-spark or delta-rs).
-ENGINE_NAME = "deltalake (no Spark)"
 
 
 @dataclass(frozen=True)

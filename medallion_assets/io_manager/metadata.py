@@ -184,6 +184,11 @@ def first_rows(dataset: ds.FileSystemDataset, rows: int) -> pa.Table:
     return dataset.head(rows, batch_size=max(rows, 1024), batch_readahead=0, fragment_readahead=0)
 
 
+#: What output metadata names as the engine of the writes deltalake makes itself (pandas, polars and
+#: Arrow outputs, small Spark overwrites), whatever engine the Spark session runs (the Spark path
+#: names the session's: delta-spark or delta-rs).
+ENGINE_NAME = "deltalake (no Spark)"
+
 #: What :func:`description_metadata` records: the same for every look at one version of a table.
 _DESCRIPTION_KEYS = (
     "delta/engine", "dagster/column_schema", "dagster/row_count", "dagster/uri", "delta/version", "delta/operation",
@@ -195,11 +200,15 @@ def _same_description(
     earlier: Mapping[str, Any] | None, *, version: int, engine: str, column_descriptions: Mapping[str, str],
     preview_rows: int,
 ) -> dict[str, Any] | None:
-    """``earlier``'s description of the table when it described ``version`` as this call would, else None."""
+    """``earlier``'s description of the table when it described ``version`` as this call would, else None.
+
+    A description deltalake made of the version it wrote (a small overwrite) counts too: the
+    version is the same, and describing it again on delta-spark would build its snapshot.
+    """
     if earlier is None or preview_rows != _PREVIEW_ROWS or any(key not in earlier for key in _DESCRIPTION_KEYS):
         return None
     if getattr(earlier["delta/version"], "value", None) != version \
-            or getattr(earlier["delta/engine"], "value", None) != engine:
+            or getattr(earlier["delta/engine"], "value", None) not in (engine, ENGINE_NAME):
         return None
     schema = getattr(earlier["dagster/column_schema"], "schema", None)
     described = {c.name: c.description for c in schema.columns if c.description} if schema else None
