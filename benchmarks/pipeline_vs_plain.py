@@ -157,7 +157,7 @@ def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     if jvm is None or shutil.which("jcmd") is None:
         return None, []
     spark.catalog.clearCache()
-    # Python's garbage first: a DataFrame in a reference cycle (a run's contexts) keeps its Java
+    # Python's garbage first: a DataFrame that only garbage refers to (a reference cycle) keeps its Java
     # plan alive, and with it the broadcast relations its query built, until Python collects it.
     gc.collect()
     pid = str(jvm.java.lang.ProcessHandle.current().pid())
