@@ -37,7 +37,6 @@ from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, decl
 DELTA_RS_CANNOT_READ = (DeltaError, UnsupportedFeatureError, OSError, ValueError, pa.ArrowException)
 
 
-
 @dataclass(frozen=True)
 class TimeWindowFilter:
     """Rows of one time-window partition: ``start <= column < end``.

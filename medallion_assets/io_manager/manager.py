@@ -55,9 +55,9 @@ from medallion_assets.io_manager.spec import (
 from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, TableRead
 from medallion_assets.resources import LakeResource, SparkResource
 
-#: Rows up to which an overwrite of a Spark DataFrame is written by delta-rs (``arrow_write_max_rows``):
-#: the outputs that cost a pipeline run a second each for delta-spark's own jobs (gold's aggregates,
-#: reference tables) are far smaller; the collected rows are what the driver holds meanwhile.
+#: Rows up to which an overwrite of a Spark DataFrame is committed by deltalake (``arrow_write_max_rows``):
+#: gold's aggregates and the reference tables, whose delta-spark overwrite is mostly its own jobs, are
+#: far smaller at SF 1; the collected rows are what the driver holds meanwhile.
 ARROW_WRITE_MAX_ROWS = 100_000
 
 _CONSUMED_PREFIX = "medallion/consumed/"
@@ -259,9 +259,9 @@ class DeltaIOManager(ConfigurableIOManager):
         ge=0,
         description=(
             "A Spark DataFrame output written by overwrite (no partitions, no declared table properties) "
-            "with at most this many rows is collected as Arrow and committed by delta-rs, in a fraction of "
-            "the time delta-spark's overwrite takes whatever the rows; larger outputs, tables delta-rs "
-            "cannot write, object-store lakes and Spark Connect sessions are written by Spark. "
+            "with at most this many rows is collected as Arrow and committed by deltalake (delta-rs), "
+            "without the jobs delta-spark's overwrite runs whatever the rows; larger outputs, tables "
+            "deltalake cannot write, object-store lakes and Spark Connect sessions are written by Spark. "
             "0: always Spark."
         ),
     )
