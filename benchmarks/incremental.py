@@ -11,7 +11,10 @@ the changes) and materializes again (the incremental run), then once more
 with nothing new. Each run is timed as work (session start excluded) with its
 steps' seconds, and the incremental run as a share of the full one. With
 ``--probes`` each run also lists the Spark, Delta and IO-manager calls its
-time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). With
+time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). Each
+run also counts the table versions it committed, by table (from each table's
+newest commit before and after the run): what a run pays per version on
+delta-spark, whatever its rows, grows with that count. With
 ``--deletion-vectors`` (delta-spark only) the tables written by MERGE are
 created with deletion vectors, as ``ApplyChanges(deletion_vectors=True)``
 creates a feed's silver table: their MERGEs mark the rows they replace instead
@@ -170,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from dagster import DagsterInstance, materialize
 
     from medallion_assets.definitions import build_definitions
+    from medallion_assets.delta._streaming import latest_log_version
     from medallion_assets.simulate import land_next_batch
 
     if args.deletion_vectors:
@@ -193,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--deletion-vectors needs the delta-spark engine (this session runs {engine}): "
                      "set DELTA_SPARK_JARS or MEDALLION_DELTA_ENGINE=delta-spark")
 
+    lake_tables = defs.resources["lake"].process_config_and_initialize()
+
+    def versions() -> dict[str, int]:
+        return {f"{layer}/{table}": latest_log_version(path) for layer, table, path in lake_tables.delta_tables()}
+
     def run(name: str) -> dict:
+        versions_before = versions()
         load_before = _load()
         began, began_wall = time.monotonic(), time.time()
         result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
@@ -201,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = step_seconds(instance.all_logs(result.run_id))
         ended = time.monotonic()
         live_heap_mb, holders = jvm_live_heap(warm.spark_session, top=6)
+        committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
+        committed = {table: count for table, count in sorted(committed.items()) if count}
         return {
             "run": name,
             "success": result.success,
@@ -212,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
             "steps_s": seconds,
+            "table_versions_committed": sum(committed.values()),
+            "table_versions_by_table": committed,
             **({"calls_by_site_s": [
                 {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
                 for kind, site, calls, total in by_site([r for r in probes.records if r["t0"] >= began_wall])[:15]
