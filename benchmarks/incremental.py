@@ -210,17 +210,25 @@ def main(argv: list[str] | None = None) -> int:
                              raise_on_error=False)
         seconds = step_seconds(instance.all_logs(result.run_id))
         ended = time.monotonic()
+        success = result.success
+        # materialize() keeps every output value in its result (Dagster's output capture, for
+        # output_for_node), and a DataFrame keeps its query's broadcast relations: measured
+        # while the result holds them, then after it is dropped, as a run launched by
+        # `dagster dev` or a schedule (which captures no output) leaves the JVM.
+        held_mb, _ = jvm_live_heap(warm.spark_session, top=0)
+        del result
         live_heap_mb, holders = jvm_live_heap(warm.spark_session, top=6)
         committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
         committed = {table: count for table, count in sorted(committed.items()) if count}
         return {
             "run": name,
-            "success": result.success,
+            "success": success,
             "work_s": round(ended - began, 1),
             "load_before_after": [load_before, _load()],
             # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
             "jvm_live_heap_mb": live_heap_mb,
+            "jvm_live_heap_with_outputs_held_mb": held_mb,
             "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
             "steps_s": seconds,

@@ -405,7 +405,6 @@ def dagster_child(args: argparse.Namespace) -> int:
     work_cpu_s = work_cpu.seconds()
     spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
     codegen_spent = codegen.since()
-    retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
 
     events = []
     for entry in instance.all_logs(result.run_id):
@@ -425,11 +424,19 @@ def dagster_child(args: argparse.Namespace) -> int:
         {"asset": e.asset_key.to_user_string(), "check": e.check_name, "passed": e.passed}
         for e in result.get_asset_check_evaluations()
     ]
+    success = result.success
+    # materialize() keeps every output value in its result (Dagster's output capture), and a
+    # DataFrame keeps the broadcast relations of its query: measured while the result holds
+    # them, then after it is dropped, as a run launched by `dagster dev` or a schedule (which
+    # captures no output) leaves the JVM.
+    held_heap_mb, _ = jvm_live_heap(spark_resource.spark_session, top=0)
+    del result
+    retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
     cpu = tree_cpu_seconds(os.getpid())
     report = {
         "engine": engine,
         "ablate": sorted(ablate),
-        "success": result.success,
+        "success": success,
         "session_start_s": round(session_start, 3),
         "run_started": run_started,
         "work_s": round(run_ended - run_started, 3),
@@ -443,6 +450,7 @@ def dagster_child(args: argparse.Namespace) -> int:
         "cache_sites": dict(probes.cache_sites) if probes else {},
         "cpu_s_before_stop": round(cpu, 1),
         "jvm_live_heap_mb": retained_heap_mb,
+        "jvm_live_heap_with_outputs_held_mb": held_heap_mb,
         "jvm_live_heap_by_class": heap_histogram,
         # The sampler's first sample is taken as the run starts.
         "python_driver_rss_at_run_start_mb": round(driver_memory.samples[0][1]),
@@ -452,7 +460,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     }
     Path(args.json).write_text(json.dumps(report))
     spark_resource.spark_session.stop()
-    return 0 if result.success else 3
+    return 0 if success else 3
 
 
 # --------------------------------------------------------------------------
@@ -686,7 +694,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     out.append(
         "\nPeak resident memory per process (`VmHWM`, sampled every 0.5 s). The JVM of a local session is "
         "driver and executor at once: its figure includes cached partitions up to the heap's limit, so what the "
-        "driver keeps is the live heap after the run, caches dropped (`jcmd GC.class_histogram`).\n"
+        "driver keeps is the live heap after the run, caches and `materialize`'s result (which holds every output "
+        "DataFrame) dropped (`jcmd GC.class_histogram`).\n"
     )
     for run in report["dagster"]:
         if run.get("python_driver_memory_by_step"):
@@ -783,7 +792,9 @@ def _memory_cell(run: dict) -> str:
     kinds = ("python_driver_mb", "jvm_mb", "python_workers_mb")
     cell = " / ".join(str(run[k]) if k in run else "?" for k in kinds)
     if run.get("jvm_live_heap_mb") is not None:
-        cell += f" (JVM live heap after the run: {run['jvm_live_heap_mb']})"
+        held = run.get("jvm_live_heap_with_outputs_held_mb")
+        cell += f" (JVM live heap after the run: {run['jvm_live_heap_mb']}"
+        cell += f"; {held} while materialize's result held the outputs)" if held is not None else ")"
     return cell
 
 
