@@ -405,6 +405,91 @@ def test_append_retried_after_its_commit_lands_once(spark, tmp_path):
     assert sorted(tuple(row.values()) for row in table.to_pylist()) == [(1, "bad"), (1, "bad"), (2, "worse"), (2, "worse")]
 
 
+def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_larger_one_by_spark(
+    spark, tmp_path, delta_engine
+):
+    import datetime as dt
+
+    import deltalake
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets_tests.delta.readers import read_with_duckdb
+
+    schema = "id long, reason string, at timestamp"
+    landed: list[tuple] = []
+    delivery = {"rows": []}
+
+    @asset(key=["quarantine", "rejects"], metadata=delta_table(write_mode="append"))
+    def rejects():
+        return spark.createDataFrame(delivery["rows"], schema)
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    session = SparkResource(master="local[2]")
+    path = lake.table_path(["quarantine", "rejects"])
+
+    def append(count: int, *, bound: int = 3):
+        first = len(landed)
+        delivery["rows"] = [(i, f"bad {i}", dt.datetime(1995, 3, 1 + i, 12, 30)) for i in range(first, first + count)]
+        landed.extend(delivery["rows"])
+        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound)
+        result = materialize([rejects], resources={"spark": session, "lake": lake, "io_manager": io_manager})
+        [materialization] = result.asset_materializations_for_node("quarantine__rejects")
+        # Whoever committed, Spark and DuckDB read every row appended so far, timestamps included.
+        assertDataFrameEqual(DeltaTableClient(spark).read(path), spark.createDataFrame(landed, schema))
+        assert read_with_duckdb(path).num_rows == len(landed)
+        return materialization.metadata, deltalake.DeltaTable(path).history(1)[0]
+
+    # The first append creates the table: the session's engine writes it.
+    metadata, _ = append(1)
+    assert metadata["delta/engine"].value == delta_engine
+    # At most 3 rows to an existing table: deltalake commits them, and the metadata
+    # describes the version it wrote, its columns named by Spark's types.
+    metadata, commit = append(3)
+    assert (metadata["delta/engine"].value, metadata["dagster/row_count"].value) == (ENGINE_NAME, 4)
+    assert metadata["delta/version"].value == commit["version"] and commit["operationMetrics"]["num_added_rows"] == 3
+    assert [(c.name, c.type) for c in metadata["dagster/column_schema"].schema.columns] == [
+        ("id", "bigint"), ("reason", "string"), ("at", "timestamp")
+    ]
+    # One row past the bound, or no bound: the engine writes.
+    assert append(4)[0]["delta/engine"].value == delta_engine
+    assert append(1, bound=0)[0]["delta/engine"].value == delta_engine
+
+
+def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_deltalake(spark, tmp_path, delta_engine):
+    import deltalake
+
+    from medallion_assets.io_manager.spec import WriteSpec
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
+    path = str(tmp_path / "things")
+
+    def write(rows, batch):
+        frame = spark.createDataFrame(rows, "id long, seq long, name string, _deleted boolean")
+        return client.write(frame, path, spec, commit_metadata={"batch": str(batch)}, empty_commit=("test", batch))
+
+    def stored(table):
+        return sorted(tuple(row.values()) for row in read_with_deltalake(table).to_pylist())
+
+    write([(1, 10, "a", False), (2, 10, "b", False), (3, 10, None, True)], 1)
+    # The second batch's delete is remembered by a deltalake append to the existing tombstones.
+    write([(2, 20, None, True), (4, 20, "d", False)], 2)
+    tombstones = DeltaTableClient.tombstone_path(path)
+    assert stored(path) == [(1, 10, "a"), (4, 20, "d")]
+    assert stored(tombstones) == [(2, 20), (3, 10)]
+    if delta_engine == "delta-spark":
+        assert deltalake.DeltaTable(tombstones).history(1)[0]["engineInfo"].startswith("delta-rs")
+    # A batch without rows: deltalake's empty commit records it, once however often it is retried.
+    empty = write([], 3)
+    assert empty.by_deltalake and empty.skipped_reason.startswith("no new rows")
+    assert client.last_commit_info(path)["batch"] == "3"
+    assert deltalake.DeltaTable(path).transaction_version("test") == 3
+    assert not write([], 3).by_deltalake and deltalake.DeltaTable(path).version() == empty.version
+    assert stored(path) == [(1, 10, "a"), (4, 20, "d")]
+
+
 def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_sees(spark, tmp_path, delta_engine):
     """Rows, files and bytes come from the Delta log now: they must still be the table's."""
     import deltalake

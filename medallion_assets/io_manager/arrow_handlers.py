@@ -193,16 +193,12 @@ class ArrowDeltaClient:
                 table declared with properties delta-rs could not read back (deletion vectors).
         """
         check_engine_reads(declared_table_properties(spec), path=path, engine="delta-rs")
-        custom = {**{key: str(value) for key, value in commit_metadata.items()},
-                  "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
+        custom = _custom_metadata(commit_metadata)
         exists = self.exists(path)
         if spec.mode == "merge":
             return self._merge(data, path, spec, asset=asset, exists=exists, custom=custom)
-        if transaction is not None and exists:
-            app_id, version = transaction
-            done = self._open(path).transaction_version(app_id)
-            if done is not None and done >= version:
-                return f"already appended by this run (transaction {app_id})"
+        if transaction is not None and exists and self._committed(path, transaction):
+            return f"already appended by this run (transaction {transaction[0]})"
         if spec.mode == "append" and data.num_rows == 0:
             return "no new rows"
         transactions = [deltalake.Transaction(*transaction)] if transaction is not None else None
@@ -216,6 +212,64 @@ class ArrowDeltaClient:
             predicate=replace_where,
             storage_options=self.storage_options,
             commit_properties=deltalake.CommitProperties(custom_metadata=custom, app_transactions=transactions),
+        )
+        return None
+
+    def _committed(self, path: str, transaction: tuple[str, int]) -> bool:
+        """Whether the table's log holds ``transaction``'s application at that version or a later one."""
+        app_id, version = transaction
+        done = self._open(path).transaction_version(app_id)
+        return done is not None and done >= version
+
+    def append_to_existing(
+        self,
+        data: pa.Table | None,
+        path: str,
+        *,
+        commit_metadata: Mapping[str, str],
+        transaction: tuple[str, int] | None,
+    ) -> str | None:
+        """Append ``data`` to the existing table at ``path`` as one commit.
+
+        The rows take the table's column types (Spark's Arrow types name the
+        same values: a session-zone timestamp, a narrower string). Without
+        rows the commit carries only ``commit_metadata`` and ``transaction``,
+        as delta-spark's empty commit does.
+
+        Args:
+            data: the rows, with exactly the table's columns, in any order; ``None``: no row.
+            path: the table's location.
+            commit_metadata: custom keys of the commit, as :meth:`write` records them.
+            transaction: ``(application id, version)``: not committed again when the
+                table already holds it (a retried step).
+
+        Returns:
+            Why nothing was committed, or ``None`` when a commit was made.
+
+        Raises:
+            ValueError: ``data``'s columns are not the table's (a new column is the
+                Spark route's schema evolution).
+            DELTA_RS_CANNOT_READ: a table delta-rs does not read (deletion vectors, column mapping).
+            deltalake.exceptions.DeltaProtocolError: a writer feature delta-rs does not write.
+        """
+        from medallion_assets.delta._snapshot import check_read_support
+
+        table = self._open(path)
+        check_read_support(table, path)
+        schema = pa.schema(table.schema())
+        data = schema.empty_table() if data is None else data
+        if sorted(data.column_names) != sorted(schema.names):
+            raise ValueError(f"the rows' columns {data.column_names} are not the columns of {path}: {schema.names}")
+        if transaction is not None and self._committed(path, transaction):
+            return f"already committed by this run (transaction {transaction[0]})"
+        deltalake.write_deltalake(
+            table,
+            data.select(schema.names).cast(schema),
+            mode="append",
+            commit_properties=deltalake.CommitProperties(
+                custom_metadata=_custom_metadata(commit_metadata),
+                app_transactions=[deltalake.Transaction(*transaction)] if transaction is not None else None,
+            ),
         )
         return None
 
@@ -285,6 +339,12 @@ class ArrowDeltaClient:
                 table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
             )),
         }
+
+
+def _custom_metadata(commit_metadata: Mapping[str, str]) -> dict[str, str]:
+    """A commit's custom keys: each on its own, and all as ``userMetadata`` JSON, which both engines read back."""
+    return {**{key: str(value) for key, value in commit_metadata.items()},
+            "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
 
 
 def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:

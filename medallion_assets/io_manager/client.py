@@ -30,11 +30,15 @@ class WriteResult:
 
     ``commit`` is the newest commit after the write (read once, so describing
     the output does not read the log again); ``None`` when there is no table.
+    ``by_deltalake``: the commit was made by deltalake, not by the session's
+    engine (a small append, :class:`DeltaTableClient`), so the session has not
+    read that version yet.
     """
 
     version: int | None
     skipped_reason: str | None = None
     commit: CommitFacts | None = None
+    by_deltalake: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,19 @@ class DeltaTableClient:
     Args:
         spark: the session.
         engine: its Delta engine (default: the one the session runs).
+        arrow_append_max_rows: an append of at most this many rows to an existing
+            table (a quarantine, a merge's tombstones, the empty commit that records
+            what a write consumed) is collected as Arrow and committed by deltalake,
+            without the jobs a Spark write runs whatever its rows; 0 (the default):
+            Spark commits every write. Only in a classic session on a lake of this
+            machine's file system, and only to a table delta-rs reads and writes.
     """
 
-    def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None) -> None:
+    def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None, *,
+                 arrow_append_max_rows: int = 0) -> None:
         self.spark = spark
         self.engine = engine or engine_for(spark)
+        self.arrow_append_max_rows = arrow_append_max_rows
 
     # ---- reading -------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -171,12 +183,52 @@ class DeltaTableClient:
         with computed_once(frame) as (frame, rows):
             if rows == 0:
                 result = self._result(path, "no new rows")
+            elif spec.mode == "append" and self._appends_with_deltalake(path, spec, rows):
+                result = self._append_with_deltalake(frame, path, metadata, transaction) \
+                    or self._write(frame, path, spec, replace_where, metadata, transaction)
             else:
                 result = self._write(frame, path, spec, replace_where, metadata, transaction)
             if result.skipped_reason is None or empty_commit is None:
                 return result
+            if self._appends_with_deltalake(path, spec, 0):
+                recorded = self._append_with_deltalake(None, path, metadata, empty_commit)
+                if recorded is not None:
+                    reason = f"{result.skipped_reason} (an empty commit records what the write was computed from)"
+                    return WriteResult(recorded.version, recorded.skipped_reason or reason, recorded.commit,
+                                       recorded.by_deltalake)
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
+
+    def _appends_with_deltalake(self, path: str, spec: WriteSpec, rows: int) -> bool:
+        """Whether deltalake is to commit an append of ``rows`` rows (see ``arrow_append_max_rows``).
+
+        A table that does not exist yet is created by the engine, with the
+        partitions and properties its declaration names.
+        """
+        return (0 < self.arrow_append_max_rows and rows <= self.arrow_append_max_rows and not spec.partition_columns
+                and "://" not in path
+                and hasattr(self.spark, "_jsparkSession") and self.exists(path))
+
+    def _append_with_deltalake(
+        self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
+    ) -> WriteResult | None:
+        """Append ``frame``'s rows (``None``: no row) by deltalake; ``None`` when it cannot, having committed nothing."""
+        # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
+        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
+
+        from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
+
+        try:
+            skipped = ArrowDeltaClient().append_to_existing(
+                None if frame is None else frame.toArrow(), path, commit_metadata=commit_metadata,
+                transaction=transaction,
+            )
+        except (*DELTA_RS_CANNOT_READ, DeltaProtocolError, CommitFailedError):
+            # Nothing was committed: a table or a writer feature delta-rs does not handle, new columns
+            # (the engine's schema evolution), or another writer's commit in between.
+            return None
+        commit = self.engine.latest_commit(self.spark, path)
+        return WriteResult(commit.version, skipped, commit, by_deltalake=skipped is None)
 
     def _commit_empty(
         self,

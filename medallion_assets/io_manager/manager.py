@@ -138,6 +138,11 @@ class SparkDataFrameTypeHandler:
         )
         if not result.commit:
             return result, {"dagster/row_count": 0}
+        if result.by_deltalake:
+            # The session has not read that version: delta-rs describes it from the log it just wrote.
+            metadata = ArrowDeltaClient().metadata(path, column_descriptions=column_descriptions,
+                                                   key_columns=spec.key_columns)
+            return result, _with_spark_column_types(metadata, frame, column_descriptions)
         return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions,
                                       key_columns=spec.key_columns, earlier=earlier)
 
@@ -260,14 +265,16 @@ class DeltaIOManager(ConfigurableIOManager):
         description=(
             "A Spark DataFrame output written by overwrite (no partitions, no declared table properties) "
             "with at most this many rows is collected as Arrow and committed by deltalake (delta-rs), "
-            "without the jobs delta-spark's overwrite runs whatever the rows; larger outputs, tables "
-            "deltalake cannot write, object-store lakes and Spark Connect sessions are written by Spark. "
-            "0: always Spark."
+            "without the jobs delta-spark's overwrite runs whatever the rows; so is an append of at most "
+            "this many rows to an existing unpartitioned table (a quarantine, a merge's tombstones, the "
+            "empty commit that records what a write consumed). Larger writes, tables deltalake cannot "
+            "write, object-store lakes and Spark Connect sessions are written by Spark. 0: always Spark."
         ),
     )
 
     def _client(self) -> DeltaTableClient:
-        return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use)
+        return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use,
+                                arrow_append_max_rows=self.arrow_write_max_rows)
 
     def _path(self, key: AssetKey) -> str:
         return self.lake.table_path(key.path)
@@ -588,11 +595,25 @@ class DeltaIOManager(ConfigurableIOManager):
             context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
             return
         metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
-        if spark_frame is not None and [c.name for c in metadata["dagster/column_schema"].columns] == spark_frame.columns:
-            metadata["dagster/column_schema"] = spark_table_schema(spark_frame, descriptions)
+        if spark_frame is not None:
+            metadata = _with_spark_column_types(metadata, spark_frame, descriptions)
         if skipped:
             metadata["delta/skipped"] = skipped
         context.add_output_metadata({**metadata, **step_metadata})
+
+
+def _with_spark_column_types(
+    metadata: dict[str, Any], frame: DataFrame, descriptions: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """delta-rs' description of a version Spark's rows were committed to, its columns named by Spark's types.
+
+    So ``dagster/column_schema`` reads the same whichever writer committed the
+    table's versions; kept as delta-rs read it when the frame's columns are
+    not the table's (a merge's delete flag, a table with more columns).
+    """
+    if [column.name for column in metadata["dagster/column_schema"].columns] == frame.columns:
+        metadata["dagster/column_schema"] = spark_table_schema(frame, descriptions)
+    return metadata
 
 
 def _check_descriptions_before_writing(
