@@ -19,6 +19,11 @@ median wall seconds and the Spark jobs each ran (from the session's UI):
 * the first read of a version just written (a count by key, as a key check
   runs), and the same read again once delta-spark has built that version's
   snapshot; the same read of Parquet;
+* an append of the same 5 rows to an existing table, and a commit without
+  rows (what records a write's consumed versions), through the project's
+  ``DeltaTableClient``: committed by delta-spark, and by deltalake as the IO
+  manager commits small appends (``arrow_write_max_rows``); then the first
+  read of the version deltalake appended, which delta-spark has not seen;
 * a VACUUM (168 hours' retention, as the weekly maintenance job runs it),
   listing the table's folders with the session's
   ``spark.sql.sources.parallelPartitionDiscovery.parallelism`` (the resource
@@ -35,6 +40,9 @@ import time
 from collections.abc import Callable
 
 from pyspark.sql import functions as F
+
+from medallion_assets.io_manager import DeltaTableClient
+from medallion_assets.io_manager.spec import WriteSpec
 
 from engine_runs import (
     LISTING_TASKS,
@@ -84,8 +92,21 @@ def main(argv: list[str] | None = None) -> None:
                 spark.conf.set(LISTING_TASKS, session_value)
         return run
 
+    def append(client: DeltaTableClient, *, empty: bool = False) -> Callable[[], None]:
+        def run() -> None:
+            frame = rows.limit(0) if empty else rows
+            commit = (f"{client.arrow_append_max_rows}", next(counter)) if empty else None
+            result = client.write(frame, appended, WriteSpec(mode="append"), commit_metadata={"round": "x"},
+                                  empty_commit=commit)
+            assert result.by_deltalake == bool(client.arrow_append_max_rows), "the append took the other route"
+        return run
+
+    spark_appends = DeltaTableClient(spark)
+    deltalake_appends = DeltaTableClient(spark, arrow_append_max_rows=100_000)
     existing = f"{work}/existing"
     rows.write.format("delta").save(existing)
+    appended = f"{work}/appended"
+    rows.write.format("delta").save(appended)
     # A table of its own, so the VACUUMs do not touch the state the other operations read.
     vacuumed = f"{work}/vacuumed"
     for _ in range(3):
@@ -100,6 +121,12 @@ def main(argv: list[str] | None = None) -> None:
          lambda: key_count(spark.read.format("delta").load(existing))),
         ("Delta: the same version read again", None, lambda: key_count(spark.read.format("delta").load(existing))),
         ("Parquet: the same read", None, lambda: key_count(spark.read.parquet(f"{work}/parquet-read"))),
+        ("Delta: append 5 rows, committed by delta-spark", None, append(spark_appends)),
+        ("Delta: append 5 rows, committed by deltalake", None, append(deltalake_appends)),
+        ("Delta: first read of the version deltalake appended", append(deltalake_appends),
+         lambda: key_count(spark.read.format("delta").load(appended))),
+        ("Delta: commit without rows, by delta-spark", None, append(spark_appends, empty=True)),
+        ("Delta: commit without rows, by deltalake", None, append(deltalake_appends, empty=True)),
         ("Delta: VACUUM, listing with the session's tasks", None, vacuum(None)),
         ("Delta: VACUUM, listing with Spark's default 10000 tasks", None, vacuum(SPARK_DEFAULT_LISTING_TASKS)),
     ]
