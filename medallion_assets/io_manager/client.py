@@ -184,8 +184,9 @@ class DeltaTableClient:
             if rows == 0:
                 result = self._result(path, "no new rows")
             elif spec.mode == "append" and self._appends_with_deltalake(path, spec, rows):
-                result = self._append_with_deltalake(frame, path, metadata, transaction) \
-                    or self._write(frame, path, spec, replace_where, metadata, transaction)
+                # When deltalake cannot commit it (it committed nothing), the engine appends.
+                result = (self._append_with_deltalake(frame, path, metadata, transaction)
+                          or self._write(frame, path, spec, replace_where, metadata, transaction))
             else:
                 result = self._write(frame, path, spec, replace_where, metadata, transaction)
             if result.skipped_reason is None or empty_commit is None:
@@ -206,8 +207,7 @@ class DeltaTableClient:
         partitions and properties its declaration names.
         """
         return (0 < self.arrow_append_max_rows and rows <= self.arrow_append_max_rows and not spec.partition_columns
-                and "://" not in path
-                and hasattr(self.spark, "_jsparkSession") and self.exists(path))
+                and "://" not in path and hasattr(self.spark, "_jsparkSession") and self.exists(path))
 
     def _append_with_deltalake(
         self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
