@@ -9,10 +9,9 @@ table on stdout and, with ``--junit-xml``, a JUnit file CI systems render.
 Dagster's own commands are not enough for this: ``dagster asset materialize``
 and ``dg launch`` start a run but report no check results, and a failed
 non-blocking ERROR check leaves the run successful, so their exit status says
-nothing about the checks. The run here is Dagster's ``execute_job`` of one
-asset job (:func:`gate_job`) in process; this module only prepares the lake,
-reads the run's events and turns them into a report and an exit code
-(:data:`EXIT_PASSED` and the others below).
+nothing about the checks. The run here is Dagster's ``materialize``; this module
+only prepares the lake, reads the run's events and turns them into a report
+and an exit code (:data:`EXIT_PASSED` and the others below).
 
 Nothing here runs at import.
 """
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from medallion_assets.settings import SettingsError
 
 if TYPE_CHECKING:
-    from dagster import AssetSelection, Definitions, JobDefinition, JobExecutionResult
+    from dagster import AssetSelection, Definitions, ExecuteInProcessResult
 
 #: No ERROR check failed and the run succeeded (failed WARN checks do not count).
 EXIT_PASSED = 0
@@ -59,8 +58,6 @@ BLOCKING_CHECK_FAILED = "DagsterAssetCheckFailedError"
 DEFAULT_SCALE_FACTOR = 0.01
 #: Seed of the simulated sample's noise.
 DEFAULT_SEED = 7
-#: Name of the asset job the gate runs (:func:`gate_job`).
-GATE_JOB = "medallion_check_gate"
 
 #: The JUnit suite that holds the run's own errors (failed steps), beside one suite per asset.
 RUN_SUITE = "dagster run"
@@ -222,73 +219,42 @@ def partition_range_tags(definitions: Definitions, *, selection: AssetSelection)
     return all_partitions_tags(next(iter(partitioned.values()))) if partitioned else {}
 
 
-def gate_definitions() -> Definitions:
-    """The project's definitions as the gate runs them, for the environment's settings.
-
-    Kafka feeds only where Kafka is configured; the demo's landing simulator
-    asset is left out whatever ``MEDALLION_SIMULATOR`` says, since the gate
-    fills the landing itself.
-
-    Raises:
-        SettingsError: a setting the project cannot use, named as the definitions name it.
-    """
-    from medallion_assets.definitions import build_definitions
-    from medallion_assets.settings import read_settings
-
-    settings = read_settings()
-    return build_definitions(settings.deployment, simulator=False, kafka=settings.kafka)
-
-
-def gate_job(select: str | None) -> JobDefinition:
-    """The gate's run: an asset job of :func:`gate_definitions` over ``select`` (:func:`resolve_selection`).
-
-    One process and so one Spark driver for every step (Dagster's in-process
-    executor). Built by name, so that Dagster's ``execute_job`` can rebuild it.
-    """
-    from dagster import Definitions, define_asset_job, in_process_executor
-
-    definitions = gate_definitions()
-    job = define_asset_job(GATE_JOB, selection=resolve_selection(definitions, select=select),
-                           executor_def=in_process_executor)
-    return Definitions.merge(definitions, Definitions(jobs=[job])).resolve_job_def(GATE_JOB)
-
-
-def run_checks(definitions: Definitions, *, selection: AssetSelection, select: str | None) -> GateReport:
+def run_checks(definitions: Definitions, *, selection: AssetSelection) -> GateReport:
     """Materialize ``selection`` of ``definitions`` with its asset checks in one in-process run, and report them.
 
-    The run is :func:`gate_job` executed by Dagster's ``execute_job`` on an
-    ephemeral instance, with the definitions' own resources (so the lake is
-    whatever ``MEDALLION_LAKE_ROOT`` says while it runs). Not ``materialize``:
-    it captures every step's output for its result, which holds each output
-    DataFrame, and in the JVM the broadcast relations of their plans, until
-    the run ends (after an SF 0.01 batch, 563 MB of live heap against 221 MB
-    without: docs/performance-record.md, "What the JVM keeps after a run").
+    The run uses an ephemeral Dagster instance and the definitions' own
+    resources (so the lake is whatever ``MEDALLION_LAKE_ROOT`` says while it runs).
 
     Args:
-        definitions: :func:`gate_definitions`.
-        selection: What to materialize: :func:`resolve_selection` of ``select``.
-        select: The selection's text, from which the job is rebuilt.
+        definitions: The project's definitions (:func:`medallion_assets.definitions.build_definitions`).
+        selection: What to materialize (:func:`resolve_selection`).
 
     Returns:
         The outcome of every check the selection holds, and the steps that raised.
     """
-    from dagster import DagsterInstance, build_reconstructable_job, execute_job
+    from dagster import DagsterInstance, materialize
 
     graph = definitions.get_repository_def().asset_graph
     planned = {key: graph.get_check_spec(key) for key in selection.resolve_checks(graph)}
     tags = partition_range_tags(definitions, selection=selection)
-    job = build_reconstructable_job(__name__, gate_job.__name__, reconstructable_kwargs={"select": select})
     started = time.monotonic()
     with DagsterInstance.ephemeral() as instance:
-        result = execute_job(job, instance=instance, tags=tags, raise_on_error=False)
-        return report_of(result, planned=planned, seconds=time.monotonic() - started)
+        result = materialize(
+            [*definitions.assets, *definitions.asset_checks],  # type: ignore[list-item]
+            resources=definitions.resources,
+            instance=instance,
+            selection=selection,
+            tags=tags,
+            raise_on_error=False,
+        )
+    return report_of(result, planned=planned, seconds=time.monotonic() - started)
 
 
-def report_of(result: JobExecutionResult, *, planned: Mapping[Any, Any], seconds: float) -> GateReport:
+def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], seconds: float) -> GateReport:
     """The :class:`GateReport` of a finished run.
 
     Args:
-        result: What ``execute_job`` returned.
+        result: What ``materialize`` returned.
         planned: Check key -> :class:`dagster.AssetCheckSpec` of every check the run was to evaluate;
             one without an evaluation is reported ``not evaluated``.
         seconds: Wall time of the run.
@@ -366,8 +332,10 @@ def gate(
 ) -> GateReport:
     """Build a lake at ``lake_root`` from a sample landing and run the checks on it.
 
-    The definitions are :func:`gate_definitions`, built and run with
-    ``MEDALLION_LAKE_ROOT`` set to ``lake_root``.
+    The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
+    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
+    the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
+    ``lake_root``.
 
     Args:
         lake_root: An empty or missing folder for the lake; left as the run leaves it.
@@ -379,13 +347,19 @@ def gate(
     Raises:
         CheckGateUsageError: ``select`` selects nothing or cannot run in one run.
     """
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets.settings import read_settings
+
     with _environment(MEDALLION_LAKE_ROOT=str(lake_root)):
-        definitions = gate_definitions()
+        # The settings checked as the definitions check them (SettingsError names a wrong one);
+        # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
+        settings = read_settings()
+        definitions = build_definitions(settings.deployment, simulator=False, kafka=settings.kafka)
         selection = resolve_selection(definitions, select=select)
         partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
         lake_root.mkdir(parents=True, exist_ok=True)
         prepare_landing(lake_root, landing=landing, scale_factor=scale_factor, seed=seed)
-        return run_checks(definitions, selection=selection, select=select)
+        return run_checks(definitions, selection=selection)
 
 
 # ---------------------------------------------------------------- reports

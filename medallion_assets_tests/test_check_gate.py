@@ -185,23 +185,3 @@ def test_a_selection_is_widened_to_whole_steps():
     # silver/orders is written by the step that also writes silver/lineitem and quarantine/orders.
     assert {AssetKey(["silver", "lineitem"]), AssetKey(["quarantine", "orders"])} <= selected
     assert AssetKey(["gold", "pricing_summary"]) not in selected
-
-
-def test_the_gate_runs_one_in_process_job_of_the_selection_and_its_checks(monkeypatch):
-    """No Spark: the job the gate executes, as ``execute_job`` rebuilds it by name."""
-    from dagster import AssetKey, build_reconstructable_job, in_process_executor
-
-    monkeypatch.delenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", raising=False)
-    definitions = check_gate.gate_definitions()
-    graph = definitions.get_repository_def().asset_graph
-    selection = check_gate.resolve_selection(definitions, select='key:"silver/orders"+')
-    rebuilt = build_reconstructable_job(
-        check_gate.__name__, check_gate.gate_job.__name__, reconstructable_kwargs={"select": 'key:"silver/orders"+'}
-    ).get_definition()
-    # One process (one Spark driver); the outputs pass through the IO manager, none is kept for a result.
-    assert rebuilt.executor_def is in_process_executor
-    layer = rebuilt.asset_layer
-    assert layer.selected_asset_keys == selection.resolve(graph)
-    assert set(layer.asset_graph.asset_check_keys) == selection.resolve_checks(graph)
-    assert AssetKey(["gold", "daily_revenue"]) in layer.selected_asset_keys
-    assert AssetKey(["bronze", "orders_raw"]) not in layer.selected_asset_keys
