@@ -201,7 +201,6 @@ class ArrowDeltaClient:
             return f"already appended by this run (transaction {transaction[0]})"
         if spec.mode == "append" and data.num_rows == 0:
             return "no new rows"
-        transactions = [deltalake.Transaction(*transaction)] if transaction is not None else None
         deltalake.write_deltalake(
             path,
             data,
@@ -211,7 +210,7 @@ class ArrowDeltaClient:
             schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
             predicate=replace_where,
             storage_options=self.storage_options,
-            commit_properties=deltalake.CommitProperties(custom_metadata=custom, app_transactions=transactions),
+            commit_properties=_commit_properties(commit_metadata, transaction),
         )
         return None
 
@@ -266,10 +265,7 @@ class ArrowDeltaClient:
             table,
             data.select(schema.names).cast(schema),
             mode="append",
-            commit_properties=deltalake.CommitProperties(
-                custom_metadata=_custom_metadata(commit_metadata),
-                app_transactions=[deltalake.Transaction(*transaction)] if transaction is not None else None,
-            ),
+            commit_properties=_commit_properties(commit_metadata, transaction),
         )
         return None
 
@@ -345,6 +341,16 @@ def _custom_metadata(commit_metadata: Mapping[str, str]) -> dict[str, str]:
     """A commit's custom keys: each on its own, and all as ``userMetadata`` JSON, which both engines read back."""
     return {**{key: str(value) for key, value in commit_metadata.items()},
             "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
+
+
+def _commit_properties(
+    commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None
+) -> deltalake.CommitProperties:
+    """A commit carrying ``commit_metadata`` (:func:`_custom_metadata`) and, if given, the application transaction."""
+    return deltalake.CommitProperties(
+        custom_metadata=_custom_metadata(commit_metadata),
+        app_transactions=[deltalake.Transaction(*transaction)] if transaction is not None else None,
+    )
 
 
 def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:

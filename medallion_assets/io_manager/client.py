@@ -194,9 +194,8 @@ class DeltaTableClient:
             if self._appends_with_deltalake(path, spec, 0):
                 recorded = self._append_with_deltalake(None, path, metadata, empty_commit)
                 if recorded is not None:
-                    reason = f"{result.skipped_reason} (an empty commit records what the write was computed from)"
-                    return WriteResult(recorded.version, recorded.skipped_reason or reason, recorded.commit,
-                                       recorded.by_deltalake)
+                    return WriteResult(recorded.version, recorded.skipped_reason or _recorded(result.skipped_reason),
+                                       recorded.commit, recorded.by_deltalake)
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
 
@@ -247,7 +246,7 @@ class DeltaTableClient:
         self._create_if_missing(schema, path, spec)
         empty = self.spark.createDataFrame([], self.engine.schema(self.spark, path))
         self.engine.save(empty, path, mode="append", options=self._commit_options(commit_metadata, transaction))
-        return self._result(path, f"{reason} (an empty commit records what the write was computed from)")
+        return self._result(path, _recorded(reason))
 
     def _write(
         self,
@@ -325,6 +324,11 @@ class DeltaTableClient:
             partition_columns=state.partition_columns,
             frame=frame,
         )
+
+
+def _recorded(reason: str) -> str:
+    """Why a write committed no row, when an empty commit recorded it anyway."""
+    return f"{reason} (an empty commit records what the write was computed from)"
 
 
 #: Rows up to which a write's source is cut from its step's plan (:func:`computed_once`). A
