@@ -385,12 +385,13 @@ def _delta_spark_engine(spark: SparkSession, reason: str) -> DeltaSparkEngine:
 
 @dataclass(frozen=True)
 class CommitFacts:
-    """What the newest commit of a table did."""
+    """What the newest commit of a table did, and who wrote it (``engine_info``, empty when unknown)."""
 
     version: int
     operation: str
     operation_metrics: dict[str, Any]
     custom: dict[str, str]
+    engine_info: str = ""
 
 
 @dataclass(frozen=True)
@@ -537,7 +538,8 @@ class DeltaEngine:
         """Version, operation, metrics and custom metadata of the newest commit."""
         [info] = self._commit_infos(spark, path, 1)
         return CommitFacts(int(info["version"]), str(info.get("operation") or ""),
-                           dict(info.get("operationMetrics") or {}), _custom_metadata(info))
+                           dict(info.get("operationMetrics") or {}), _custom_metadata(info),
+                           str(info.get("engineInfo") or info.get("clientVersion") or ""))
 
     def newest_commit_value(self, spark: SparkSession, path: str, key: str) -> str | None:
         """The value of custom commit metadata ``key`` in the newest commit that carries it.

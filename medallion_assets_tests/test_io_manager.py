@@ -456,6 +456,95 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     assert append(1, bound=0)[0]["delta/engine"].value == delta_engine
 
 
+def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(spark, tmp_path, delta_engine):
+    import datetime as dt
+    from decimal import Decimal
+
+    import deltalake
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets_tests.delta.readers import read_with_duckdb
+
+    schema = "id long, seq long, amount decimal(15,2), at timestamp, _deleted boolean"
+    stored_schema = "id long, seq long, amount decimal(15,2), at timestamp"
+    delivery = {"rows": []}
+    expected: dict[int, tuple] = {}
+
+    @asset(key=["silver", "payments"], metadata=delta_table(
+        write_mode="merge", merge_keys=["id"], sequence_column="seq", delete_column="_deleted"))
+    def payments():
+        return spark.createDataFrame(delivery["rows"], schema)
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    session = SparkResource(master="local[2]")
+    path = lake.table_path(["silver", "payments"])
+
+    def merge(rows, *, bound: int = 3):
+        delivery["rows"] = rows
+        for key, seq, amount, at, deleted in rows:  # the merge's rule, applied in Python
+            if key not in expected or seq > expected[key][1]:
+                expected[key] = (key, seq, amount, at, deleted)
+        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound)
+        result = materialize([payments], resources={"spark": session, "lake": lake, "io_manager": io_manager})
+        [materialization] = result.asset_materializations_for_node("silver__payments")
+        kept = [row[:4] for row in expected.values() if not row[4]]
+        # Whoever merged, Spark and DuckDB read the rows the merge rule keeps, decimals and timestamps included.
+        assertDataFrameEqual(DeltaTableClient(spark).read(path), spark.createDataFrame(kept, stored_schema))
+        assert sorted(read_with_duckdb(path).column("id").to_pylist()) == sorted(expected_key for expected_key, *_ in kept)
+        return materialization.metadata, deltalake.DeltaTable(path).history(1)[0]
+
+    def at(day):
+        return dt.datetime(1995, 3, day, 12, 30)
+
+    # The first write creates the table: the engine writes it.
+    metadata, _ = merge([(1, 1, Decimal("10.50"), at(1), False), (2, 1, Decimal("3.00"), at(1), False),
+                         (3, 1, Decimal("7.25"), at(1), False)])
+    assert metadata["delta/engine"].value == delta_engine
+    # At most 3 source rows into the existing table: deltalake merges them (an update, a stale
+    # change, a delete, an insert), and delta-rs describes the version it wrote.
+    metadata, commit = merge([(1, 2, Decimal("11.00"), at(2), False), (2, 0, Decimal("0.01"), at(2), False),
+                              (3, 2, None, None, True)])
+    assert commit["operation"] == "MERGE" and commit["engineInfo"].startswith("delta-rs")
+    if delta_engine == "delta-spark":
+        assert metadata["delta/engine"].value == ENGINE_NAME
+        assert metadata["delta/version"].value == commit["version"]
+        assert [(c.name, c.type) for c in metadata["dagster/column_schema"].schema.columns] == [
+            ("id", "bigint"), ("seq", "bigint"), ("amount", "decimal(15,2)"), ("at", "timestamp")
+        ]
+    assert metadata["dagster/row_count"].value == 2
+    # One row past the bound, or no bound: the engine merges.
+    metadata, commit = merge([(4, 1, Decimal("1.00"), at(3), False), (5, 1, Decimal("2.00"), at(3), False),
+                              (1, 3, Decimal("12.00"), at(3), False), (2, 3, None, None, True)])
+    assert metadata["delta/engine"].value == delta_engine
+    metadata, commit = merge([(6, 1, Decimal("6.00"), at(4), False)], bound=0)
+    assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
+    if delta_engine == "delta-spark":
+        assert not commit["engineInfo"].startswith("delta-rs")
+
+
+def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_spark(spark, tmp_path, delta_engine):
+    if delta_engine != "delta-spark":
+        pytest.skip("deletion vectors are delta-spark's: the delta-rs engine writes no such table")
+    import deltalake
+
+    from medallion_assets.io_manager.spec import WriteSpec
+
+    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq",
+                     table_properties={"delta.enableDeletionVectors": "true"})
+    path = str(tmp_path / "with_vectors")
+    schema = "id long, seq long, name string"
+    client.write(spark.createDataFrame([(i, 1, f"v{i}") for i in range(6)], schema), path, spec)
+    before = deltalake.DeltaTable(path).version()
+    result = client.write(spark.createDataFrame([(2, 2, "changed")], schema), path, spec)
+    # deltalake refused the table and committed nothing; delta-spark's MERGE is the one new version.
+    assert not result.by_deltalake and result.version == before + 1
+    assert client.last_commit_info(path)["operation"] == "MERGE"
+    rows = sorted(tuple(row) for row in client.read(path).collect())
+    assert rows == [(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)]
+
+
 def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_deltalake(spark, tmp_path, delta_engine):
     import deltalake
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import deltalake
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["DeltaMergeBuilder", "MergeTarget", "source_alias"]
+__all__ = ["DeltaMergeBuilder", "MergeTarget", "conform_source", "source_alias"]
 
 
 class MergeTarget(Protocol):
@@ -59,7 +59,7 @@ def source_alias(df: DataFrame) -> str | None:
     return None
 
 
-def _conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
+def conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
     """Cast source columns that the target also has to the target's types (safe casts only)."""
     by_name = {f.name.lower(): f for f in target}
     columns, fields = [], []
@@ -220,7 +220,7 @@ class DeltaMergeBuilder:
         with translated(path, "MERGE"):
             table = self._delta._table()
             target_schema = pa.schema(table.schema().to_arrow())
-            source = _conform_source(self._source.toArrow(), target_schema, path)
+            source = conform_source(self._source.toArrow(), target_schema, path)
             merger = table.merge(
                 source,
                 self._condition,

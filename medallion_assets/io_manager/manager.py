@@ -267,8 +267,10 @@ class DeltaIOManager(ConfigurableIOManager):
             "with at most this many rows is collected as Arrow and committed by deltalake (delta-rs), "
             "without the jobs delta-spark's overwrite runs whatever the rows; so is an append of at most "
             "this many rows to an existing unpartitioned table (a quarantine, a merge's tombstones, the "
-            "empty commit that records what a write consumed). Larger writes, tables deltalake cannot "
-            "write, object-store lakes and Spark Connect sessions are written by Spark. 0: always Spark."
+            "empty commit that records what a write consumed), and a MERGE whose source has at most this "
+            "many rows into such a table (deltalake merges it in this process). Larger writes, tables "
+            "deltalake cannot write, new columns, object-store lakes and Spark Connect sessions are written "
+            "by Spark. 0: always Spark."
         ),
     )
 
@@ -608,11 +610,13 @@ def _with_spark_column_types(
     """delta-rs' description of a version Spark's rows were committed to, its columns named by Spark's types.
 
     So ``dagster/column_schema`` reads the same whichever writer committed the
-    table's versions; kept as delta-rs read it when the frame's columns are
-    not the table's (a merge's delete flag, a table with more columns).
+    table's versions. The frame may have more columns than the table (a
+    merge's delete flag); it is kept as delta-rs read it when the table has a
+    column the frame lacks.
     """
-    if [column.name for column in metadata["dagster/column_schema"].columns] == frame.columns:
-        metadata["dagster/column_schema"] = spark_table_schema(frame, descriptions)
+    stored = [column.name for column in metadata["dagster/column_schema"].columns]
+    if set(stored) <= set(frame.columns):
+        metadata["dagster/column_schema"] = spark_table_schema(frame.select(*stored), descriptions)
     return metadata
 
 

@@ -22,7 +22,7 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
@@ -48,6 +48,9 @@ class Tables(Protocol):
 
     def write(self, frame: DataFrame, path: str, spec: WriteSpec) -> Any: ...
 
+    def merge(self, path: str, source: DataFrame, *, on: str, clauses: Sequence[MergeClause], spec: WriteSpec,
+              schema_evolution: bool, metadata: Mapping[str, str], max_rows: int) -> bool: ...
+
 
 def tombstone_path(path: str) -> str:
     """Where the deleted keys of a merge-with-deletes table are kept."""
@@ -56,9 +59,13 @@ def tombstone_path(path: str) -> str:
 
 def merge(
     client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    new_table: bool = False,
+    rows: int, new_table: bool = False,
 ) -> str | None:
     """Upsert ``frame`` on the merge keys (on the delta-rs engine, in delta-rs on the driver).
+
+    ``rows``: how many rows ``frame`` has. Each MERGE hands the client an upper
+    bound of its source's rows, by which the client picks who runs it
+    (:meth:`~medallion_assets.io_manager.client.DeltaTableClient.merge`).
 
     With a delete column, deleted keys are kept with their sequence value in
     a tombstone table next to the target, so a change older than a delete
@@ -75,21 +82,22 @@ def merge(
         Why no row was merged, or ``None`` when the merge was committed.
     """
     if spec.replace_group:
-        return _merge_groups(client, frame, path, spec, commit_metadata, new_table=new_table)
+        return _merge_groups(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     if not spec.delete_column:
-        return _upsert(client, frame, path, spec, commit_metadata, new_table=new_table)
+        return _upsert(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     seq = spec.sequence_column
     tombstones = _newest_deletes(client, path, spec.merge_keys, seq) if seq else None
     if tombstones is None:
-        skipped = _upsert(client, frame, path, spec, commit_metadata, new_table=new_table)
+        skipped = _upsert(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     else:
         # Cached and counted, as the client counts a source: the tombstones are read
         # once, and the MERGE knows the size of the changes newer than them.
         source = _newer_than_deletes(frame, tombstones, spec.merge_keys, seq).cache()
         try:
-            if source.count() == 0:
+            newer = source.count()
+            if newer == 0:
                 return "every change is older than a delete"
-            skipped = _upsert(client, source, path, spec, commit_metadata, new_table=new_table)
+            skipped = _upsert(client, source, path, spec, commit_metadata, rows=newer, new_table=new_table)
         finally:
             source.unpersist()
     _remember_deletes(client, frame, path, spec)
@@ -98,7 +106,7 @@ def merge(
 
 def _upsert(
     client: Tables, source: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    new_table: bool,
+    rows: int, new_table: bool,
 ) -> str | None:
     if new_table:
         inserts = source.where(~F.col(spec.delete_column)) if spec.delete_column else source
@@ -120,9 +128,8 @@ def _upsert(
         ]
     else:
         clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
-    client.engine.merge(
-        client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
-    )
+    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=bool(new_columns),
+                 metadata=commit_metadata, max_rows=rows)
     return None
 
 
@@ -151,7 +158,7 @@ def _append_to_new_table(
 
 def _merge_groups(
     client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    new_table: bool,
+    rows: int, new_table: bool,
 ) -> str | None:
     """Merge where a group's newest change replaces every stored row of the group.
 
@@ -180,7 +187,7 @@ def _merge_groups(
         changes = changes.cache()
         try:
             changes.count()
-            skipped = _replace_changed_groups(client, frame, changes, path, spec, commit_metadata)
+            skipped = _replace_changed_groups(client, frame, changes, path, spec, commit_metadata, rows=rows)
         finally:
             changes.unpersist()
     # Also when nothing was merged: a delete that arrives before its group's rows must outlive them.
@@ -189,7 +196,8 @@ def _merge_groups(
 
 
 def _replace_changed_groups(
-    client: Tables, frame: DataFrame, changes: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str]
+    client: Tables, frame: DataFrame, changes: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str],
+    *, rows: int,
 ) -> str | None:
     group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
     stored = client.read(path)
@@ -208,14 +216,21 @@ def _replace_changed_groups(
     try:
         # The MERGE's source is empty exactly when no applied change brings rows and
         # none removes stored ones: decided on the small applied frame, so the source
-        # (which reads the table) is computed once, by the MERGE. Counted, not asked
-        # for a first row: the count computes the cache whole, which then knows its
+        # (which reads the table) is computed once, by the MERGE. Aggregated, not asked
+        # for a first row: the aggregate computes the cache whole, which then knows its
         # size, so the MERGE's source broadcasts it into its joins with the table.
-        if applied.where(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).count() == 0:
+        # The same pass sums the applied groups' stored rows: with the changes' own
+        # rows, the source has at most that many.
+        effect = applied.agg(
+            F.count_if(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).alias("effective"),
+            F.coalesce(F.sum("_stored_rows"), F.lit(0)).alias("stored_rows"),
+        ).first()
+        if effect["effective"] == 0:
             skipped = "every change is older than the stored state"
         else:
             skipped = None
-            _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata)
+            _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata,
+                           max_rows=rows + int(effect["stored_rows"]))
     finally:
         applied.unpersist()
     return skipped
@@ -223,7 +238,7 @@ def _replace_changed_groups(
 
 def _merge_applied(
     client: Tables, frame: DataFrame, stored: DataFrame, applied: DataFrame, new_columns: list[str], path: str,
-    spec: WriteSpec, commit_metadata: Mapping[str, str],
+    spec: WriteSpec, commit_metadata: Mapping[str, str], *, max_rows: int,
 ) -> None:
     group, deleted = spec.replace_group, spec.delete_column
     columns = [*stored.columns, *new_columns]
@@ -246,9 +261,8 @@ def _merge_applied(
         MergeClause("update", "NOT s._remove", assignments),
         MergeClause("insert", "NOT s._remove", assignments),
     ]
-    client.engine.merge(
-        client.spark, path, source, on=on, clauses=clauses, schema_evolution=bool(new_columns), metadata=commit_metadata
-    )
+    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=bool(new_columns),
+                 metadata=commit_metadata, max_rows=max_rows)
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
