@@ -2,7 +2,7 @@
 
 Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
 ``merge_deletion_vectors.py``, ``gold_from_changes.py``,
-``delta_fixed_costs.py``, ``maintenance.py`` and ``materialize_all.py`` import
+``delta_fixed_costs.py``, ``maintenance.py``, ``materialize_all.py`` and ``small_merge.py`` import
 it (they run as scripts, so this folder is on ``sys.path``).
 
 * :func:`build_session` builds the session through the project's
