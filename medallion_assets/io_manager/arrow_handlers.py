@@ -289,7 +289,7 @@ class ArrowDeltaClient:
         process. Source columns the table also has take the table's types.
         Whatever the table's size, delta-rs holds at most
         :data:`MERGE_MEMORY_BYTES` of the rewrite in memory and spills the rest
-        to disk, so the process does not grow with the table.
+        to disk, so the process hardly grows with the table.
 
         Args:
             data: the merge source.
