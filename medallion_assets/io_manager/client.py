@@ -224,8 +224,8 @@ class DeltaTableClient:
         schema_evolution: bool,
         metadata: Mapping[str, str],
         max_rows: int,
-    ) -> bool:
-        """MERGE ``source`` (alias ``s``) into the table at ``path`` (alias ``t``); whether deltalake committed it.
+    ) -> None:
+        """MERGE ``source`` (alias ``s``) into the table at ``path`` (alias ``t``).
 
         A source of at most ``arrow_append_max_rows`` rows (``max_rows`` bounds
         it) that adds no column is collected as Arrow and merged by deltalake,
@@ -233,7 +233,8 @@ class DeltaTableClient:
         took 15 s, against 31 s as delta-spark's jobs. Anything deltalake cannot
         merge (deletion vectors, a writer feature, a condition it does not
         parse, another writer in between) commits nothing there, and the
-        engine merges instead, as it does every larger source.
+        engine merges instead, as it does every larger source. Which of them
+        committed is read from the commit afterwards (:meth:`_write`).
         """
         if not schema_evolution and self._commits_with_deltalake(path, spec, max_rows):
             # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
@@ -245,13 +246,12 @@ class DeltaTableClient:
             try:
                 ArrowDeltaClient().merge_into_existing(source.toArrow(), path, on=on, clauses=clauses,
                                                        commit_metadata=metadata)
-                return True
+                return
             except (*DELTA_RS_CANNOT_READ, _PackageError, DeltaProtocolError, CommitFailedError) as error:
                 log.info("deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
                          path, error)
         self.engine.merge(self.spark, path, source, on=on, clauses=clauses, schema_evolution=schema_evolution,
                           metadata=metadata)
-        return False
 
     def _append_with_deltalake(
         self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
