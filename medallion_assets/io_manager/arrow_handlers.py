@@ -38,7 +38,11 @@ DELTA_RS_CANNOT_READ = (DeltaError, UnsupportedFeatureError, OSError, ValueError
 
 #: Memory a MERGE by delta-rs (:meth:`ArrowDeltaClient.merge_into_existing`) may hold before it spills to
 #: disk. Without a bound the process grew with the table it rewrote: 0.7 GB for SF 1's lineitem, 1.1 GB
-#: for three times as many rows; with this one, 0.7 and 0.8 GB (docs/performance-record.md).
+#: for three times as many rows; with this one, 0.7 and 0.8 GB (docs/performance-record.md). A fixed
+#: bound fits a small source only: delta-rs cannot spill a hash join's input, and a source whose join
+#: outgrows the bound fails the MERGE ("Resources exhausted", nothing committed; the client's engine
+#: then merges). The route's sources have at most ``arrow_write_max_rows`` rows; at SF 1's lineitem a
+#: 42 MB source merged under this bound and a 158 MB one failed (benchmarks/merge_memory_pool.py).
 MERGE_MEMORY_BYTES = 256 * 1024 * 1024
 
 

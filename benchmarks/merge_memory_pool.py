@@ -1,0 +1,136 @@
+"""How delta-rs' MERGE uses the Python process's memory, with and without a spill bound, by source size.
+
+Run by hand (not a test), from the project root, on a table of a lake that
+``incremental.py --folder`` (or a pipeline run) left behind:
+
+    python benchmarks/merge_memory_pool.py --table LAKE/silver/lineitem \\
+        --keys l_orderkey l_linenumber --group l_orderkey --fractions 0.01 0.1 0.3 --pools 0 256 1024
+
+deltalake alone, no Spark: the question is delta-rs' own behaviour. The IO
+manager's MERGEs by deltalake (sources of at most ``arrow_write_max_rows``
+rows) run with ``max_spill_size`` set to ``MERGE_MEMORY_BYTES``; the
+delta-rs engine's MERGEs, whose sources have any size, run without one.
+This measures whether one bound would do for both.
+
+For each ``--fractions`` share, the source is the stored rows of that share
+of the ``--group`` values (an integer column; a group is chosen by its
+value's low ten bits, so every run takes the same rows), read once with
+pyarrow and kept as a Parquet file. Then, for each ``--pools`` size (MB; 0:
+no bound), in a child process of its own (a fresh peak), on a copy of
+``--table``: the source read back, and one MERGE on ``--keys`` that updates
+every matched row and inserts the rest. It prints the source's rows and
+Arrow size, the MERGE's seconds, the process's peak resident memory above
+where it stood with the source in hand, the table's rows afterwards, and
+delta-rs' error when the bound was too small for the MERGE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from engine_runs import memory_kb, reset_peak_rss
+
+_RESULT = "MERGE-POOL-JSON "
+
+
+def write_source(table: str, group: str, fraction: float, folder: str) -> str:
+    """The stored rows of ``fraction`` of the ``group`` values, as a Parquet file in ``folder``."""
+    import deltalake
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    # A group is chosen by its value's low ten bits, so every run takes the same rows.
+    chosen = pc.bit_wise_and(pc.field(group), 1023) < round(fraction * 1024)
+    path = os.path.join(folder, f"source_{fraction}.parquet")
+    pq.write_table(deltalake.DeltaTable(table).to_pyarrow_dataset().to_table(filter=chosen), path)
+    return path
+
+
+def measure(args: argparse.Namespace) -> dict:
+    import deltalake
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    work = tempfile.mkdtemp(prefix="merge_pool_")
+    path = os.path.join(work, "table")
+    shutil.copytree(args.table, path)
+    try:
+        table = deltalake.DeltaTable(path)
+        source = pq.read_table(args.source)
+        reset_peak_rss(os.getpid())
+        before = memory_kb(os.getpid(), "VmRSS")
+        on = " AND ".join(f"t.`{key}` = s.`{key}`" for key in args.keys)
+        pool = {"max_spill_size": args.pool * 1024 * 1024} if args.pool else {}
+        started = time.perf_counter()
+        error = None
+        try:
+            (table.merge(source, on, source_alias="s", target_alias="t", **pool)
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+        except Exception as exc:  # delta-rs' own error is the result being measured
+            error = str(exc).splitlines()[0][:300]
+        seconds = time.perf_counter() - started
+        rows_after = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))["num_records"]
+        return {
+            "fraction": args.fraction,
+            "pool_mb": args.pool,
+            "source_rows": source.num_rows,
+            "source_mb": round(source.nbytes / 2**20),
+            "seconds": round(seconds, 2),
+            "peak_growth_mb": round((memory_kb(os.getpid(), "VmHWM") - before) / 1024),
+            "rows_after": pc.sum(rows_after).as_py(),
+            "error": error,
+            "load_average": round(os.getloadavg()[0], 1),
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", required=True, help="folder of an existing Delta table (it is copied, not changed)")
+    parser.add_argument("--keys", nargs="+", required=True, help="the MERGE's keys")
+    parser.add_argument("--group", required=True, help="an integer column; a share of its values picks the source rows")
+    parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.1, 0.3])
+    parser.add_argument("--pools", nargs="+", type=int, default=[0, 256, 1024],
+                        help="max_spill_size in MB; 0 for none")
+    parser.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--pool", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--source", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fraction is not None:
+        print(_RESULT + json.dumps(measure(args)), flush=True)
+        return
+    print("| share of groups | source rows | source MB | spill bound | MERGE s | peak above the source in hand, MB | rows after | error | load |")
+    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |")
+    sources = tempfile.mkdtemp(prefix="merge_pool_sources_")
+    try:
+        for fraction in args.fractions:
+            source = write_source(args.table, args.group, fraction, sources)
+            for pool in args.pools:
+                print_run(args, fraction, pool, source)
+    finally:
+        shutil.rmtree(sources, ignore_errors=True)
+
+
+def print_run(args: argparse.Namespace, fraction: float, pool: int, source: str) -> None:
+    child = subprocess.run([sys.executable, *sys.argv, "--fraction", str(fraction), "--pool", str(pool),
+                            "--source", source], capture_output=True, text=True)
+    lines = [line for line in child.stdout.splitlines() if line.startswith(_RESULT)]
+    if child.returncode or not lines:
+        sys.exit(f"the run at {fraction} with a {pool} MB bound failed:\n{child.stderr[-3000:]}")
+    r = json.loads(lines[-1].removeprefix(_RESULT))
+    bound = f"{r['pool_mb']} MB" if r["pool_mb"] else "none"
+    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {r['seconds']} "
+          f"| {r['peak_growth_mb']} | {r['rows_after']:,} | {r['error'] or ''} | {r['load_average']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
