@@ -13,8 +13,8 @@ delta-rs engine's MERGEs, whose sources have any size, run without one.
 This measures whether one bound would do for both.
 
 For each ``--fractions`` share, the source is the stored rows of that share
-of the ``--group`` values (an integer column; a group is chosen by its
-value's low ten bits, so every run takes the same rows), read once with
+of the ``--group`` values (an integer column; a group is chosen by a hash
+of its value, so every run takes the same rows), read once with
 pyarrow and kept as a Parquet file. Then, for each ``--pools`` size (MB; 0:
 no bound), in a child process of its own (a fresh peak), on a copy of
 ``--table``: the source read back, and one MERGE on ``--keys`` that updates
@@ -46,8 +46,10 @@ def write_source(table: str, group: str, fraction: float, folder: str) -> str:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    # A group is chosen by its value's low ten bits, so every run takes the same rows.
-    chosen = pc.bit_wise_and(pc.field(group), 1023) < round(fraction * 1024)
+    # Chosen by a multiplicative hash of the value (Knuth's), so every run takes the same rows
+    # and the share holds for keys with gaps (TPC-H's order keys use a quarter of the integers).
+    bucket = pc.bit_wise_and(pc.shift_right(pc.multiply(pc.field(group), 2654435761), 16), 1023)
+    chosen = bucket < round(fraction * 1024)
     path = os.path.join(folder, f"source_{fraction}.parquet")
     pq.write_table(deltalake.DeltaTable(table).to_pyarrow_dataset().to_table(filter=chosen), path)
     return path
