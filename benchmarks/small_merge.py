@@ -8,7 +8,7 @@ Run by hand (not a test), from the project root, on a table of a lake that
             --keys l_orderkey l_linenumber --group l_orderkey --sequence _sequence --change l_quantity
 
 The IO manager merges a source of at most ``arrow_write_max_rows`` rows
-(100,000 by default) into an existing table with deltalake, in the Python
+(250,000 by default) into an existing table with deltalake, in the Python
 driver, and a larger one with the session's engine. This measures what that
 route changes for one MERGE of a batch's size into a table of any size:
 
@@ -21,7 +21,7 @@ route changes for one MERGE of a batch's size into a table of any size:
 * the deltalake route takes the MERGE when its source has at most
   ``--bound`` rows, as the client counts them: with ``--group``, the
   changed rows plus the stored rows of their groups (a restatement of 1% of
-  SF 1's orders counts about 105,000, above the default bound; 0.5% fits);
+  SF 1's orders counts about 105,000, within the default bound);
 * per route, in a child process of its own (a fresh session and a fresh
   peak): the seconds of the write, the Python driver's peak resident memory
   above where it stood before the write, who committed the MERGE, and the

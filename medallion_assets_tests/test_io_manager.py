@@ -545,6 +545,34 @@ def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_sp
     assert rows == [(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)]
 
 
+def test_a_small_merge_that_outgrows_deltalakes_spill_bound_is_merged_by_the_engine(
+    spark, tmp_path, delta_engine, monkeypatch, caplog
+):
+    import logging
+
+    import deltalake
+
+    from medallion_assets.io_manager import arrow_handlers
+    from medallion_assets.io_manager.spec import WriteSpec
+
+    # A bound the MERGE's join cannot fit in: delta-rs cannot spill a hash join's input.
+    monkeypatch.setattr(arrow_handlers, "MERGE_MEMORY_BYTES", 1024)
+    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq")
+    path = str(tmp_path / "things")
+    schema = "id long, seq long, name string"
+    client.write(spark.createDataFrame([(i, 1, f"v{i}") for i in range(6)], schema), path, spec)
+    before = deltalake.DeltaTable(path).version()
+    result = client.write(spark.createDataFrame([(2, 2, "changed"), (7, 2, "new")], schema), path, spec)
+    # deltalake ran out of its bound and committed nothing; the engine's MERGE is the one new version.
+    assert "Resources exhausted" in caplog.text
+    assert not result.by_deltalake and result.version == before + 1
+    assert client.last_commit_info(path)["operation"] == "MERGE"
+    rows = sorted(tuple(row) for row in client.read(path).collect())
+    assert rows == sorted([(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)] + [(7, 2, "new")])
+
+
 def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_deltalake(spark, tmp_path, delta_engine):
     import deltalake
 

@@ -232,7 +232,8 @@ class DeltaTableClient:
         in this process: at SF 1, restating 1% of the orders in ``lineitem``
         took 15 s, against 31 s as delta-spark's jobs. Anything deltalake cannot
         merge (deletion vectors, a writer feature, a condition it does not
-        parse, another writer in between) commits nothing there, and the
+        parse, a source whose join outgrows its spill bound, another writer
+        in between) commits nothing there, and the
         engine merges instead, as it does every larger source. Which of them
         committed is read from the commit afterwards (:meth:`_write`).
         """
