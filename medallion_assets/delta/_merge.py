@@ -223,7 +223,7 @@ class DeltaMergeBuilder:
             source = conform_source(self._source.toArrow(), target_schema, path)
             # No spill bound (max_spill_size), unlike the IO manager's small MERGEs: delta-rs cannot
             # spill a hash join's input, so a bound fails a large source ("Resources exhausted"). At
-            # SF 1's lineitem a 158 MB source failed under 256 MB (benchmarks/merge_memory_pool.py).
+            # SF 1's lineitem a 135 MB source failed under 256 MB (benchmarks/merge_memory_pool.py).
             merger = table.merge(
                 source,
                 self._condition,

@@ -42,7 +42,7 @@ DELTA_RS_CANNOT_READ = (DeltaError, UnsupportedFeatureError, OSError, ValueError
 #: bound fits a small source only: delta-rs cannot spill a hash join's input, and a source whose join
 #: outgrows the bound fails the MERGE ("Resources exhausted", nothing committed; the client's engine
 #: then merges). The route's sources have at most ``arrow_write_max_rows`` rows; at SF 1's lineitem a
-#: 42 MB source merged under this bound and a 158 MB one failed (benchmarks/merge_memory_pool.py).
+#: 54 MB source merged under this bound and a 135 MB one failed (benchmarks/merge_memory_pool.py).
 MERGE_MEMORY_BYTES = 256 * 1024 * 1024
 
 

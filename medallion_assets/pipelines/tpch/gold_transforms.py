@@ -170,7 +170,8 @@ def daily_revenue(orders: DataFrame, lineitem: DataFrame, customer: DataFrame) -
     """
     # Line items are summed per order before the joins: the join then carries one row per
     # order instead of one per line item, and each order is counted once without a distinct
-    # count. At SF 1 that took a fifth off the table (docs/performance-record.md, "Gold").
+    # count. At SF 1 that took 16 to 20% off the transform (docs/performance-record.md,
+    # "Gold transforms on their own").
     per_order = lineitem.groupBy("l_orderkey").agg(F.sum(_net_price()).alias("revenue"))
     revenue_type = per_order.schema["revenue"].dataType  # one sum's type, as if summed from the line items
     return (
