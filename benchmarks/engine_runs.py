@@ -228,15 +228,33 @@ def emit_json(result: dict[str, Any]) -> None:
     print(_JSON_MARKER + json.dumps(result), flush=True)
 
 
+def last_result(output: str) -> dict[str, Any] | None:
+    """The last result :func:`emit_json` printed into ``output``, or None if it printed none."""
+    lines = [line for line in output.splitlines() if line.startswith(_JSON_MARKER)]
+    return json.loads(lines[-1][len(_JSON_MARKER):]) if lines else None
+
+
+def run_child(argv: Sequence[str], what: str) -> dict[str, Any]:
+    """Run ``python *argv`` in a child process (a fresh process, a fresh peak) and return its :func:`emit_json` result.
+
+    Its stderr is kept and shown only when it fails or prints no result; ``what`` names the run in that error.
+    """
+    child = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=False)
+    result = last_result(child.stdout)
+    if child.returncode or result is None:
+        raise SystemExit(f"{what} failed (exit status {child.returncode}):\n{child.stderr[-3000:]}")
+    return result
+
+
 def load_results(files: Sequence[str]) -> list[dict[str, Any]]:
     """The results that ``--json`` runs printed into ``files`` (the last result line of each)."""
     results = []
     for name in files:
         with open(name, encoding="utf-8") as handle:
-            lines = [line for line in handle if line.startswith(_JSON_MARKER)]
-        if not lines:
+            result = last_result(handle.read())
+        if result is None:
             raise SystemExit(f"{name} holds no result line of a --json run")
-        results.append(json.loads(lines[-1][len(_JSON_MARKER):]))
+        results.append(result)
     return results
 
 
@@ -253,10 +271,10 @@ def run_engines(script: str, argv: Sequence[str], engines: Sequence[str] = ENGIN
                                stdout=subprocess.PIPE, text=True, check=False)
         if child.returncode != 0:
             raise SystemExit(f"the {engine} run failed (exit status {child.returncode}); its error is above")
-        lines = [line for line in child.stdout.splitlines() if line.startswith(_JSON_MARKER)]
-        if not lines:
+        result = last_result(child.stdout)
+        if result is None:
             raise RuntimeError(f"the {engine} run printed no result:\n{child.stdout}")
-        results.append(json.loads(lines[-1][len(_JSON_MARKER):]))
+        results.append(result)
     return results
 
 

@@ -27,18 +27,13 @@ delta-rs' error when the bound was too small for the MERGE.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-from engine_runs import memory_kb, reset_peak_rss
-
-_RESULT = "MERGE-POOL-JSON "
-
+from engine_runs import emit_json, memory_kb, reset_peak_rss, run_child
 
 def write_source(table: str, group: str, fraction: float, folder: str) -> str:
     """The stored rows of ``fraction`` of the ``group`` values, as a Parquet file in ``folder``."""
@@ -108,7 +103,7 @@ def main() -> None:
     parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fraction is not None:
-        print(_RESULT + json.dumps(measure(args)), flush=True)
+        emit_json(measure(args))
         return
     print("| share of groups | source rows | source MB | spill bound | MERGE s | peak above the source in hand, MB | rows after | error | load |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |")
@@ -123,12 +118,8 @@ def main() -> None:
 
 
 def print_run(args: argparse.Namespace, fraction: float, pool: int, source: str) -> None:
-    child = subprocess.run([sys.executable, *sys.argv, "--fraction", str(fraction), "--pool", str(pool),
-                            "--source", source], capture_output=True, text=True)
-    lines = [line for line in child.stdout.splitlines() if line.startswith(_RESULT)]
-    if child.returncode or not lines:
-        sys.exit(f"the run at {fraction} with a {pool} MB bound failed:\n{child.stderr[-3000:]}")
-    r = json.loads(lines[-1].removeprefix(_RESULT))
+    r = run_child([*sys.argv, "--fraction", str(fraction), "--pool", str(pool), "--source", source],
+                  f"the run at {fraction} with a {pool} MB bound")
     bound = f"{r['pool_mb']} MB" if r["pool_mb"] else "none"
     print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {r['seconds']} "
           f"| {r['peak_growth_mb']} | {r['rows_after']:,} | {r['error'] or ''} | {r['load_average']} |", flush=True)

@@ -32,15 +32,13 @@ route changes for one MERGE of a batch's size into a table of any size:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-from engine_runs import build_session, memory_kb, reset_peak_rss
+from engine_runs import build_session, emit_json, memory_kb, reset_peak_rss, run_child
 
 ROUTES = ("delta-spark", "deltalake")
 
@@ -131,15 +129,11 @@ def main() -> None:
     if not args.delta_spark_jars:
         parser.error("set DELTA_SPARK_JARS or pass --delta-spark-jars")
     if args.route:
-        print("BENCHMARK-JSON " + json.dumps(measure(args)), flush=True)
+        emit_json(measure(args))
         return
     results = []
     for route in ROUTES:
-        child = subprocess.run([sys.executable, *sys.argv, "--route", route], capture_output=True, text=True)
-        lines = [line for line in child.stdout.splitlines() if line.startswith("BENCHMARK-JSON ")]
-        if child.returncode or not lines:
-            sys.exit(f"the {route} run failed:\n{child.stderr[-3000:]}")
-        results.append(json.loads(lines[-1].removeprefix("BENCHMARK-JSON ")))
+        results.append(run_child([*sys.argv, "--route", route], f"the {route} run"))
     print("| route | source rows | write s | Python peak above start, MB | MERGE committed by | rows after | sum after | load |")
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for r in results:
