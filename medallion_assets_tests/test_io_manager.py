@@ -15,10 +15,10 @@ from medallion_assets.resources import LakeResource, SparkResource
 pytestmark = pytest.mark.both_engines
 
 
-def _resources(tmp_path):
+def _resources(tmp_path, **io_manager_settings):
     lake = LakeResource(root=str(tmp_path / "lake"))
     spark = SparkResource(master="local[2]")
-    return {"spark": spark, "lake": lake, "io_manager": DeltaIOManager(spark=spark, lake=lake)}
+    return {"spark": spark, "lake": lake, "io_manager": DeltaIOManager(spark=spark, lake=lake, **io_manager_settings)}
 
 
 def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
@@ -56,7 +56,14 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
     assert sorted(tuple(r) for r in DeltaTableClient(spark).read(tombstones).collect()) == [(2, 20), (3, 10)]
 
 
-def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_ignored(spark, tmp_path):
+@pytest.mark.parametrize("merged_by", ["deltalake", "engine"])
+def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_ignored(
+    spark, tmp_path, delta_engine, merged_by
+):
+    """Both routes of a group MERGE: deltalake for a small source, the session's engine past ``arrow_write_max_rows``."""
+    import deltalake
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     # (order, line, seq, price, deleted): each batch restates whole orders.
@@ -84,7 +91,7 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     def lines():
         return spark.createDataFrame(batches[state["batch"]], "order long, line long, seq long, price double, _deleted boolean")
 
-    resources = _resources(tmp_path)
+    resources = _resources(tmp_path, arrow_write_max_rows=0 if merged_by == "engine" else 100)
     path = resources["lake"].table_path(["silver", "lines"])
     stored_after = []
     for batch in range(len(batches)):
@@ -92,6 +99,13 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
         result = materialize([lines], resources=resources)
         assert result.success
         stored_after.append(sorted(tuple(row.values()) for row in read_with_deltalake(path).to_pylist()))
+        if batch == 1:
+            # One MERGE replaced order 1's rows (its line 3 gone) and inserted order 4's.
+            assert deltalake.DeltaTable(path).history(1)[0]["operation"] == "MERGE"
+            written = result.asset_materializations_for_node("silver__lines")[0].metadata
+            # On the delta-rs engine both routes are delta-rs' commits, described as the engine's.
+            by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"
+            assert written["delta/engine"].value == (ENGINE_NAME if by_deltalake else delta_engine)
     assert stored_after[0] == [(1, 1, 10, 1.0), (1, 2, 10, 2.0), (1, 3, 10, 3.0), (2, 1, 10, 4.0)]
     assert stored_after[1] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0), (4, 1, 1, 7.0)]
     assert stored_after[2] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0)]

@@ -215,22 +215,20 @@ def _replace_changed_groups(
     )
     try:
         # The MERGE's source is empty exactly when no applied change brings rows and
-        # none removes stored ones: decided on the small applied frame, so the source
-        # (which reads the table) is computed once, by the MERGE. Aggregated, not asked
-        # for a first row: the aggregate computes the cache whole, which then knows its
-        # size, so the MERGE's source broadcasts it into its joins with the table.
-        # The same pass sums the applied groups' stored rows: with the changes' own
-        # rows, the source has at most that many.
+        # none removes stored ones: decided on the small applied frame. Aggregated, not
+        # asked for a first row: the aggregate computes the cache whole, which then knows
+        # its size, so the MERGE broadcasts it where it is joined. The same pass counts
+        # the applied groups: the source holds the changes' rows and one marker per group.
         effect = applied.agg(
             F.count_if(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).alias("effective"),
-            F.coalesce(F.sum("_stored_rows"), F.lit(0)).alias("stored_rows"),
+            F.count(F.lit(1)).alias("groups"),
         ).first()
         if effect["effective"] == 0:
             skipped = "every change is older than the stored state"
         else:
             skipped = None
             _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata,
-                           max_rows=rows + int(effect["stored_rows"]))
+                           max_rows=rows + int(effect["groups"]))
     finally:
         applied.unpersist()
     return skipped
@@ -241,28 +239,46 @@ def _merge_applied(
     spec: WriteSpec, commit_metadata: Mapping[str, str], *, max_rows: int,
 ) -> None:
     group, deleted = spec.replace_group, spec.delete_column
-    columns = [*stored.columns, *new_columns]
-    upserts = (
+    rows = (
         frame.where(~F.col(deleted))
         .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
-        .select(*columns)
+        .select(*stored.columns, *new_columns)
     )
-    keys = list(spec.merge_keys)
-    removals = (
-        stored.join(applied.select(group), group, "left_semi")
-        .join(upserts.select(*keys), keys, "left_anti")
-        .select(*stored.columns, *(F.lit(None).cast(frame.schema[c].dataType).alias(c) for c in new_columns))
+    replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
+                   schema_evolution=bool(new_columns), commit_metadata=commit_metadata, max_rows=max_rows)
+
+
+def replace_groups(
+    client: Tables, rows: DataFrame, groups: DataFrame, path: str, group_columns: Sequence[str], *, spec: WriteSpec,
+    schema_evolution: bool, commit_metadata: Mapping[str, str], max_rows: int,
+) -> None:
+    """One MERGE that deletes every stored row of ``groups`` and inserts ``rows``.
+
+    ``groups``: distinct values of ``group_columns``; ``rows``: the new rows
+    of those groups (a group without rows is only deleted), with the
+    table's columns. One marker row per group joins the MERGE's source; the
+    match condition takes markers only, so every stored row of a group meets
+    exactly one source row (its marker, which deletes it) and a new row never
+    matches (it is inserted). Nothing in the source is read from the table,
+    where replacing row by row needed the stored rows the group loses (a
+    scan of the table) to delete them.
+
+    ``max_rows``: an upper bound of the source's rows (``rows`` plus the groups).
+    """
+    markers = groups.select(
+        *(F.col(c).cast(rows.schema[c].dataType).alias(c) for c in group_columns),
+        *(F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in rows.columns if c not in group_columns),
     )
-    source = upserts.withColumn("_remove", F.lit(False)).unionByName(removals.withColumn("_remove", F.lit(True)))
-    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    assignments = {c: f"s.`{c}`" for c in columns}
-    clauses = [
-        MergeClause("delete", "s._remove"),
-        MergeClause("update", "NOT s._remove", assignments),
-        MergeClause("insert", "NOT s._remove", assignments),
-    ]
-    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=bool(new_columns),
+    source = rows.withColumn(_MARKER, F.lit(False)).unionByName(markers.withColumn(_MARKER, F.lit(True)))
+    on = " AND ".join([*(f"t.`{c}` = s.`{c}`" for c in group_columns), f"s.`{_MARKER}`"])
+    assignments = {c: f"s.`{c}`" for c in rows.columns}
+    clauses = [MergeClause("delete", None), MergeClause("insert", f"NOT s.`{_MARKER}`", assignments)]
+    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=schema_evolution,
                  metadata=commit_metadata, max_rows=max_rows)
+
+
+#: The source column that marks a group's marker row in :func:`replace_groups`.
+_MARKER = "_replaces_group"
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
