@@ -201,6 +201,20 @@ def assert_history_is_closed(lake: Path) -> None:
     assert live == set(read_with_deltalake(lake / "silver" / "customers").column("c_custkey").to_pylist())
 
 
+def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
+    """The history the runs kept, rebuilt each run for the keys that changed, is what one rebuild from all of bronze gives."""
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.feeds import feed_named
+    from medallion_assets.transforms import silver as T
+
+    feed = feed_named("customers_cdc")
+    records, _ = T.parse_changes(spark.read.format("delta").load(str(lake / "bronze" / "customers_cdc")), feed)
+    rebuilt = T.history_rows(records, feed)
+    kept = read_with_deltalake(lake / "silver" / "customers_history").select(rebuilt.columns)
+    assertDataFrameEqual(spark.createDataFrame(kept.to_pylist(), rebuilt.schema), rebuilt)
+
+
 def assert_gold_matches_duckdb(lake: Path) -> None:
     answers = _duckdb_tpch_answers(lake)
     for table, number in TPCH_GOLD.items():
@@ -259,6 +273,13 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert_gold_lineage_matches_schemas(run2)
     assert_silver_matches_contract(lake)
     assert_history_is_closed(lake)
+    assert_history_is_one_rebuild_of_bronze(spark, lake)
+    # Run 2 replaced the history of the keys batch 2 changed, not the table.
+    history_commit = _metadata(run2, ["silver", "customers_history"])
+    assert history_commit["delta/operation"] == "MERGE"
+    metrics = history_commit["delta/operation_metrics"]
+    replaced = int(metrics.get("numTargetRowsDeleted", metrics.get("num_target_rows_deleted", -1)))
+    assert 0 < replaced < len(read_with_deltalake(lake / "silver" / "customers_history"))
     assert_gold_matches_duckdb(lake)
 
     # Bronze took exactly batch 2's lines, each file once.

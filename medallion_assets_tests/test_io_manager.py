@@ -117,6 +117,53 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     assert sorted(tuple(row.values()) for row in tombstones) == [(1, 15), (3, 10), (3, 12), (4, 2)]
 
 
+@pytest.mark.parametrize("merged_by", ["deltalake", "engine"])
+def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_the_others(
+    spark, tmp_path, delta_engine, merged_by
+):
+    """``replace_keys``: one MERGE per write; a key's rows are what the write holds for it, whatever it stored."""
+    import deltalake
+    from pyspark.testing import assertDataFrameEqual
+
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets_tests.delta.readers import read_with_duckdb
+
+    schema = "key long, since long, v string"
+    # (key, since, v): each write holds every row of the keys it names.
+    writes = [
+        [(1, 1, "a"), (1, 2, "b"), (1, 3, "c"), (2, 1, "d")],
+        [(1, 1, "a"), (1, 3, "c2"), (3, 1, "e")],  # 1 loses a row and changes one; 3 is new; 2 is kept
+        [],  # nothing to replace: nothing is written
+    ]
+    state = {"write": 0}
+
+    @asset(key=["silver", "versions"], metadata=delta_table(write_mode="replace_keys", merge_keys=["key"]))
+    def versions():
+        return spark.createDataFrame(writes[state["write"]], schema)
+
+    resources = _resources(tmp_path, arrow_write_max_rows=0 if merged_by == "engine" else 100)
+    path = resources["lake"].table_path(["silver", "versions"])
+    for write, expected in enumerate([writes[0], [(1, 1, "a"), (1, 3, "c2"), (2, 1, "d"), (3, 1, "e")]]):
+        state["write"] = write
+        result = materialize([versions], resources=resources)
+        assert result.success
+        assertDataFrameEqual(spark.createDataFrame(read_with_duckdb(path).to_pylist(), schema),
+                             spark.createDataFrame(expected, schema))
+    [merge] = deltalake.DeltaTable(path).history(1)
+    assert merge["operation"] == "MERGE" and merge["version"] == 2  # created, appended, merged
+    by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"  # else both are delta-rs' commits
+    written = result.asset_materializations_for_node("silver__versions")[0].metadata
+    assert written["delta/engine"].value == (ENGINE_NAME if by_deltalake else delta_engine)
+    state["write"] = 2
+    assert materialize([versions], resources=resources).success
+    assert deltalake.DeltaTable(path).version() == 2
+
+
+def test_replace_keys_needs_the_keys_it_replaces():
+    with pytest.raises(ValueError, match="'replace_keys' needs merge_keys"):
+        delta_table(write_mode="replace_keys")
+
+
 def test_a_merge_tables_first_write_appends_what_a_merge_would_insert_and_keeps_its_deletes(spark, tmp_path):
     import deltalake
 

@@ -176,6 +176,16 @@ def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
         materialize([gone], resources=_resources(str(tmp_path / "lake")))
 
 
+def test_replace_keys_is_refused_for_pandas_naming_the_asset_mode_and_fix(tmp_path):
+    @asset(key=["silver", "versions"], metadata=delta_table(write_mode="replace_keys", merge_keys=["id"]))
+    def versions() -> pd.DataFrame:
+        return pd.DataFrame({"id": [1], "v": ["a"]})
+
+    with pytest.raises(Exception, match=r"silver/versions.*'replace_keys'.*return a Spark DataFrame"):
+        materialize([versions], resources=_resources(str(tmp_path / "lake")))
+    assert not (tmp_path / "lake" / "silver" / "versions").exists()
+
+
 def test_deletion_vectors_are_refused_before_delta_rs_creates_a_table_it_could_not_read(tmp_path):
     from medallion_assets.io_manager import DELETION_VECTORS
 

@@ -6,8 +6,9 @@ input), validate them, keep each key's latest change, mask PII, check the
 declared expectations, merge into ``silver.<table>``, and append rejected
 records and rows that fail a drop/fail expectation to ``quarantine.<table>``
 with the reason. With ``history=True`` it also keeps ``silver.<table>_history``
-(type 2). A snapshot feed (``Replace``) gets a table with exactly its declared
-fields and types.
+(type 2), rebuilt each run for the keys that changed (an input of
+:class:`~medallion_assets.io_manager.ChangesWithTable`). A snapshot feed
+(``Replace``) gets a table with exactly its declared fields and types.
 
 Each run the step also reports what it set aside: the
 ``<table>_rejected_rows`` check on ``silver.<table>`` (failed WARN when any row
@@ -40,7 +41,7 @@ from medallion_assets.expectations import (
     step_output,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
-from medallion_assets.io_manager import DELTA_KINDS, DELETION_VECTORS, READ, delta_table
+from medallion_assets.io_manager import DELTA_KINDS, DELETION_VECTORS, READ, ChangesWithTable, delta_table
 from medallion_assets.transforms import silver as T
 
 #: Every quarantine table: appended to, never merged.
@@ -153,15 +154,18 @@ def _history_asset(feed: Feed) -> AssetsDefinition:
         kinds=DELTA_KINDS,
         description=(
             f"Type-2 history of {feed.silver.table} (valid_from, valid_to, is_current, is_deleted), PII masked. "
-            "Rebuilt from every bronze change, so a change arriving in a later run closes the row before it "
-            "(and a late, older change slots in between); not rewritten when bronze has not changed."
+            "Each run rebuilds the history of the keys bronze gained changes of, from every bronze change of "
+            "those keys, and replaces their rows: a change arriving in a later run closes the row before it "
+            "(and a late, older change slots in between); other keys' rows are not rewritten."
         ),
-        metadata=delta_table(write_mode="overwrite", schema_mode="overwrite",
+        metadata=delta_table(write_mode="replace_keys", merge_keys=list(feed.silver.keys), schema_mode="merge",
                              column_descriptions={**silver_descriptions(feed), **_HISTORY_DESCRIPTIONS}),
     )
-    def _history(bronze_rows: DataFrame) -> DataFrame:
-        records, _ = T.parse_changes(bronze_rows, feed)  # rejects are quarantined by the change step
-        return T.history_rows(records, feed)
+    def _history(bronze_rows: ChangesWithTable) -> DataFrame:
+        # Rejects are quarantined by the change step.
+        records, _ = T.parse_changes(bronze_rows.table, feed)
+        changed, _ = T.parse_changes(bronze_rows.changes, feed)
+        return T.history_of_changed_keys(records, changed, feed)
 
     return _history
 

@@ -12,7 +12,8 @@ Split the way dagster-deltalake splits its IO manager:
 * ``arrow_handlers``: pandas, polars and Arrow in and out through delta-rs
   (:class:`ArrowDeltaClient`, one handler per library), without Spark.
 * ``table_read``: :class:`TableRead`, an input computed on in Arrow while
-  the version read is small, else with Spark.
+  the version read is small, else with Spark; :class:`ChangesWithTable`, an
+  input's new rows and its whole table.
 """
 
 from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
@@ -45,7 +46,7 @@ from medallion_assets.io_manager.spec import (
     WriteSpec,
     delta_table,
 )
-from medallion_assets.io_manager.table_read import TableRead
+from medallion_assets.io_manager.table_read import ChangesWithTable, TableRead
 
 __all__ = [
     "DELTA_KINDS",
@@ -66,6 +67,7 @@ __all__ = [
     "VERSION",
     "WRITE_MODE",
     "ArrowDeltaClient",
+    "ChangesWithTable",
     "DeltaIOManager",
     "DeltaTableClient",
     "SparkDataFrameTypeHandler",

@@ -204,6 +204,11 @@ class ArrowDeltaClient:
         check_engine_reads(declared_table_properties(spec), path=path, engine="delta-rs")
         custom = _custom_metadata(commit_metadata)
         exists = self.exists(path)
+        if spec.mode == "replace_keys":
+            raise ValueError(
+                f"asset {asset}: write mode 'replace_keys' is not supported for pandas, polars and Arrow outputs "
+                "(delta-rs route); return a Spark DataFrame from the asset, or overwrite the table"
+            )
         if spec.mode == "merge":
             return self._merge(data, path, spec, asset=asset, exists=exists, custom=custom)
         if transaction is not None and exists and self._committed(path, transaction):

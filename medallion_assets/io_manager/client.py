@@ -181,7 +181,7 @@ class DeltaTableClient:
         check_engine_reads(declared_table_properties(spec), path=path, engine=self.engine.name)
         frame = self.engine.prepare_write(frame)
         metadata = dict(commit_metadata or {})
-        if spec.mode not in ("append", "merge"):
+        if spec.mode not in ("append", "merge", "replace_keys"):
             return self._write(frame, path, spec, replace_where, metadata, transaction)
         # An append or merge source is checked for rows before it is written, and a
         # merge's is read again for its deletes: computed once, not once per action.
@@ -309,10 +309,11 @@ class DeltaTableClient:
         # Tables are created by the builder, which both engines accept with partitions
         # and properties (the delta-rs engine's writer cannot take partitionBy).
         created = False
-        if spec.partition_columns or spec.table_properties or (spec.mode == "merge") or replace_where:
+        merging = spec.mode in ("merge", "replace_keys")
+        if spec.partition_columns or spec.table_properties or merging or replace_where:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             created = self._create_if_missing(stored.schema, path, spec)
-        if spec.mode == "merge":
+        if merging:
             skipped = merges.merge(self, frame, path, spec, commit_metadata, rows=rows if rows is not None else frame.count(),
                                    new_table=created)
             result = self._result(path, skipped)

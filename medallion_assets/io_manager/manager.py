@@ -52,7 +52,7 @@ from medallion_assets.io_manager.spec import (
     WriteSpec,
     column_descriptions,
 )
-from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, TableRead
+from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, ChangesWithTable, TableRead
 from medallion_assets.resources import LakeResource, SparkResource
 
 #: Rows up to which an overwrite, an append or a MERGE source of a Spark DataFrame is committed by
@@ -289,6 +289,8 @@ class DeltaIOManager(ConfigurableIOManager):
         kind = getattr(context.dagster_type, "typing_type", None)
         if kind is TableRead:
             return self._load_table_read(context)
+        if kind is ChangesWithTable:
+            return self._load_changes_with_table(context)
         handler = handler_for_type(kind)
         if handler is not None:
             return self._load_without_spark(context, handler)
@@ -307,14 +309,7 @@ class DeltaIOManager(ConfigurableIOManager):
             )
         latest = client.latest_version(path)
         if metadata.get(READ) == "changes":
-            after = self._consumed_version(client, context, key)
-            # Recorded on the step's LOADED_INPUT event: its outputs read it from there.
-            context.add_input_metadata(
-                {_READ_TABLE: _key_name(key), _READ_CHANGES_FROM: after + 1, _READ_VERSION: latest},
-                description=f"versions {after + 1}..{latest} read as changes",
-            )
-            frame = client.read_changes(path, after_version=after, to_version=latest)
-            context.log.info(f"{key.to_user_string()}: reading versions {after + 1}..{latest}")
+            frame = self._read_changes(client, context, path, latest)
             return frame.select(*columns) if columns else frame
         context.add_input_metadata(
             {_READ_TABLE: _key_name(key), _READ_VERSION: int(version) if version is not None else latest}
@@ -324,6 +319,31 @@ class DeltaIOManager(ConfigurableIOManager):
         if partition_expr:
             frame = frame.where(_time_window_predicate(partition_expr, context.asset_partitions_time_window))
         return frame
+
+    def _read_changes(self, client: DeltaTableClient, context: InputContext, path: str, latest: int) -> DataFrame:
+        """The rows the input's table gained after this step's outputs last consumed it, up to ``latest``."""
+        key = context.asset_key
+        after = self._consumed_version(client, context, key)
+        # Recorded on the step's LOADED_INPUT event: its outputs read it from there.
+        context.add_input_metadata(
+            {_READ_TABLE: _key_name(key), _READ_CHANGES_FROM: after + 1, _READ_VERSION: latest},
+            description=f"versions {after + 1}..{latest} read as changes",
+        )
+        context.log.info(f"{key.to_user_string()}: reading versions {after + 1}..{latest}")
+        return client.read_changes(path, after_version=after, to_version=latest)
+
+    def _load_changes_with_table(self, context: InputContext) -> ChangesWithTable:
+        """The input's changes since this step last consumed it, and its whole table at the same version."""
+        client = self._client()
+        key = context.asset_key
+        path = self._path(key)
+        if not client.exists(path):
+            raise FileNotFoundError(
+                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
+            )
+        latest = client.latest_version(path)
+        return ChangesWithTable(changes=self._read_changes(client, context, path, latest),
+                                table=client.read(path, version=latest))
 
     def _load_table_read(self, context: InputContext) -> TableRead:
         """A :class:`TableRead` of the input's version: Arrow while it is small and delta-rs reads it, else Spark."""

@@ -81,6 +81,8 @@ def merge(
     Returns:
         Why no row was merged, or ``None`` when the merge was committed.
     """
+    if spec.mode == "replace_keys":
+        return _replace_keys(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     if spec.replace_group:
         return _merge_groups(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     if not spec.delete_column:
@@ -130,6 +132,23 @@ def _upsert(
         clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
     client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=bool(new_columns),
                  metadata=commit_metadata, max_rows=rows)
+    return None
+
+
+def _replace_keys(
+    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
+    rows: int, new_table: bool,
+) -> str | None:
+    """Replace every stored row of each merge-key value ``frame`` names by ``frame``'s rows of that value."""
+    if new_table:
+        return _append_to_new_table(client, frame, path, commit_metadata)
+    stored_schema = client.engine.schema(client.spark, path)
+    frame, new_columns = _evolve_source(frame, stored_schema, spec)
+    keys = list(spec.merge_keys)
+    # Each value is in the source once per row and once as its marker.
+    replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
+                   path, keys, spec=spec, schema_evolution=bool(new_columns), commit_metadata=commit_metadata,
+                   max_rows=2 * rows)
     return None
 
 

@@ -51,8 +51,12 @@ class WriteSpec(BaseModel):
     any data is written.
     """
 
-    mode: Literal["overwrite", "append", "merge"] = Field(
-        default="overwrite", description="overwrite (default), append, or merge on merge_keys."
+    mode: Literal["overwrite", "append", "merge", "replace_keys"] = Field(
+        default="overwrite",
+        description=(
+            "overwrite (default), append, merge on merge_keys, or replace_keys: the rows hold every row of "
+            "each merge_keys value they name, which replace that value's stored rows (others are kept)."
+        ),
     )
     merge_keys: tuple[str, ...] = Field(default=(), description="Key columns a merge matches on.")
     sequence_column: str | None = Field(
@@ -97,8 +101,8 @@ class WriteSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> WriteSpec:
-        if self.mode == "merge" and not self.merge_keys:
-            raise ValueError("write mode 'merge' needs merge_keys")
+        if self.mode in ("merge", "replace_keys") and not self.merge_keys:
+            raise ValueError(f"write mode {self.mode!r} needs merge_keys")
         if self.mode != "merge" and (self.sequence_column or self.delete_column or self.replace_group):
             raise ValueError("sequence_column, delete_column and replace_group apply to write mode 'merge' only")
         if self.replace_group and not (self.sequence_column and self.delete_column):
@@ -255,7 +259,7 @@ def column_descriptions(metadata: Mapping[str, Any]) -> dict[str, str]:
 
 def delta_table(
     *,
-    write_mode: Literal["overwrite", "append", "merge"] = "overwrite",
+    write_mode: Literal["overwrite", "append", "merge", "replace_keys"] = "overwrite",
     merge_keys: Sequence[str] = (),
     sequence_column: str | None = None,
     delete_column: str | None = None,
@@ -273,8 +277,11 @@ def delta_table(
     ``dagster definitions validate``.
 
     Args:
-        write_mode: overwrite, append or merge.
-        merge_keys: columns a merge matches on.
+        write_mode: overwrite, append, merge, or replace_keys: every stored row
+            of each ``merge_keys`` value the output names is replaced by the
+            output's rows of that value, in one MERGE; other values keep theirs
+            (e.g. a history rebuilt for the keys that changed).
+        merge_keys: columns a merge matches on (replace_keys: the keys replaced).
         sequence_column: a change is applied only if newer than the stored row.
         delete_column: boolean column marking deletes (merge only).
         schema_mode: strict, merge or overwrite.

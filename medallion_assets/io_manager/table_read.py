@@ -1,4 +1,6 @@
-"""An input a step computes on with Spark, or without Spark while the version it read is small.
+"""Inputs other than a plain DataFrame: :class:`TableRead` and :class:`ChangesWithTable`.
+
+:class:`TableRead` is an input a step computes on with Spark, or without Spark while the version it read is small.
 
 A check of a table of a few thousand rows (a key, a reference) spends well
 under a second of work on its rows through Spark: its query waits on the
@@ -72,3 +74,29 @@ class TableRead:
             return None
         return self._arrow_columns(columns)
 
+
+
+@dataclass(frozen=True)
+class ChangesWithTable:
+    """What an upstream table gained since this step last consumed it, and the whole table.
+
+    Annotate an input as ``ChangesWithTable`` and the Delta IO manager hands
+    both, read at one version: :attr:`changes` as a ``delta/read: changes``
+    input reads them (and the step's writes record what they consumed), and
+    :attr:`table` at the version the changes end at. For a step that
+    recomputes what the changes touch from everything stored about it, e.g.
+    a history rebuilt for the keys that changed.
+
+    Attributes:
+        changes: rows inserted by the versions this step has not consumed (all
+            of them the first time).
+        table: every row of the table at the newest of those versions.
+
+    Example:
+        >>> def _history(bronze: ChangesWithTable):            # doctest: +SKIP
+        ...     changed = bronze.changes.select("key").distinct()
+        ...     return bronze.table.join(changed, "key", "left_semi")
+    """
+
+    changes: DataFrame
+    table: DataFrame

@@ -449,6 +449,24 @@ def history_rows(records: DataFrame, feed: Feed) -> DataFrame:
     return mask_pii(history, feed)
 
 
+def history_of_changed_keys(records: DataFrame, changed: DataFrame, feed: Feed) -> DataFrame:
+    """The type-2 history (:func:`history_rows`) of the keys ``changed`` names, from all their records.
+
+    A change can close the row before it or, arriving late and older, slot in
+    between two rows, so a key's history is rebuilt from every record of the
+    key; keys without a new record keep the rows they have.
+
+    Args:
+        records: every typed record of the feed (its whole bronze table, parsed).
+        changed: the typed records that arrived since the history was last written.
+
+    Returns:
+        The history rows of the changed keys only, columns as :func:`history_rows`.
+    """
+    keys = list(feed.silver.keys)
+    return history_rows(records.join(changed.select(*keys).distinct(), keys, "left_semi"), feed)
+
+
 def conform_snapshot(snapshot: DataFrame, feed: Feed) -> DataFrame:
     """A snapshot with exactly the feed's fields, cast to their types."""
     return snapshot.select(*(F.col(f.name).cast(f.type).alias(f.name) for f in feed.fields))
