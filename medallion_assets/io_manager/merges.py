@@ -3,7 +3,9 @@
 A plain merge upserts on the merge keys, applying a change only when its
 ``sequence_column`` is newer than the stored row, and deletes the keys whose
 ``delete_column`` is true. A merge with ``replace_group`` applies a group's
-newest change to every stored row of the group.
+newest change to every stored row of the group. Write mode ``replace_keys``
+replaces every stored row of the key values its rows name by those rows.
+Both replace through one MERGE with a marker row per group or key value.
 
 Tombstones: the keys a merge with a ``delete_column`` deleted are kept in
 ``<table>__tombstones`` (:func:`tombstone_path`), next to the table in the
@@ -146,7 +148,7 @@ def _replace_keys(
     frame, new_columns = _evolve_source(frame, stored_schema, spec)
     keys = list(spec.merge_keys)
     # Each value is in the source once per row and once as its marker.
-    replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
+    _replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
                    path, keys, spec=spec, schema_evolution=bool(new_columns), commit_metadata=commit_metadata,
                    max_rows=2 * rows)
     return None
@@ -263,11 +265,15 @@ def _merge_applied(
         .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
         .select(*stored.columns, *new_columns)
     )
-    replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
+    _replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
                    schema_evolution=bool(new_columns), commit_metadata=commit_metadata, max_rows=max_rows)
 
 
-def replace_groups(
+#: The source column that marks a group's marker row in :func:`_replace_groups`.
+_MARKER = "_replaces_group"
+
+
+def _replace_groups(
     client: Tables, rows: DataFrame, groups: DataFrame, path: str, group_columns: Sequence[str], *, spec: WriteSpec,
     schema_evolution: bool, commit_metadata: Mapping[str, str], max_rows: int,
 ) -> None:
@@ -294,10 +300,6 @@ def replace_groups(
     clauses = [MergeClause("delete", None), MergeClause("insert", f"NOT s.`{_MARKER}`", assignments)]
     client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=schema_evolution,
                  metadata=commit_metadata, max_rows=max_rows)
-
-
-#: The source column that marks a group's marker row in :func:`replace_groups`.
-_MARKER = "_replaces_group"
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
