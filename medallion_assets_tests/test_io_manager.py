@@ -21,6 +21,20 @@ def _resources(tmp_path, **io_manager_settings):
     return {"spark": spark, "lake": lake, "io_manager": DeltaIOManager(spark=spark, lake=lake, **io_manager_settings)}
 
 
+def _route(merged_by: str) -> dict:
+    """The IO manager setting that sends a small MERGE to deltalake (``"deltalake"``) or to the session's engine."""
+    return {"arrow_write_max_rows": 0 if merged_by == "engine" else 100}
+
+
+def _assert_merged_by(result, node: str, merged_by: str, delta_engine: str) -> None:
+    """The write's metadata names the route that committed it (on the delta-rs engine both are delta-rs' commits)."""
+    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+
+    by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"
+    written = result.asset_materializations_for_node(node)[0].metadata
+    assert written["delta/engine"].value == (ENGINE_NAME if by_deltalake else delta_engine)
+
+
 def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
     batches = [
         [(1, 10, "a", False), (2, 10, "b", False), (3, 10, "c", True)],  # 3: delete before its insert
@@ -63,7 +77,6 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     """Both routes of a group MERGE: deltalake for a small source, the session's engine past ``arrow_write_max_rows``."""
     import deltalake
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     # (order, line, seq, price, deleted): each batch restates whole orders.
@@ -91,7 +104,7 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     def lines():
         return spark.createDataFrame(batches[state["batch"]], "order long, line long, seq long, price double, _deleted boolean")
 
-    resources = _resources(tmp_path, arrow_write_max_rows=0 if merged_by == "engine" else 100)
+    resources = _resources(tmp_path, **_route(merged_by))
     path = resources["lake"].table_path(["silver", "lines"])
     stored_after = []
     for batch in range(len(batches)):
@@ -102,10 +115,7 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
         if batch == 1:
             # One MERGE replaced order 1's rows (its line 3 gone) and inserted order 4's.
             assert deltalake.DeltaTable(path).history(1)[0]["operation"] == "MERGE"
-            written = result.asset_materializations_for_node("silver__lines")[0].metadata
-            # On the delta-rs engine both routes are delta-rs' commits, described as the engine's.
-            by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"
-            assert written["delta/engine"].value == (ENGINE_NAME if by_deltalake else delta_engine)
+            _assert_merged_by(result, "silver__lines", merged_by, delta_engine)
     assert stored_after[0] == [(1, 1, 10, 1.0), (1, 2, 10, 2.0), (1, 3, 10, 3.0), (2, 1, 10, 4.0)]
     assert stored_after[1] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0), (4, 1, 1, 7.0)]
     assert stored_after[2] == [(1, 1, 20, 1.5), (1, 2, 20, 2.5), (2, 1, 10, 4.0)]
@@ -125,7 +135,6 @@ def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_th
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     schema = "key long, since long, v string"
@@ -141,7 +150,7 @@ def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_th
     def versions():
         return spark.createDataFrame(writes[state["write"]], schema)
 
-    resources = _resources(tmp_path, arrow_write_max_rows=0 if merged_by == "engine" else 100)
+    resources = _resources(tmp_path, **_route(merged_by))
     path = resources["lake"].table_path(["silver", "versions"])
     for write, expected in enumerate([writes[0], [(1, 1, "a"), (1, 3, "c2"), (2, 1, "d"), (3, 1, "e")]]):
         state["write"] = write
@@ -151,9 +160,7 @@ def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_th
                              spark.createDataFrame(expected, schema))
     [merge] = deltalake.DeltaTable(path).history(1)
     assert merge["operation"] == "MERGE" and merge["version"] == 2  # created, appended, merged
-    by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"  # else both are delta-rs' commits
-    written = result.asset_materializations_for_node("silver__versions")[0].metadata
-    assert written["delta/engine"].value == (ENGINE_NAME if by_deltalake else delta_engine)
+    _assert_merged_by(result, "silver__versions", merged_by, delta_engine)
     state["write"] = 2
     assert materialize([versions], resources=resources).success
     assert deltalake.DeltaTable(path).version() == 2

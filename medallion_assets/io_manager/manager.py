@@ -230,6 +230,11 @@ def check_once_per_version(
     return result.with_metadata({**metadata, CHECKED_VERSIONS: MetadataValue.json(versions)})
 
 
+def _no_table_yet(key: AssetKey, path: str) -> FileNotFoundError:
+    """The error of an input whose upstream table has not been written yet."""
+    return FileNotFoundError(f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first")
+
+
 def _key_name(key: AssetKey) -> str:
     return "/".join(key.path)
 
@@ -304,9 +309,7 @@ class DeltaIOManager(ConfigurableIOManager):
         version = metadata.get(VERSION)
         columns = metadata.get(COLUMNS)
         if not client.exists(path):
-            raise FileNotFoundError(
-                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
-            )
+            raise _no_table_yet(key, path)
         latest = client.latest_version(path)
         if metadata.get(READ) == "changes":
             frame = self._read_changes(client, context, path, latest)
@@ -338,9 +341,7 @@ class DeltaIOManager(ConfigurableIOManager):
         key = context.asset_key
         path = self._path(key)
         if not client.exists(path):
-            raise FileNotFoundError(
-                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
-            )
+            raise _no_table_yet(key, path)
         latest = client.latest_version(path)
         return ChangesWithTable(changes=self._read_changes(client, context, path, latest),
                                 table=client.read(path, version=latest))
@@ -391,9 +392,7 @@ class DeltaIOManager(ConfigurableIOManager):
             )
         client = ArrowDeltaClient()
         if not client.exists(path):
-            raise FileNotFoundError(
-                f"asset {key.to_user_string()} has no Delta table yet at {path}: materialize it first"
-            )
+            raise _no_table_yet(key, path)
         version = metadata.get(VERSION)
         window = None
         partition_expr = _upstream_partition_expr(context)

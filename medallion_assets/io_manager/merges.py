@@ -149,8 +149,8 @@ def _replace_keys(
     keys = list(spec.merge_keys)
     # Each value is in the source once per row and once as its marker.
     _replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
-                   path, keys, spec=spec, schema_evolution=bool(new_columns), commit_metadata=commit_metadata,
-                   max_rows=2 * rows)
+                    path, keys, spec=spec, schema_evolution=bool(new_columns), commit_metadata=commit_metadata,
+                    max_rows=2 * rows)
     return None
 
 
@@ -266,7 +266,7 @@ def _merge_applied(
         .select(*stored.columns, *new_columns)
     )
     _replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
-                   schema_evolution=bool(new_columns), commit_metadata=commit_metadata, max_rows=max_rows)
+                    schema_evolution=bool(new_columns), commit_metadata=commit_metadata, max_rows=max_rows)
 
 
 #: The source column that marks a group's marker row in :func:`_replace_groups`.

@@ -75,7 +75,6 @@ class TableRead:
         return self._arrow_columns(columns)
 
 
-
 @dataclass(frozen=True)
 class ChangesWithTable:
     """What an upstream table gained since this step last consumed it, and the whole table.
