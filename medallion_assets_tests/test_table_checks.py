@@ -1,8 +1,9 @@
 """The counts behind the table checks: rows that fail, not only that all pass.
 
-Each count has two ways (Spark for any table, Arrow for a small one read by
-delta-rs) and both must give the same answers, so each test runs on real
-Spark DataFrames and on Arrow tables built by pyarrow from the same rows.
+Each count has two ways (Spark, and DataFusion for a table delta-rs reads)
+and both must give the same answers, so each test runs on real Spark
+DataFrames and on Arrow tables built by pyarrow from the same rows, which
+DataFusion counts as it counts delta-rs' datasets.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from medallion_assets.assets.checks import count_duplicate_keys, count_orphans
+from medallion_assets.assets import checks
+from medallion_assets.assets.checks import DataFusionOutOfMemory, count_duplicate_keys, count_orphans
 
 KEYED_ROWS = [(1, 1, "a"), (1, 2, "b"), (2, 1, "c"), (2, 1, "d"), (2, 1, "e"), (None, 1, "f")]
 PARENTS = [(1, 10), (1, 10), (2, 20), (3, 30)]
@@ -32,7 +34,7 @@ def _where(table, way, column, value):
     return table.filter(pc.equal(table[column], value))
 
 
-@pytest.mark.parametrize("way", ["spark", "arrow"])
+@pytest.mark.parametrize("way", ["spark", "datafusion"])
 def test_duplicate_and_null_keys_fail_the_key_check(spark, way):
     stored = _tables(spark, way, KEYED_ROWS, ["k", "line", "note"], "k long, line long, note string",
                      [pa.int64(), pa.int64(), pa.string()])
@@ -44,11 +46,11 @@ def test_duplicate_and_null_keys_fail_the_key_check(spark, way):
     assert count_duplicate_keys(_where(stored, way, "k", 7), ["k"]) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("way", ["spark", "arrow"])
+@pytest.mark.parametrize("way", ["spark", "datafusion"])
 def test_orphans_and_null_foreign_keys_fail_the_reference_check(spark, way):
     # A parent key stored twice must not count its children twice.
     parent = _tables(spark, way, PARENTS, ["pk", "pk2"], "pk long, pk2 long", [pa.int64(), pa.int64()])
-    # The Arrow child's keys are 32-bit where the parent's are 64-bit: the count must not refuse them.
+    # The DataFusion child's keys are 32-bit where the parent's are 64-bit: the count must not refuse them.
     child = _tables(spark, way, CHILDREN, ["fk", "fk2", "note"], "fk long, fk2 long, note string",
                     [pa.int32(), pa.int64(), pa.string()])
     assert count_orphans(child, ["fk"], parent, ["pk"]) == (6, 2)
@@ -58,3 +60,12 @@ def test_orphans_and_null_foreign_keys_fail_the_reference_check(spark, way):
     assert count_orphans(ok, ["fk", "fk2"], parent, ["pk", "pk2"]) == (3, 0)
     empty = child.limit(0) if way == "spark" else child.slice(0, 0)
     assert count_orphans(empty, ["fk"], parent, ["pk"]) == (0, 0)
+
+
+def test_a_datafusion_count_past_its_memory_bound_says_so(monkeypatch):
+    keys = pa.table({"k": pa.array([1, 2, 2], pa.int64())})
+    monkeypatch.setattr(checks, "DATAFUSION_MEMORY_BYTES", 1024)
+    with pytest.raises(DataFusionOutOfMemory, match="Resources exhausted"):
+        count_duplicate_keys(keys, ["k"])
+    with pytest.raises(DataFusionOutOfMemory, match="Resources exhausted"):
+        count_orphans(keys, ["k"], keys, ["k"])

@@ -1,4 +1,4 @@
-"""The key and reference checks in a Dagster run: Arrow for small tables, Spark past the IO manager's bound.
+"""The key and reference checks in a Dagster run: DataFusion over delta-rs' read, Spark past DataFusion's memory bound.
 
 The tables are written by ``write_deltalake`` (not by the IO manager), with
 a duplicated key, a null key and two orphans; both ways must find them, say
@@ -12,6 +12,7 @@ import pytest
 from dagster import AssetKey, AssetSelection, AssetSpec, DagsterInstance, materialize
 from deltalake import write_deltalake
 
+from medallion_assets.assets import checks as table_checks
 from medallion_assets.assets.checks import COMPUTED_WITH, reference_check, unique_key_check
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.io_manager.manager import CHECKED_VERSIONS
@@ -26,9 +27,11 @@ def _write_tables(root) -> None:
                     pa.table({"fk": pa.array([1, 1, 3, 4, None, 5], pa.int64()), "n": list(range(6))}))
 
 
-@pytest.mark.parametrize("arrow_read_max_rows, way", [(1_000, "Arrow"), (4, "Spark")])
-def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, arrow_read_max_rows, way):
+@pytest.mark.parametrize("datafusion_memory_bytes, way", [(table_checks.DATAFUSION_MEMORY_BYTES, "DataFusion"), (1_024, "Spark")])
+def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, monkeypatch, datafusion_memory_bytes, way):
     _write_tables(tmp_path)
+    # A kilobyte is too little for either count: both fall back to Spark.
+    monkeypatch.setattr(table_checks, "DATAFUSION_MEMORY_BYTES", datafusion_memory_bytes)
     lake = LakeResource(root=str(tmp_path))
     resource = SparkResource(master="local[1]")
     # The key check blocks what reads its table, so it guards a table of its own.
@@ -37,7 +40,7 @@ def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, arr
         [*(AssetSpec(["silver", table]) for table in ("keyed", "parents", "children")), *checks],
         selection=AssetSelection.all_asset_checks(),
         resources={"spark": resource, "lake": lake,
-                   "io_manager": DeltaIOManager(spark=resource, lake=lake, arrow_read_max_rows=arrow_read_max_rows)},
+                   "io_manager": DeltaIOManager(spark=resource, lake=lake)},
         instance=DagsterInstance.ephemeral(),
         raise_on_error=False,  # the key check is blocking, and fails
     )
@@ -50,7 +53,6 @@ def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, arr
     # fk 4, 5 and the null have no parent.
     assert not references.passed
     assert (references.metadata["passing_rows"].value, references.metadata["failing_rows"].value) == (3, 3)
-    # Five and six rows (and three): a bound of 4 sends both checks to Spark, 1,000 both to Arrow.
     assert unique.metadata[COMPUTED_WITH].value == references.metadata[COMPUTED_WITH].value == way
     assert unique.metadata[CHECKED_VERSIONS].value == {"silver/keyed": {"version": 0}}
     assert references.metadata[CHECKED_VERSIONS].value == {"silver/children": {"version": 0},

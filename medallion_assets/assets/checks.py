@@ -5,15 +5,18 @@ checks look at a whole stored table, after it is written. Each reports the
 rows that pass and fail, so a failing check says how bad things are.
 
 The key and reference checks read their tables as a
-:class:`~medallion_assets.io_manager.TableRead`: a table of at most the IO
-manager's ``arrow_read_max_rows`` rows is counted in Arrow, read by delta-rs,
-and a larger one by Spark; the counts are the same either way.
+:class:`~medallion_assets.io_manager.TableRead`. A table delta-rs reads is
+counted by DataFusion, which streams the key columns from delta-rs' scan
+within a memory bound (its aggregation spills to disk past it) and runs no
+Spark job; a table delta-rs cannot read, or a count past that bound, is
+counted by Spark. The counts are the same either way.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
+from typing import TypeVar
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -32,24 +35,74 @@ from dagster import (
     build_sensor_for_freshness_checks,
 )
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
 
-#: Check metadata: what computed the counts, Arrow (delta-rs read the table) or Spark.
+#: Check metadata: what computed the counts, DataFusion (delta-rs read the tables) or Spark.
 COMPUTED_WITH = "computed_with"
 
 
-def count_duplicate_keys(rows: DataFrame | pa.Table, keys: Sequence[str]) -> tuple[int, int, int]:
+#: The memory DataFusion may take for one check's count: its aggregation spills to disk past it. A
+#: count that still needs more (the parent keys of a reference check are held whole) is handed to Spark.
+DATAFUSION_MEMORY_BYTES = 512 * 1024 * 1024
+
+#: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a lazy pyarrow dataset).
+CheckedRows = DataFrame | pa.Table | ds.Dataset
+
+
+_Counts = TypeVar("_Counts")
+
+
+class DataFusionOutOfMemory(RuntimeError):
+    """DataFusion needed more than :data:`DATAFUSION_MEMORY_BYTES` for a count."""
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _count_in_datafusion(sql: str, tables: dict[str, pa.Table | ds.Dataset]) -> dict[str, int]:
+    """The one row of ``sql``, run by DataFusion over ``tables`` (registered under their names) within its memory bound."""
+    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
+
+    context = SessionContext(
+        SessionConfig().set("datafusion.sql_parser.enable_ident_normalization", "false"),
+        RuntimeEnvBuilder().with_disk_manager_os().with_fair_spill_pool(DATAFUSION_MEMORY_BYTES),
+    )
+    for name, rows in tables.items():
+        context.register_dataset(name, ds.dataset(rows) if isinstance(rows, pa.Table) else rows)
+    try:
+        [row] = context.sql(sql).to_pylist()
+    except Exception as error:  # DataFusion raises plain Exceptions
+        if "Resources exhausted" in str(error):
+            raise DataFusionOutOfMemory(str(error)) from error
+        raise
+    return {name: int(value or 0) for name, value in row.items()}
+
+
+def count_duplicate_keys(rows: CheckedRows, keys: Sequence[str]) -> tuple[int, int, int]:
     """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing.
 
-    ``rows``: a Spark DataFrame, or an Arrow table holding at least ``keys``.
+    ``rows``: a Spark DataFrame, or an Arrow table or pyarrow dataset holding
+    at least ``keys`` (counted by DataFusion).
+
+    Raises:
+        DataFusionOutOfMemory: DataFusion's count needed more memory than its bound.
     """
-    if isinstance(rows, pa.Table):
-        return _duplicate_keys_in_arrow(rows, keys)
+    if not isinstance(rows, DataFrame):
+        key_list = ", ".join(_quoted(k) for k in keys)
+        bad = " OR ".join(["count(*) > 1", *(f"{_quoted(k)} IS NULL" for k in keys)])
+        totals = _count_in_datafusion(
+            f"SELECT sum(n) AS rows, sum(CASE WHEN bad THEN n ELSE 0 END) AS failing, "
+            f"sum(CASE WHEN bad THEN 1 ELSE 0 END) AS bad_keys "
+            f"FROM (SELECT count(*) AS n, {bad} AS bad FROM checked GROUP BY {key_list})",
+            {"checked": rows},
+        )
+        return totals["rows"], totals["failing"], totals["bad_keys"]
     per_key = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
     null_key = F.lit(False)
     for k in keys:
@@ -63,39 +116,31 @@ def count_duplicate_keys(rows: DataFrame | pa.Table, keys: Sequence[str]) -> tup
     return int(totals["rows"]), int(totals["failing"]), int(totals["bad_keys"])
 
 
-def _duplicate_keys_in_arrow(table: pa.Table, keys: Sequence[str]) -> tuple[int, int, int]:
-    if table.num_rows == 0:
-        return 0, 0, 0
-    per_key = table.select(list(keys)).group_by(list(keys)).aggregate([([], "count_all")])
-    counts = per_key.column("count_all")
-    bad = pc.greater(counts, 1)
-    for k in keys:
-        bad = pc.or_(bad, pc.is_null(per_key.column(k)))
-    failing = pc.sum(pc.if_else(bad, counts, 0)).as_py()
-    return table.num_rows, int(failing), int(pc.sum(pc.cast(bad, pa.int64())).as_py())
-
-
 def count_orphans(
-    child: DataFrame | pa.Table, foreign_keys: Sequence[str], parent: DataFrame | pa.Table, parent_keys: Sequence[str]
+    child: CheckedRows, foreign_keys: Sequence[str], parent: CheckedRows, parent_keys: Sequence[str]
 ) -> tuple[int, int]:
     """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan.
 
-    Both tables Spark DataFrames, or both Arrow tables holding at least the key
-    columns. One pass over the child: each row meets at most one of the
-    distinct parent keys, so a left join keeps the child's rows, and those it
-    found no parent for are counted in the same aggregate.
+    Both tables Spark DataFrames, or both read by DataFusion (Arrow tables or
+    pyarrow datasets) holding at least the key columns. One pass over the
+    child: each row meets at most one of the distinct parent keys, so a left
+    join keeps the child's rows, and those it found no parent for are counted
+    in the same aggregate.
+
+    Raises:
+        DataFusionOutOfMemory: DataFusion's count needed more memory than its bound.
     """
-    if isinstance(child, pa.Table) and isinstance(parent, pa.Table):
-        # A left anti join keeps each child row without a parent once, and a null key matches nothing.
-        parents = parent.select(list(parent_keys))
-        children = child.select(list(foreign_keys))
-        for fk, pk in zip(foreign_keys, parent_keys):
-            wanted = parents.schema.field(pk).type
-            if children.schema.field(fk).type != wanted:
-                children = children.set_column(children.schema.get_field_index(fk), fk,
-                                               pc.cast(children.column(fk), wanted))
-        orphans = children.join(parents, keys=list(foreign_keys), right_keys=list(parent_keys), join_type="left anti")
-        return child.num_rows, orphans.num_rows
+    if not isinstance(child, DataFrame) and not isinstance(parent, DataFrame):
+        parent_columns = ", ".join(f"{_quoted(p)} AS _pk{i}" for i, p in enumerate(parent_keys))
+        # A null key equals nothing, so its row finds no parent.
+        matched = " AND ".join(f"c.{_quoted(fk)} = p._pk{i}" for i, fk in enumerate(foreign_keys))
+        totals = _count_in_datafusion(
+            f"SELECT count(*) AS rows, count(*) FILTER (WHERE p._has_parent IS NULL) AS orphans "
+            f"FROM child AS c LEFT JOIN (SELECT DISTINCT {parent_columns}, true AS _has_parent FROM parent) AS p "
+            f"ON {matched}",
+            {"child": child, "parent": parent},
+        )
+        return totals["rows"], totals["orphans"]
     parents = (
         parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
         .distinct()
@@ -117,6 +162,28 @@ def count_orphans(
     return int(totals["rows"]), int(totals["orphans"])
 
 
+def _counted(
+    context: AssetCheckExecutionContext,
+    datasets: Callable[[], list[ds.Dataset | None]],
+    frames: Callable[[], list[DataFrame]],
+    count: Callable[..., _Counts],
+) -> tuple[_Counts, str]:
+    """``count`` over the tables as DataFusion reads them, else as Spark DataFrames; and which counted.
+
+    DataFusion counts when delta-rs reads every table: no Spark job, and its
+    memory is bounded. A table delta-rs cannot read, or a count past
+    DataFusion's memory bound, is counted by Spark.
+    """
+    tables = datasets()
+    if all(table is not None for table in tables):
+        try:
+            return count(*tables), "DataFusion"
+        except DataFusionOutOfMemory as error:
+            context.log.warning(f"counted by Spark: DataFusion needed more than "
+                                f"{DATAFUSION_MEMORY_BYTES // 2**20} MiB ({error})")
+    return count(*frames()), "Spark"
+
+
 def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     """A blocking check that ``keys`` identify one row of ``silver.<table>``."""
     key = AssetKey(["silver", table])
@@ -130,8 +197,10 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     )
     def _unique(context: AssetCheckExecutionContext, stored: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            key_rows = stored.arrow(keys)
-            rows, failing, bad_keys = count_duplicate_keys(stored.frame if key_rows is None else key_rows, keys)
+            (rows, failing, bad_keys), computed_with = _counted(
+                context, lambda: [stored.dataset(keys)], lambda: [stored.frame],
+                lambda table: count_duplicate_keys(table, keys),
+            )
             return AssetCheckResult(
                 asset_key=key,
                 check_name=name,
@@ -142,7 +211,7 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
                     "passing_rows": rows - failing,
                     "failing_rows": failing,
                     "duplicated_or_null_keys": bad_keys,
-                    COMPUTED_WITH: "Spark" if key_rows is None else "Arrow",
+                    COMPUTED_WITH: computed_with,
                 },
             )
 
@@ -166,12 +235,12 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
     def _references(context: AssetCheckExecutionContext, child_table: TableRead,
                     parent_table: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            in_arrow = child_table.small and parent_table.small
-            if in_arrow:
-                rows, orphans = count_orphans(child_table.arrow(foreign_keys), foreign_keys,
-                                              parent_table.arrow(parent_keys), parent_keys)
-            else:
-                rows, orphans = count_orphans(child_table.frame, foreign_keys, parent_table.frame, parent_keys)
+            (rows, orphans), computed_with = _counted(
+                context,
+                lambda: [child_table.dataset(foreign_keys), parent_table.dataset(parent_keys)],
+                lambda: [child_table.frame, parent_table.frame],
+                lambda child_rows, parent_rows: count_orphans(child_rows, foreign_keys, parent_rows, parent_keys),
+            )
             return AssetCheckResult(
                 asset_key=key,
                 check_name=name,
@@ -181,7 +250,7 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
                     "references": f"{child}.{','.join(foreign_keys)} -> {parent}.{','.join(parent_keys)}",
                     "passing_rows": rows - orphans,
                     "failing_rows": orphans,
-                    COMPUTED_WITH: "Arrow" if in_arrow else "Spark",
+                    COMPUTED_WITH: computed_with,
                 },
             )
 

@@ -262,9 +262,9 @@ class DeltaIOManager(ConfigurableIOManager):
         default=ARROW_READ_MAX_ROWS,
         ge=0,
         description=(
-            "Inputs annotated TableRead (the table checks) may be computed in Arrow, read by delta-rs without "
-            "Spark, when the version read has at most this many rows; larger ones are computed by Spark. "
-            "0: always Spark."
+            "Inputs annotated TableRead (the table checks) are computed without Spark when delta-rs reads the "
+            "version: as a lazy dataset whatever its size (the checks count it with DataFusion), and as Arrow "
+            "in hand when it has at most this many rows. 0: always Spark."
         ),
     )
     arrow_write_max_rows: int = Field(
@@ -347,7 +347,7 @@ class DeltaIOManager(ConfigurableIOManager):
                                 table=client.read(path, version=latest))
 
     def _load_table_read(self, context: InputContext) -> TableRead:
-        """A :class:`TableRead` of the input's version: Arrow while it is small and delta-rs reads it, else Spark."""
+        """A :class:`TableRead` of the input's version: a dataset (Arrow while small) when delta-rs reads it, else Spark."""
         key = context.asset_key
         path = self._path(key)
         metadata = dict(context.definition_metadata or {})
@@ -372,11 +372,11 @@ class DeltaIOManager(ConfigurableIOManager):
             return SparkDataFrameTypeHandler().load_input(self._client(), path, version=read,
                                                           columns=metadata.get(COLUMNS))
 
-        def arrow_columns(columns: Sequence[str]) -> Any:
-            return arrow.dataset(path, version=read, columns=columns).to_table()
+        def dataset(columns: Sequence[str]) -> Any:
+            return arrow.dataset(path, version=read, columns=columns)
 
         return TableRead(path=path, version=read, rows=rows, max_arrow_rows=self.arrow_read_max_rows,
-                         _spark_frame=spark_frame, _arrow_columns=arrow_columns)
+                         _spark_frame=spark_frame, _dataset=dataset)
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""

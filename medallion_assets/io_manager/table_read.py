@@ -1,14 +1,14 @@
 """Inputs other than a plain DataFrame: :class:`TableRead` and :class:`ChangesWithTable`.
 
-:class:`TableRead` is an input a step computes on with Spark, or without Spark while the version it read is small.
+:class:`TableRead` is an input a step computes on with Spark, or without Spark
+when delta-rs reads the version: as a lazy pyarrow dataset of any size (for an
+engine that streams it, such as DataFusion), or as Arrow in hand while it is small.
 
 A check of a table of a few thousand rows (a key, a reference) spends well
 under a second of work on its rows through Spark: its query waits on the
 new version's Delta snapshot and a job of its own, about 0.8 s a check in
 an SF 0.1 run (docs/performance-record.md, "Table checks without Spark"). The same
-count over the version's key columns in Arrow, read by delta-rs, takes
-milliseconds. Past a bound the rows would have to fit in the driver, so the
-step computes with Spark as before.
+count over the version's key columns, read by delta-rs, takes milliseconds.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame
 
 #: Rows up to which a :class:`TableRead` hands out Arrow (the IO manager's ``arrow_read_max_rows``): a
@@ -27,7 +28,7 @@ ARROW_READ_MAX_ROWS = 1_000_000
 
 @dataclass
 class TableRead:
-    """The version of an upstream table a step read, as Spark or, when small, as Arrow.
+    """The version of an upstream table a step read, as Spark or, when delta-rs reads it, as a pyarrow dataset.
 
     Annotate an input (of an asset or an asset check) as ``TableRead`` and the
     Delta IO manager hands this instead of a DataFrame. It records the version
@@ -56,7 +57,7 @@ class TableRead:
     rows: int | None
     max_arrow_rows: int
     _spark_frame: Callable[[], DataFrame] = field(repr=False)
-    _arrow_columns: Callable[[Sequence[str]], pa.Table] | None = field(default=None, repr=False)
+    _dataset: Callable[[Sequence[str]], ds.Dataset] | None = field(default=None, repr=False)
 
     @cached_property
     def frame(self) -> DataFrame:
@@ -66,13 +67,25 @@ class TableRead:
     @property
     def small(self) -> bool:
         """Whether :meth:`arrow` answers: delta-rs reads the table and it has at most :attr:`max_arrow_rows` rows."""
-        return self._arrow_columns is not None and self.rows is not None and self.rows <= self.max_arrow_rows
+        return self._dataset is not None and self.rows is not None and self.rows <= self.max_arrow_rows
 
     def arrow(self, columns: Sequence[str]) -> pa.Table | None:
         """``columns`` of the version as an Arrow table, read by delta-rs; None unless :attr:`small`."""
         if not self.small:
             return None
-        return self._arrow_columns(columns)
+        return self._dataset(columns).to_table()
+
+    def dataset(self, columns: Sequence[str]) -> ds.Dataset | None:
+        """``columns`` of the version as a lazy pyarrow dataset read by delta-rs, whatever its size.
+
+        Nothing is read until it is scanned, batch by batch: hand it to an engine
+        that streams it (DataFusion's ``register_dataset``), not to ``to_table()``
+        unless the table is :attr:`small`. None when delta-rs cannot read the table,
+        or the IO manager's ``arrow_read_max_rows`` is 0 (always Spark).
+        """
+        if self._dataset is None or self.max_arrow_rows == 0:
+            return None
+        return self._dataset(columns)
 
 
 @dataclass(frozen=True)
