@@ -6,17 +6,18 @@ rows that pass and fail, so a failing check says how bad things are.
 
 The key and reference checks read their tables as a
 :class:`~medallion_assets.io_manager.TableRead`. A table delta-rs reads is
-counted by DataFusion, which streams the key columns from delta-rs' scan
-within a memory bound (its aggregation spills to disk past it) and runs no
-Spark job; a table delta-rs cannot read, or a count past that bound, is
+counted by DataFusion on delta-rs' table, which reads the key columns within
+a memory bound (its aggregation spills to disk past it) and runs no Spark
+job; a table delta-rs cannot read, or a count past that bound, is
 counted by Spark. The counts are the same either way.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dagster import (
     AssetCheckExecutionContext,
@@ -24,6 +25,7 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetChecksDefinition,
+    AssetExecutionContext,
     AssetIn,
     AssetKey,
     MetadataValue,
@@ -35,7 +37,7 @@ from dagster import (
     build_sensor_for_freshness_checks,
 )
 import pyarrow as pa
-import pyarrow.dataset as ds
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -50,23 +52,38 @@ COMPUTED_WITH = "computed_with"
 #: count that still needs more (the parent keys of a reference check are held whole) is handed to Spark.
 DATAFUSION_MEMORY_BYTES = 512 * 1024 * 1024
 
-#: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a lazy pyarrow dataset).
-CheckedRows = DataFrame | pa.Table | ds.Dataset
+#: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a table delta-rs opened).
+CheckedRows = DataFrame | pa.Table | DeltaTable
 
 
 _Counts = TypeVar("_Counts")
 
 
 class DataFusionOutOfMemory(RuntimeError):
-    """DataFusion needed more than :data:`DATAFUSION_MEMORY_BYTES` for a count."""
+    """DataFusion needed more than :data:`DATAFUSION_MEMORY_BYTES` for a query."""
 
 
 def _quoted(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
 
 
-def _count_in_datafusion(sql: str, tables: dict[str, pa.Table | ds.Dataset]) -> dict[str, int]:
-    """The one row of ``sql``, run by DataFusion over ``tables`` (registered under their names) within its memory bound."""
+def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
+    """The one row of ``sql``, whose ``{name}`` placeholders stand for ``tables``.
+
+    Spark SQL runs it when every table is a Spark DataFrame (each a temporary
+    view for the query); DataFusion when they are Arrow tables or tables
+    delta-rs opened, reading what the query needs of them within
+    :data:`DATAFUSION_MEMORY_BYTES`. A query meant for both is written in the
+    SQL both read.
+
+    Raises:
+        DataFusionOutOfMemory: DataFusion needed more memory than its bound.
+    """
+    frames = [table for table in tables.values() if isinstance(table, DataFrame)]
+    if frames:
+        if len(frames) != len(tables):
+            raise TypeError("one_row: the tables are all Spark DataFrames or none is")
+        return _one_row_in_spark(sql, tables)
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 
     context = SessionContext(
@@ -74,20 +91,41 @@ def _count_in_datafusion(sql: str, tables: dict[str, pa.Table | ds.Dataset]) -> 
         RuntimeEnvBuilder().with_disk_manager_os().with_fair_spill_pool(DATAFUSION_MEMORY_BYTES),
     )
     for name, rows in tables.items():
-        context.register_dataset(name, ds.dataset(rows) if isinstance(rows, pa.Table) else rows)
+        if isinstance(rows, pa.Table):
+            context.from_arrow(rows, name=name)
+        else:
+            # delta-rs' own DataFusion table: it prunes columns and files itself.
+            context.register_table(name, rows)
     try:
-        [row] = context.sql(sql).to_pylist()
+        [row] = context.sql(sql.format(**{name: name for name in tables})).to_pylist()
     except Exception as error:  # DataFusion raises plain Exceptions
         if "Resources exhausted" in str(error):
             raise DataFusionOutOfMemory(str(error)) from error
         raise
+    return row
+
+
+def _one_row_in_spark(sql: str, frames: Mapping[str, DataFrame]) -> dict[str, Any]:
+    # Views of this query alone: the session outlives the step, and other steps name theirs.
+    views = {name: f"_medallion_{name}_{uuid.uuid4().hex}" for name in frames}
+    for name, frame in frames.items():
+        frame.createOrReplaceTempView(views[name])
+    spark = next(iter(frames.values())).sparkSession
+    try:
+        return spark.sql(sql.format(**views)).first().asDict()
+    finally:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
+
+
+def _counts(row: Mapping[str, Any]) -> dict[str, int]:
     return {name: int(value or 0) for name, value in row.items()}
 
 
 def count_duplicate_keys(rows: CheckedRows, keys: Sequence[str]) -> tuple[int, int, int]:
     """``(rows, rows whose key occurs more than once, duplicated keys)``; a null key counts as failing.
 
-    ``rows``: a Spark DataFrame, or an Arrow table or pyarrow dataset holding
+    ``rows``: a Spark DataFrame, or an Arrow table or delta-rs table holding
     at least ``keys`` (counted by DataFusion).
 
     Raises:
@@ -96,12 +134,12 @@ def count_duplicate_keys(rows: CheckedRows, keys: Sequence[str]) -> tuple[int, i
     if not isinstance(rows, DataFrame):
         key_list = ", ".join(_quoted(k) for k in keys)
         bad = " OR ".join(["count(*) > 1", *(f"{_quoted(k)} IS NULL" for k in keys)])
-        totals = _count_in_datafusion(
+        totals = _counts(one_row(
             f"SELECT sum(n) AS rows, sum(CASE WHEN bad THEN n ELSE 0 END) AS failing, "
             f"sum(CASE WHEN bad THEN 1 ELSE 0 END) AS bad_keys "
-            f"FROM (SELECT count(*) AS n, {bad} AS bad FROM checked GROUP BY {key_list})",
+            f"FROM (SELECT count(*) AS n, {bad} AS bad FROM {{checked}} GROUP BY {key_list})",
             {"checked": rows},
-        )
+        ))
         return totals["rows"], totals["failing"], totals["bad_keys"]
     per_key = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
     null_key = F.lit(False)
@@ -122,7 +160,7 @@ def count_orphans(
     """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan.
 
     Both tables Spark DataFrames, or both read by DataFusion (Arrow tables or
-    pyarrow datasets) holding at least the key columns. One pass over the
+    delta-rs tables) holding at least the key columns. One pass over the
     child: each row meets at most one of the distinct parent keys, so a left
     join keeps the child's rows, and those it found no parent for are counted
     in the same aggregate.
@@ -134,12 +172,12 @@ def count_orphans(
         parent_columns = ", ".join(f"{_quoted(p)} AS _pk{i}" for i, p in enumerate(parent_keys))
         # A null key equals nothing, so its row finds no parent.
         matched = " AND ".join(f"c.{_quoted(fk)} = p._pk{i}" for i, fk in enumerate(foreign_keys))
-        totals = _count_in_datafusion(
+        totals = _counts(one_row(
             f"SELECT count(*) AS rows, count(*) FILTER (WHERE p._has_parent IS NULL) AS orphans "
-            f"FROM child AS c LEFT JOIN (SELECT DISTINCT {parent_columns}, true AS _has_parent FROM parent) AS p "
+            f"FROM {{child}} AS c LEFT JOIN (SELECT DISTINCT {parent_columns}, true AS _has_parent FROM {{parent}}) AS p "
             f"ON {matched}",
             {"child": child, "parent": parent},
-        )
+        ))
         return totals["rows"], totals["orphans"]
     parents = (
         parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
@@ -162,9 +200,9 @@ def count_orphans(
     return int(totals["rows"]), int(totals["orphans"])
 
 
-def _counted(
-    context: AssetCheckExecutionContext,
-    datasets: Callable[[], list[ds.Dataset | None]],
+def counted(
+    context: AssetExecutionContext | AssetCheckExecutionContext,
+    delta_tables: Callable[[], list[DeltaTable | None]],
     frames: Callable[[], list[DataFrame]],
     count: Callable[..., _Counts],
 ) -> tuple[_Counts, str]:
@@ -173,8 +211,17 @@ def _counted(
     DataFusion counts when delta-rs reads every table: no Spark job, and its
     memory is bounded. A table delta-rs cannot read, or a count past
     DataFusion's memory bound, is counted by Spark.
+
+    Args:
+        context: the step's context (a fallback to Spark is logged on it).
+        delta_tables: the tables as :meth:`TableRead.delta_table` hands them (None where delta-rs cannot read one).
+        frames: the same tables as Spark DataFrames, asked for only when Spark counts.
+        count: takes the tables, in the same order, either way.
+
+    Returns:
+        ``count``'s result, and ``"DataFusion"`` or ``"Spark"`` (for the check's ``computed_with``).
     """
-    tables = datasets()
+    tables = delta_tables()
     if all(table is not None for table in tables):
         try:
             return count(*tables), "DataFusion"
@@ -197,8 +244,8 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     )
     def _unique(context: AssetCheckExecutionContext, stored: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            (rows, failing, bad_keys), computed_with = _counted(
-                context, lambda: [stored.dataset(keys)], lambda: [stored.frame],
+            (rows, failing, bad_keys), computed_with = counted(
+                context, lambda: [stored.delta_table()], lambda: [stored.frame],
                 lambda table: count_duplicate_keys(table, keys),
             )
             return AssetCheckResult(
@@ -235,9 +282,9 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
     def _references(context: AssetCheckExecutionContext, child_table: TableRead,
                     parent_table: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
-            (rows, orphans), computed_with = _counted(
+            (rows, orphans), computed_with = counted(
                 context,
-                lambda: [child_table.dataset(foreign_keys), parent_table.dataset(parent_keys)],
+                lambda: [child_table.delta_table(), parent_table.delta_table()],
                 lambda: [child_table.frame, parent_table.frame],
                 lambda child_rows, parent_rows: count_orphans(child_rows, foreign_keys, parent_rows, parent_keys),
             )

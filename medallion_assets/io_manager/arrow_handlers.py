@@ -145,10 +145,11 @@ class ArrowDeltaClient:
             dataset = dataset.replace_schema(pa.schema([dataset.schema.field(name) for name in columns]))
         return dataset
 
-    def readable_rows(self, path: str, *, version: int | None = None) -> tuple[int, int | None]:
-        """``(version, rows)`` of the table at ``version`` (the latest by default), from its log alone.
+    def readable_table(self, path: str, *, version: int | None = None) -> deltalake.DeltaTable:
+        """The table at ``version`` (the latest by default) as delta-rs opens it, for a reader that plans on it.
 
-        ``rows`` sums the files' statistics, None when a file has none.
+        DataFusion's ``register_table`` takes it and reads only the columns
+        and files its query needs.
 
         Raises:
             UnsupportedFeatureError: the table's files cannot be read as plain
@@ -158,6 +159,18 @@ class ArrowDeltaClient:
 
         table = self._open(path, version)
         check_read_support(table, path)
+        return table
+
+    def readable_rows(self, path: str, *, version: int | None = None) -> tuple[int, int | None]:
+        """``(version, rows)`` of the table at ``version`` (the latest by default), from its log alone.
+
+        ``rows`` sums the files' statistics, None when a file has none.
+
+        Raises:
+            UnsupportedFeatureError: the table's files cannot be read as plain
+                Parquet (deletion vectors, column mapping).
+        """
+        table = self.readable_table(path, version=version)
         return table.version(), rows_by_statistics(pa.table(table.get_add_actions(flatten=True)))
 
     def computed_from(self, path: str) -> str | None:

@@ -263,7 +263,7 @@ class DeltaIOManager(ConfigurableIOManager):
         ge=0,
         description=(
             "Inputs annotated TableRead (the table checks) are computed without Spark when delta-rs reads the "
-            "version: as a lazy dataset whatever its size (the checks count it with DataFusion), and as Arrow "
+            "version: as delta-rs' table whatever its size (the checks count it with DataFusion), and as Arrow "
             "in hand when it has at most this many rows. 0: always Spark."
         ),
     )
@@ -347,7 +347,7 @@ class DeltaIOManager(ConfigurableIOManager):
                                 table=client.read(path, version=latest))
 
     def _load_table_read(self, context: InputContext) -> TableRead:
-        """A :class:`TableRead` of the input's version: a dataset (Arrow while small) when delta-rs reads it, else Spark."""
+        """A :class:`TableRead` of the input's version: delta-rs' table (Arrow while small) when it reads it, else Spark."""
         key = context.asset_key
         path = self._path(key)
         metadata = dict(context.definition_metadata or {})
@@ -376,7 +376,8 @@ class DeltaIOManager(ConfigurableIOManager):
             return arrow.dataset(path, version=read, columns=columns)
 
         return TableRead(path=path, version=read, rows=rows, max_arrow_rows=self.arrow_read_max_rows,
-                         _spark_frame=spark_frame, _dataset=dataset)
+                         _spark_frame=spark_frame, _dataset=dataset,
+                         _delta_table=lambda: arrow.readable_table(path, version=read))
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""

@@ -1,8 +1,9 @@
 """Inputs other than a plain DataFrame: :class:`TableRead` and :class:`ChangesWithTable`.
 
 :class:`TableRead` is an input a step computes on with Spark, or without Spark
-when delta-rs reads the version: as a lazy pyarrow dataset of any size (for an
-engine that streams it, such as DataFusion), or as Arrow in hand while it is small.
+when delta-rs reads the version: as delta-rs' table at that version, whatever
+its size (for DataFusion, which plans on it and streams what it reads), or as
+Arrow in hand while it is small.
 
 A check of a table of a few thousand rows (a key, a reference) spends well
 under a second of work on its rows through Spark: its query waits on the
@@ -17,9 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.dataset as ds
 from pyspark.sql import DataFrame
+
+if TYPE_CHECKING:
+    import deltalake
 
 #: Rows up to which a :class:`TableRead` hands out Arrow (the IO manager's ``arrow_read_max_rows``): a
 #: few columns of a million rows are tens of MB in the driver, whatever the lake's size.
@@ -28,7 +34,7 @@ ARROW_READ_MAX_ROWS = 1_000_000
 
 @dataclass
 class TableRead:
-    """The version of an upstream table a step read, as Spark or, when delta-rs reads it, as a pyarrow dataset.
+    """The version of an upstream table a step read, as Spark or, when delta-rs reads it, as delta-rs' table.
 
     Annotate an input (of an asset or an asset check) as ``TableRead`` and the
     Delta IO manager hands this instead of a DataFrame. It records the version
@@ -58,6 +64,7 @@ class TableRead:
     max_arrow_rows: int
     _spark_frame: Callable[[], DataFrame] = field(repr=False)
     _dataset: Callable[[Sequence[str]], ds.Dataset] | None = field(default=None, repr=False)
+    _delta_table: Callable[[], deltalake.DeltaTable] | None = field(default=None, repr=False)
 
     @cached_property
     def frame(self) -> DataFrame:
@@ -75,17 +82,16 @@ class TableRead:
             return None
         return self._dataset(columns).to_table()
 
-    def dataset(self, columns: Sequence[str]) -> ds.Dataset | None:
-        """``columns`` of the version as a lazy pyarrow dataset read by delta-rs, whatever its size.
+    def delta_table(self) -> deltalake.DeltaTable | None:
+        """The version as delta-rs opens it, whatever its size; nothing of its data is read yet.
 
-        Nothing is read until it is scanned, batch by batch: hand it to an engine
-        that streams it (DataFusion's ``register_dataset``), not to ``to_table()``
-        unless the table is :attr:`small`. None when delta-rs cannot read the table,
+        For an engine that plans on it and streams what it reads: DataFusion's
+        ``register_table`` takes it. None when delta-rs cannot read the table,
         or the IO manager's ``arrow_read_max_rows`` is 0 (always Spark).
         """
-        if self._dataset is None or self.max_arrow_rows == 0:
+        if self._delta_table is None or self.max_arrow_rows == 0:
             return None
-        return self._dataset(columns)
+        return self._delta_table()
 
 
 @dataclass(frozen=True)
