@@ -9,8 +9,9 @@ JVM. A user's own time-window partitioned asset is supported by the IO manager
 (``delta_table(partition_expr=...)``, replaceWhere over the run's window).
 
 The revenue tables carry a reconciliation check against silver, computed in
-the same step from the same silver versions; every gold table has Dagster's
-last-update freshness check.
+the same step from the same silver versions, by DataFusion over delta-rs'
+read of them (Spark SQL where delta-rs cannot read a table); every gold
+table has Dagster's last-update freshness check.
 
 Each asset declares its column lineage next to it (output column -> the silver
 columns its values are computed from; filters and join keys are not listed,
@@ -21,10 +22,12 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
@@ -39,10 +42,9 @@ from dagster import (
     asset,
 )
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from medallion_assets.assets.checks import last_update_freshness_checks
-from medallion_assets.io_manager import DELTA_KINDS, check_once_per_version, delta_table
+from medallion_assets.assets.checks import COMPUTED_WITH, counted, last_update_freshness_checks, one_row
+from medallion_assets.io_manager import DELTA_KINDS, TableRead, check_once_per_version, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
 
 GROUP = "gold"
@@ -69,56 +71,113 @@ def _with_lineage(frame: DataFrame, lineage: dict[str, list[TableColumnDep]], **
 NET_PRICE = _from("lineitem", "l_extendedprice", "l_discount")
 
 
-def _net_price_sum(alias: str = "revenue") -> F.Column:
-    # Written out here rather than taken from the transforms: the reconciliation
-    # must not share the code it checks.
-    return F.sum(F.expr("l_extendedprice * (1 - l_discount)")).alias(alias)
+@dataclass(frozen=True)
+class Reconciliation:
+    """How a gold table reconciles with silver: two aggregates to ``keys`` and ``values``, compared per key.
+
+    Written in SQL, not taken from the transforms: the reconciliation must not
+    share the code it checks, and DataFusion runs it over delta-rs' read of the
+    versions the step read, so the sums are computed by another engine than
+    the one that computed gold; Spark SQL runs the same queries where delta-rs
+    cannot read a table (:func:`~medallion_assets.assets.checks.counted`).
+
+    Attributes:
+        gold_sql: the gold rows (``{gold}``) aggregated to ``keys`` and ``values``.
+        silver_sql: the silver tables (``{orders}``: each by its name among the
+            step's silver inputs) aggregated to the same.
+        keys: the columns a row is compared on.
+        values: the columns compared, exactly (decimal sums included).
+    """
+
+    gold_sql: str
+    silver_sql: str
+    keys: Sequence[str]
+    values: Sequence[str]
+
+    def sql(self) -> str:
+        """Rows compared, failing rows, and each value's total on either side, in one row."""
+        matched = " AND ".join(f"g.{k} = s.{k}" for k in self.keys)
+        # Parenthesized: DataFusion binds AND tighter than IS NOT DISTINCT FROM.
+        same = " AND ".join(f"(g.{v} IS NOT DISTINCT FROM s.{v})" for v in self.values)
+        totals = ", ".join(f"sum(g.{v}) AS gold_{v}, sum(s.{v}) AS silver_{v}" for v in self.values)
+        return (
+            f"WITH g AS ({self.gold_sql}), s AS ({self.silver_sql}) "
+            f"SELECT count(*) AS rows, coalesce(sum(CASE WHEN {same} THEN 0 ELSE 1 END), 0) AS failing, {totals} "
+            f"FROM g FULL OUTER JOIN s ON {matched}"
+        )
 
 
 def reconcile(
-    context: AssetExecutionContext, gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *,
-    check_name: str, asset_key: AssetKey,
+    context: AssetExecutionContext | AssetCheckExecutionContext, gold: DataFrame, silver: Mapping[str, TableRead],
+    reconciliation: Reconciliation, *, check_name: str, asset_key: AssetKey,
 ) -> AssetCheckResult:
-    """Compare ``values`` per ``keys`` between a gold table and silver's own aggregate.
+    """Compare a gold table's rows (``gold``, before or after its write) with silver's own aggregate.
 
-    A key present on one side only, or with a different value, is a failing row.
-    Decimal sums are compared exactly. Evaluated again only when a silver
-    table the step read changed (:func:`check_once_per_version`).
+    A key present on one side only, or with a different value, is a failing
+    row. Evaluated again only when a silver table the step read changed
+    (:func:`check_once_per_version`).
     """
-    return check_once_per_version(
-        context, AssetCheckKey(asset_key, check_name),
-        lambda: _reconciled(gold, silver, keys, values, check_name=check_name, asset_key=asset_key),
-    )
+    names = list(silver)
+    sql = reconciliation.sql()
+
+    def evaluate() -> AssetCheckResult:
+        row, computed_with = counted(
+            context,
+            lambda: [silver[name].delta_table() for name in names],
+            lambda: [silver[name].frame for name in names],
+            lambda *tables: one_row(sql, {**dict(zip(names, tables)),
+                                          "gold": gold if isinstance(tables[0], DataFrame) else gold.toArrow()}),
+        )
+        failing = int(row["failing"])
+        metadata = {"passing_rows": int(row["rows"]) - failing, "failing_rows": failing,
+                    "keys": MetadataValue.json(list(reconciliation.keys)), COMPUTED_WITH: computed_with}
+        for v in reconciliation.values:
+            for side in ("gold", "silver"):
+                value = row[f"{side}_{v}"]
+                metadata[f"{side}_total_{v}"] = MetadataValue.text(str(value if value is not None else Decimal(0)))
+        return AssetCheckResult(
+            asset_key=asset_key, check_name=check_name, passed=failing == 0, severity=AssetCheckSeverity.ERROR,
+            metadata=metadata,
+        )
+
+    return check_once_per_version(context, AssetCheckKey(asset_key, check_name), evaluate)
 
 
-def _reconciled(
-    gold: DataFrame, silver: DataFrame, keys: Sequence[str], values: Sequence[str], *, check_name: str, asset_key: AssetKey
-) -> AssetCheckResult:
-    g = gold.select(*keys, *[F.col(v).alias(f"_g_{v}") for v in values])
-    s = silver.select(*keys, *[F.col(v).alias(f"_s_{v}") for v in values])
-    joined = g.join(s, list(keys), "full_outer")
-    same = F.lit(True)
-    for v in values:
-        same = same & F.col(f"_g_{v}").eqNullSafe(F.col(f"_s_{v}"))
-    totals = joined.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.coalesce(F.sum(F.when(same, 0).otherwise(1)), F.lit(0)).alias("failing"),
-        *[F.sum(f"_g_{v}").alias(f"gold_{v}") for v in values],
-        *[F.sum(f"_s_{v}").alias(f"silver_{v}") for v in values],
-    ).first()
-    failing = int(totals["failing"])
-    metadata = {"passing_rows": int(totals["rows"]) - failing, "failing_rows": failing, "keys": MetadataValue.json(list(keys))}
-    for v in values:
-        for side in ("gold", "silver"):
-            value = totals[f"{side}_{v}"]
-            metadata[f"{side}_total_{v}"] = MetadataValue.text(str(value if value is not None else Decimal(0)))
-    return AssetCheckResult(
-        asset_key=asset_key,
-        check_name=check_name,
-        passed=failing == 0,
-        severity=AssetCheckSeverity.ERROR,
-        metadata=metadata,
-    )
+#: Per order date: gold's revenue of every segment against silver's line items of that day's orders.
+DAILY_REVENUE_RECONCILIATION = Reconciliation(
+    gold_sql="SELECT o_orderdate, sum(revenue) AS revenue FROM {gold} GROUP BY o_orderdate",
+    silver_sql=(
+        "SELECT o_orderdate, sum(l_extendedprice * (1 - l_discount)) AS revenue "
+        "FROM {orders} JOIN {lineitem} ON l_orderkey = o_orderkey "
+        "WHERE o_custkey IN (SELECT c_custkey FROM {customer}) GROUP BY o_orderdate"
+    ),
+    keys=["o_orderdate"],
+    values=["revenue"],
+)
+
+#: Per month: gold's revenue and orders against silver's completed orders.
+MONTHLY_REVENUE_RECONCILIATION = Reconciliation(
+    gold_sql="SELECT order_month AS month, revenue, order_count FROM {gold}",
+    silver_sql=(
+        "SELECT CAST(date_trunc('month', o_orderdate) AS DATE) AS month, "
+        "sum(l_extendedprice * (1 - l_discount)) AS revenue, count(DISTINCT o_orderkey) AS order_count "
+        "FROM {orders} JOIN {lineitem} ON l_orderkey = o_orderkey "
+        "WHERE o_orderstatus = 'F' GROUP BY CAST(date_trunc('month', o_orderdate) AS DATE)"
+    ),
+    keys=["month"],
+    values=["revenue", "order_count"],
+)
+
+#: Per customer: gold's spend and orders against silver's orders; a customer without orders spends 0 in 0.
+CUSTOMER_LIFETIME_VALUE_RECONCILIATION = Reconciliation(
+    gold_sql="SELECT c_custkey, total_spend, order_count FROM {gold}",
+    silver_sql=(
+        "SELECT c.c_custkey, coalesce(sum(o.o_totalprice), 0) AS total_spend, count(o.o_custkey) AS order_count "
+        "FROM {customer} AS c LEFT JOIN {orders} AS o ON o.o_custkey = c.c_custkey GROUP BY c.c_custkey"
+    ),
+    keys=["c_custkey"],
+    values=["total_spend", "order_count"],
+)
 
 
 def _reconciliation_spec(key: AssetKey, what: str) -> AssetCheckSpec:
@@ -280,21 +339,13 @@ DAILY_REVENUE_COLUMNS = {
     metadata=delta_table(column_descriptions=DAILY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
 )
-def daily_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame, customer: DataFrame):
-    frame = G.daily_revenue(orders, lineitem, customer).cache()
+def daily_revenue(context: AssetExecutionContext, orders: TableRead, lineitem: TableRead, customer: TableRead):
+    frame = G.daily_revenue(orders.frame, lineitem.frame, customer.frame).cache()
     try:
         yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
-        silver_days = (
-            orders.join(customer.select(F.col("c_custkey").alias("o_custkey")), "o_custkey", "left_semi")
-            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-            .groupBy("o_orderdate")
-            .agg(_net_price_sum())
-        )
-        gold_days = frame.groupBy("o_orderdate").agg(F.sum("revenue").alias("revenue"))
-        yield reconcile(
-            context, gold_days, silver_days, ["o_orderdate"], ["revenue"], check_name="revenue_reconciles_with_silver",
-            asset_key=DAILY_REVENUE,
-        )
+        yield reconcile(context, frame, {"orders": orders, "lineitem": lineitem, "customer": customer},
+                        DAILY_REVENUE_RECONCILIATION, check_name="revenue_reconciles_with_silver",
+                        asset_key=DAILY_REVENUE)
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
@@ -322,21 +373,12 @@ MONTHLY_REVENUE_COLUMNS = {
     metadata=delta_table(schema_mode="overwrite", column_descriptions=MONTHLY_REVENUE_COLUMNS),
     check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
 )
-def monthly_revenue(context: AssetExecutionContext, orders: DataFrame, lineitem: DataFrame):
-    frame = G.monthly_revenue(orders, lineitem).cache()
+def monthly_revenue(context: AssetExecutionContext, orders: TableRead, lineitem: TableRead):
+    frame = G.monthly_revenue(orders.frame, lineitem.frame).cache()
     try:
         yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
-        silver_months = (
-            orders.where("o_orderstatus = 'F'")
-            .join(lineitem, F.col("l_orderkey") == F.col("o_orderkey"))
-            .groupBy(F.date_format("o_orderdate", "yyyy-MM").alias("month"))
-            .agg(_net_price_sum(), F.countDistinct("o_orderkey").alias("order_count"))
-        )
-        gold_months = frame.select(F.date_format("order_month", "yyyy-MM").alias("month"), "revenue", "order_count")
-        yield reconcile(
-            context, gold_months, silver_months, ["month"], ["revenue", "order_count"],
-            check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE,
-        )
+        yield reconcile(context, frame, {"orders": orders, "lineitem": lineitem}, MONTHLY_REVENUE_RECONCILIATION,
+                        check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE)
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
@@ -374,22 +416,12 @@ CUSTOMER_LIFETIME_VALUE_COLUMNS = {
         _reconciliation_spec(CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders.")
     ],
 )
-def customer_lifetime_value(context: AssetExecutionContext, customer: DataFrame, orders: DataFrame):
-    frame = G.customer_lifetime_value(customer, orders).cache()
+def customer_lifetime_value(context: AssetExecutionContext, customer: TableRead, orders: TableRead):
+    frame = G.customer_lifetime_value(customer.frame, orders.frame).cache()
     try:
         yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
-        per_customer = orders.groupBy(F.col("o_custkey").alias("c_custkey")).agg(
-            F.sum("o_totalprice").alias("total_spend"), F.count(F.lit(1)).cast("long").alias("order_count")
-        )
-        silver_customers = customer.select("c_custkey").join(per_customer, "c_custkey", "left").select(
-            "c_custkey",
-            F.coalesce("total_spend", F.lit(0).cast(per_customer.schema["total_spend"].dataType)).alias("total_spend"),
-            F.coalesce("order_count", F.lit(0).cast("long")).alias("order_count"),
-        )
-        yield reconcile(
-            context, frame.select("c_custkey", "total_spend", "order_count"), silver_customers, ["c_custkey"],
-            ["total_spend", "order_count"], check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE,
-        )
+        yield reconcile(context, frame, {"customer": customer, "orders": orders}, CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
+                        check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE)
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
