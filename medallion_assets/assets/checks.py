@@ -13,8 +13,8 @@ counted by Spark. The counts are the same either way.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-import warnings
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
