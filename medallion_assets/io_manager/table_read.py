@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
