@@ -88,6 +88,11 @@ def rows_by_statistics(add_actions: pa.Table) -> int | None:
     return None if counts.null_count else int(pc.sum(counts).as_py())
 
 
+def logged_rows(table: deltalake.DeltaTable) -> int | None:
+    """The rows of the version delta-rs opened, from its log's statistics alone; None when a file has none."""
+    return rows_by_statistics(pa.table(table.get_add_actions(flatten=True)))
+
+
 class ArrowDeltaClient:
     """Reads and writes Delta tables with delta-rs (``deltalake``), without Spark.
 
@@ -171,7 +176,7 @@ class ArrowDeltaClient:
                 Parquet (deletion vectors, column mapping).
         """
         table = self.readable_table(path, version=version)
-        return table.version(), rows_by_statistics(pa.table(table.get_add_actions(flatten=True)))
+        return table.version(), logged_rows(table)
 
     def computed_from(self, path: str) -> str | None:
         """The ``computed_from`` fingerprint of the table's newest commit, if it has one."""

@@ -35,6 +35,7 @@ from medallion_assets.io_manager.arrow_handlers import (
     TimeWindowFilter,
     handler_for_object,
     handler_for_type,
+    logged_rows,
 )
 from medallion_assets.io_manager.client import DeltaTableClient, WriteResult, check_column_names
 from medallion_assets.io_manager.metadata import (
@@ -359,13 +360,15 @@ class DeltaIOManager(ConfigurableIOManager):
         version = metadata.get(VERSION)
         arrow = ArrowDeltaClient()
         try:
-            read, rows = arrow.readable_rows(path, version=int(version) if version is not None else None)
+            # Opened once: its log gives the rows, and DataFusion plans on it.
+            opened = arrow.readable_table(path, version=int(version) if version is not None else None)
         except DELTA_RS_CANNOT_READ as error:
             # A location only the Spark server sees, or a table feature delta-rs does not read.
             context.log.debug(f"{key.to_user_string()}: delta-rs cannot read {path} ({error}); Spark reads it")
             frame = self._load_spark(context)
             return TableRead(path=path, version=None, rows=None, max_arrow_rows=self.arrow_read_max_rows,
                              _spark_frame=lambda: frame)
+        read = opened.version()
         context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read})
 
         def spark_frame() -> DataFrame:
@@ -375,9 +378,8 @@ class DeltaIOManager(ConfigurableIOManager):
         def dataset(columns: Sequence[str]) -> Any:
             return arrow.dataset(path, version=read, columns=columns)
 
-        return TableRead(path=path, version=read, rows=rows, max_arrow_rows=self.arrow_read_max_rows,
-                         _spark_frame=spark_frame, _dataset=dataset,
-                         _delta_table=lambda: arrow.readable_table(path, version=read))
+        return TableRead(path=path, version=read, rows=logged_rows(opened), max_arrow_rows=self.arrow_read_max_rows,
+                         _spark_frame=spark_frame, _dataset=dataset, _delta_table=opened)
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""

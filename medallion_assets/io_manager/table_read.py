@@ -63,7 +63,7 @@ class TableRead:
     max_arrow_rows: int
     _spark_frame: Callable[[], DataFrame] = field(repr=False)
     _dataset: Callable[[Sequence[str]], ds.Dataset] | None = field(default=None, repr=False)
-    _delta_table: Callable[[], deltalake.DeltaTable] | None = field(default=None, repr=False)
+    _delta_table: deltalake.DeltaTable | None = field(default=None, repr=False)
 
     @cached_property
     def frame(self) -> DataFrame:
@@ -88,9 +88,7 @@ class TableRead:
         ``register_table`` takes it. None when delta-rs cannot read the table,
         or the IO manager's ``arrow_read_max_rows`` is 0 (always Spark).
         """
-        if self._delta_table is None or self.max_arrow_rows == 0:
-            return None
-        return self._delta_table()
+        return None if self.max_arrow_rows == 0 else self._delta_table
 
 
 @dataclass(frozen=True)
