@@ -162,11 +162,14 @@ def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     gc.collect()
     pid = str(jvm.java.lang.ProcessHandle.current().pid())
     try:
-        # A first collection lets Spark's cleaner drop the broadcast and shuffle blocks of
+        # Collections first let Spark's cleaner drop the broadcast and shuffle blocks of
         # objects the driver no longer references (it acts on their weak references, after
-        # a GC); only then is the histogram what the driver keeps.
-        subprocess.run(["jcmd", pid, "GC.run"], capture_output=True, timeout=120)
-        time.sleep(5)
+        # a GC); only then is the histogram what the driver keeps. Two of them: after one,
+        # the last query's broadcast hash relations (long arrays, 70 MB for daily_revenue
+        # at SF 1) were still there, and after a second one they were gone.
+        for _ in range(2):
+            subprocess.run(["jcmd", pid, "GC.run"], capture_output=True, timeout=120)
+            time.sleep(3)
         text = subprocess.run(["jcmd", pid, "GC.class_histogram"], capture_output=True, text=True, timeout=120).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None, []
