@@ -43,7 +43,13 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
-from pipeline_vs_plain import by_site, install_probes, jvm_live_heap, tree_peak_memory
+from pipeline_vs_plain import (
+    by_site,
+    install_probes,
+    jvm_live_heap,
+    release_objects_pinned_by_dagster,
+    tree_peak_memory,
+)
 
 
 def _load() -> float:
@@ -213,10 +219,13 @@ def main(argv: list[str] | None = None) -> int:
         success = result.success
         # materialize() keeps every output value in its result (Dagster's output capture, for
         # output_for_node), and a DataFrame keeps its query's broadcast relations: measured
-        # while the result holds them, then after it is dropped, as a run launched by
+        # while the result holds them, after it is dropped, and once what Dagster keeps reachable
+        # is released (release_objects_pinned_by_dagster): the last is what a run launched by
         # `dagster dev` or a schedule (which captures no output) leaves the JVM.
         held_mb, _ = jvm_live_heap(warm.spark_session, top=0)
         del result
+        pinned_mb, _ = jvm_live_heap(warm.spark_session, top=0)
+        pinned_objects = release_objects_pinned_by_dagster()
         live_heap_mb, holders = jvm_live_heap(warm.spark_session, top=6)
         committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
         committed = {table: count for table, count in sorted(committed.items()) if count}
@@ -229,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
             "jvm_live_heap_mb": live_heap_mb,
             "jvm_live_heap_with_outputs_held_mb": held_mb,
+            "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_mb,
+            "objects_pinned_by_dagster": pinned_objects,
             "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
             "steps_s": seconds,
