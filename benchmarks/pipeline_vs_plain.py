@@ -60,10 +60,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import types
 import tempfile
 import threading
 import time
+import types
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, NamedTuple
