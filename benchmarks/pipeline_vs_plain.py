@@ -194,7 +194,7 @@ def release_objects_pinned_by_dagster() -> int:
     Whatever those locals were stays reachable for the life of the process:
     a step's ``StepExecutionContext``, and with it the run's output capture
     (every output of ``materialize()``), or the DataFrame an IO manager was
-    writing when it first built a ``TableColumn``. A DataFrame keeps its Java
+    describing when it first built a ``TableColumn``. A DataFrame keeps its Java
     plan and the broadcast relations of its query: 68 MB of ``daily_revenue``'s
     at SF 1. A run of ``dagster dev`` or a schedule runs in a process of its
     own, so only in-process runs (tests, notebooks, these benchmarks) keep
