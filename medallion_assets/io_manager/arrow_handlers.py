@@ -131,12 +131,17 @@ class ArrowDeltaClient:
             UnsupportedFeatureError: the table's files cannot be read as plain
                 Parquet (column mapping, deletion vectors).
         """
-        from medallion_assets.delta._snapshot import check_read_support
+        return self.pruned_dataset(self.readable_table(path, version=version), path, columns=columns, window=window)
 
-        table = self._open(path, version)
-        # delta-rs' dataset opens a column-mapped table of reader version 2 and reads its
-        # renamed columns as nulls, without an error: refuse it here.
-        check_read_support(table, path)
+    @staticmethod
+    def pruned_dataset(
+        table: deltalake.DeltaTable,
+        path: str,
+        *,
+        columns: Sequence[str] | None = None,
+        window: TimeWindowFilter | None = None,
+    ) -> ds.Dataset:
+        """A table :meth:`readable_table` opened, as :meth:`dataset` makes it; ``path`` names it in errors."""
         dataset = table.to_pyarrow_dataset()
         if window is not None:
             dataset = dataset.filter(window.expression(dataset.schema))
@@ -154,7 +159,7 @@ class ArrowDeltaClient:
         """The table at ``version`` (the latest by default) as delta-rs opens it, for a reader that plans on it.
 
         DataFusion's ``register_table`` takes it and reads only the columns
-        and files its query needs.
+        and files its query needs; :meth:`pruned_dataset` makes it a pyarrow dataset.
 
         Raises:
             UnsupportedFeatureError: the table's files cannot be read as plain
@@ -163,6 +168,8 @@ class ArrowDeltaClient:
         from medallion_assets.delta._snapshot import check_read_support
 
         table = self._open(path, version)
+        # delta-rs opens a column-mapped table of reader version 2 and reads its renamed
+        # columns as nulls, without an error: refuse it here.
         check_read_support(table, path)
         return table
 

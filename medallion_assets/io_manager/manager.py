@@ -376,7 +376,7 @@ class DeltaIOManager(ConfigurableIOManager):
                                                           columns=metadata.get(COLUMNS))
 
         def dataset(columns: Sequence[str]) -> Any:
-            return arrow.dataset(path, version=read, columns=columns)
+            return arrow.pruned_dataset(opened, path, columns=columns)
 
         return TableRead(path=path, version=read, rows=logged_rows(opened), max_arrow_rows=self.arrow_read_max_rows,
                          _spark_frame=spark_frame, _dataset=dataset, _delta_table=opened)
