@@ -45,9 +45,9 @@ from pathlib import Path
 from materialize_all import step_seconds
 from pipeline_vs_plain import (
     by_site,
+    heap_after_result_dropped,
     install_probes,
     jvm_live_heap,
-    release_objects_pinned_by_dagster,
     tree_peak_memory,
 )
 
@@ -224,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         # `dagster dev` or a schedule (which captures no output) leaves the JVM.
         held_mb, _ = jvm_live_heap(warm.spark_session, top=0)
         del result
-        pinned_mb, _ = jvm_live_heap(warm.spark_session, top=0)
-        pinned_objects = release_objects_pinned_by_dagster()
-        live_heap_mb, holders = jvm_live_heap(warm.spark_session, top=6)
+        heap = heap_after_result_dropped(warm.spark_session, top=6)
         committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
         committed = {table: count for table, count in sorted(committed.items()) if count}
         return {
@@ -236,11 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             "load_before_after": [load_before, _load()],
             # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
-            "jvm_live_heap_mb": live_heap_mb,
+            **heap,
             "jvm_live_heap_with_outputs_held_mb": held_mb,
-            "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_mb,
-            "objects_pinned_by_dagster": pinned_objects,
-            "jvm_live_heap_by_class": holders,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),
             "steps_s": seconds,
             "table_versions_committed": sum(committed.values()),

@@ -215,8 +215,24 @@ def release_objects_pinned_by_dagster() -> int:
             if not isinstance(value, type) and type(value).__module__.startswith(heavy):
                 del namespace[name]
                 released += 1
-    gc.collect()
     return released
+
+
+def heap_after_result_dropped(spark, top: int = 10) -> dict:
+    """The JVM's live heap once the caller dropped ``materialize()``'s result, before and after the release.
+
+    Returns:
+        The report's fields: ``jvm_live_heap_with_outputs_pinned_by_dagster_mb``
+        (what Dagster still pinned), ``objects_pinned_by_dagster`` (what
+        :func:`release_objects_pinned_by_dagster` removed), and
+        ``jvm_live_heap_mb`` and ``jvm_live_heap_by_class`` after it (what the
+        project's driver keeps).
+    """
+    pinned_mb, _ = jvm_live_heap(spark, top=0)
+    released = release_objects_pinned_by_dagster()
+    live_mb, by_class = jvm_live_heap(spark, top=top)
+    return {"jvm_live_heap_mb": live_mb, "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_mb,
+            "objects_pinned_by_dagster": released, "jvm_live_heap_by_class": by_class}
 
 
 def process_age_seconds(pid: int) -> float:
@@ -470,9 +486,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     # schedule (which captures no output) leaves the JVM.
     held_heap_mb, _ = jvm_live_heap(spark_resource.spark_session, top=0)
     del result
-    pinned_heap_mb, _ = jvm_live_heap(spark_resource.spark_session, top=0)
-    pinned_objects = release_objects_pinned_by_dagster()
-    retained_heap_mb, heap_histogram = jvm_live_heap(spark_resource.spark_session)
+    heap = heap_after_result_dropped(spark_resource.spark_session)
     cpu = tree_cpu_seconds(os.getpid())
     report = {
         "engine": engine,
@@ -490,11 +504,8 @@ def dagster_child(args: argparse.Namespace) -> int:
         "actions": probes.records if probes else [],
         "cache_sites": dict(probes.cache_sites) if probes else {},
         "cpu_s_before_stop": round(cpu, 1),
-        "jvm_live_heap_mb": retained_heap_mb,
+        **heap,
         "jvm_live_heap_with_outputs_held_mb": held_heap_mb,
-        "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_heap_mb,
-        "objects_pinned_by_dagster": pinned_objects,
-        "jvm_live_heap_by_class": heap_histogram,
         # The sampler's first sample is taken as the run starts.
         "python_driver_rss_at_run_start_mb": round(driver_memory.samples[0][1]),
         "python_driver_memory_by_step": memory_by_step(driver_memory.samples, events),
