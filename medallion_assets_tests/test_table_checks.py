@@ -8,6 +8,7 @@ DataFusion counts as it counts delta-rs' datasets.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -69,3 +70,17 @@ def test_a_datafusion_count_past_its_memory_bound_says_so(monkeypatch):
         count_duplicate_keys(keys, ["k"])
     with pytest.raises(DataFusionOutOfMemory, match="Resources exhausted"):
         count_orphans(keys, ["k"], keys, ["k"])
+
+
+def test_a_datafusion_count_past_its_memory_bound_spills_and_stays_right(monkeypatch):
+    # A million keys, each child key twice, half of them with a parent: neither the key counts' groups nor
+    # the parent keys fit in 4 MiB, so the counts hold only if they spill (a join's parent side cannot).
+    rng = np.random.default_rng(23)
+    child = pa.table({"k": rng.permutation(np.repeat(np.arange(1_000_000, dtype=np.int64), 2))})
+    parent = pa.table({"pk": rng.permutation(np.arange(0, 1_000_000, 2, dtype=np.int64))})
+    orphans = pc.sum(pc.invert(pc.is_in(child["k"], value_set=parent["pk"]))).as_py()
+    distinct = pc.count_distinct(child["k"]).as_py()
+    monkeypatch.setattr(checks, "DATAFUSION_MEMORY_BYTES", 4 * 1024 * 1024)
+    assert count_orphans(child, ["k"], parent, ["pk"]) == (child.num_rows, orphans)
+    assert count_duplicate_keys(child, ["k"]) == (child.num_rows, child.num_rows, distinct)
+

@@ -48,9 +48,12 @@ from medallion_assets.io_manager import TableRead, check_once_per_version
 COMPUTED_WITH = "computed_with"
 
 
-#: The memory DataFusion may take for one check's count: its aggregation spills to disk past it. A
-#: count that still needs more (the parent keys of a reference check are held whole) is handed to Spark.
-DATAFUSION_MEMORY_BYTES = 512 * 1024 * 1024
+#: The memory DataFusion may take for one check's count, in the driver's process. Its aggregations spill
+#: to disk past it, so the key and reference checks stay within it at any size; a join's build side
+#: cannot spill, so a reconciliation that needs more is handed to Spark, whose heap is bounded too. 128 MiB,
+#: not more: at 512 MiB the driver's peak grew with the data (621, 773, 918 MB at SF 0.3, 1 and 3), and
+#: SF 1's counts took no longer within 128 (docs/performance-record.md, "DataFusion's memory bound").
+DATAFUSION_MEMORY_BYTES = 128 * 1024 * 1024
 
 #: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a table delta-rs opened).
 CheckedRows = DataFrame | pa.Table | DeltaTable
@@ -160,22 +163,29 @@ def count_orphans(
     """``(child rows, child rows with no parent)``; a null foreign key counts as an orphan.
 
     Both tables Spark DataFrames, or both read by DataFusion (Arrow tables or
-    delta-rs tables) holding at least the key columns. One pass over the
-    child: each row meets at most one of the distinct parent keys, so a left
-    join keeps the child's rows, and those it found no parent for are counted
-    in the same aggregate.
+    delta-rs tables) holding at least the key columns. Spark makes one pass
+    over the child: each row meets at most one of the distinct parent keys,
+    so a left join keeps the child's rows, and those it found no parent for
+    are counted in the same aggregate. DataFusion groups the keys of both
+    tables together instead, and counts the child rows of the keys no parent
+    row has: an aggregation spills past its memory bound, where a join's
+    parent side must fit in it.
 
     Raises:
         DataFusionOutOfMemory: DataFusion's count needed more memory than its bound.
     """
     if not isinstance(child, DataFrame) and not isinstance(parent, DataFrame):
-        parent_columns = ", ".join(f"{_quoted(p)} AS _pk{i}" for i, p in enumerate(parent_keys))
-        # A null key equals nothing, so its row finds no parent.
-        matched = " AND ".join(f"c.{_quoted(fk)} = p._pk{i}" for i, fk in enumerate(foreign_keys))
+        keys = [f"_k{i}" for i in range(len(foreign_keys))]
+        child_keys = ", ".join(f"{_quoted(fk)} AS {k}" for fk, k in zip(foreign_keys, keys))
+        parent_keys_as = ", ".join(f"{_quoted(pk)} AS {k}" for pk, k in zip(parent_keys, keys))
+        # A null key equals nothing, so its rows find no parent, even where a parent's key is null too.
+        unmatched = " OR ".join(["_parents = 0"] + [f"{k} IS NULL" for k in keys])
         totals = _counts(one_row(
-            f"SELECT count(*) AS rows, count(*) FILTER (WHERE p._has_parent IS NULL) AS orphans "
-            f"FROM {{child}} AS c LEFT JOIN (SELECT DISTINCT {parent_columns}, true AS _has_parent FROM {{parent}}) AS p "
-            f"ON {matched}",
+            f"SELECT sum(_children) AS rows, sum(CASE WHEN {unmatched} THEN _children ELSE 0 END) AS orphans "
+            f"FROM (SELECT sum(_child) AS _children, sum(_parent) AS _parents, {', '.join(keys)} FROM ("
+            f"SELECT {child_keys}, 1 AS _child, 0 AS _parent FROM {{child}} UNION ALL "
+            f"SELECT {parent_keys_as}, 0 AS _child, 1 AS _parent FROM {{parent}}"
+            f") AS u GROUP BY {', '.join(keys)}) AS g",
             {"child": child, "parent": parent},
         ))
         return totals["rows"], totals["orphans"]
