@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pyspark.testing import assertDataFrameEqual
 
 from medallion_assets import simulate
 from medallion_assets.pipelines.tpch import transforms as tpch
@@ -80,6 +81,21 @@ def test_q1_pricing_summary_equals_duckdb(duck, tables):
     # DuckDB averages decimals as doubles; Spark keeps decimal(19,6).
     _assert_rows_equal(_rows(result), expected, approximate=frozenset({6, 7, 8}))
     assert isinstance(result.collect()[0].sum_charge, Decimal)
+
+
+def test_q1_pricing_summary_equals_spark_sql_of_the_same_query_to_the_last_digit(duck, tables):
+    # The transform sums per discount and tax before its products; Spark SQL runs TPC-H's text (DuckDB's)
+    # over the line items as written: its decimal averages and column types must come out the same.
+    query = duck.execute("SELECT query FROM tpch_queries() WHERE query_nr = 1").fetchone()[0]
+    lineitem = tables["lineitem"]
+    lineitem.createOrReplaceTempView("lineitem")
+    try:
+        as_written = lineitem.sparkSession.sql(query.rstrip().rstrip(";"))
+        result = gold.pricing_summary(lineitem)
+        assert result.schema == as_written.schema
+        assertDataFrameEqual(result, as_written, checkRowOrder=True)
+    finally:
+        lineitem.sparkSession.catalog.dropTempView("lineitem")
 
 
 def test_q3_shipping_priority_equals_duckdb(duck, tables):
