@@ -375,11 +375,8 @@ class DeltaIOManager(ConfigurableIOManager):
             return SparkDataFrameTypeHandler().load_input(self._client(), path, version=read,
                                                           columns=metadata.get(COLUMNS))
 
-        def dataset(columns: Sequence[str]) -> Any:
-            return arrow.pruned_dataset(opened, path, columns=columns)
-
         return TableRead(path=path, version=read, rows=logged_rows(opened), max_arrow_rows=self.arrow_read_max_rows,
-                         _spark_frame=spark_frame, _dataset=dataset, _delta_table=opened)
+                         _spark_frame=spark_frame, _delta_table=opened)
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""

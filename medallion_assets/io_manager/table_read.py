@@ -20,8 +20,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 from pyspark.sql import DataFrame
+
+from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 
 if TYPE_CHECKING:
     import deltalake
@@ -62,7 +63,6 @@ class TableRead:
     rows: int | None
     max_arrow_rows: int
     _spark_frame: Callable[[], DataFrame] = field(repr=False)
-    _dataset: Callable[[Sequence[str]], ds.Dataset] | None = field(default=None, repr=False)
     _delta_table: deltalake.DeltaTable | None = field(default=None, repr=False)
 
     @cached_property
@@ -73,13 +73,13 @@ class TableRead:
     @property
     def small(self) -> bool:
         """Whether :meth:`arrow` answers: delta-rs reads the table and it has at most :attr:`max_arrow_rows` rows."""
-        return self._dataset is not None and self.rows is not None and self.rows <= self.max_arrow_rows
+        return self._delta_table is not None and self.rows is not None and self.rows <= self.max_arrow_rows
 
     def arrow(self, columns: Sequence[str]) -> pa.Table | None:
         """``columns`` of the version as an Arrow table, read by delta-rs; None unless :attr:`small`."""
         if not self.small:
             return None
-        return self._dataset(columns).to_table()
+        return ArrowDeltaClient.pruned_dataset(self._delta_table, self.path, columns=columns).to_table()
 
     def delta_table(self) -> deltalake.DeltaTable | None:
         """The version as delta-rs opens it, whatever its size; nothing of its data is read yet.
