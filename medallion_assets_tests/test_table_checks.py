@@ -83,4 +83,3 @@ def test_a_datafusion_count_past_its_memory_bound_spills_and_stays_right(monkeyp
     monkeypatch.setattr(checks, "DATAFUSION_MEMORY_BYTES", 4 * 1024 * 1024)
     assert count_orphans(child, ["k"], parent, ["pk"]) == (child.num_rows, orphans)
     assert count_duplicate_keys(child, ["k"]) == (child.num_rows, child.num_rows, distinct)
-

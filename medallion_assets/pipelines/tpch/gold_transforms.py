@@ -51,6 +51,8 @@ def pricing_summary(lineitem: DataFrame, delta_days: int = 90) -> DataFrame:
         F.avg("l_extendedprice").alias("avg_price"),
         F.avg("l_discount").alias("avg_disc"),
         F.count(F.lit(1)).alias("count_order"),
+        # Not a column of the report: the type of the sum avg_disc divides, as sum_qty's is avg_qty's.
+        F.sum("l_discount").alias("sum_disc"),
     ).schema
     per_rate = shipped.groupBy(*keys, "l_discount", "l_tax").agg(
         F.sum("l_quantity").alias("quantity"),
@@ -59,14 +61,13 @@ def pricing_summary(lineitem: DataFrame, delta_days: int = 90) -> DataFrame:
         F.count(F.lit(1)).alias("line_items"),
     )
     net_price = F.col("base_price") * (F.lit(Decimal("1")) - F.col("l_discount"))
-    line_item_sums = shipped.select(*[F.sum(c).alias(c) for c in ("l_quantity", "l_extendedprice", "l_discount")]).schema
 
     def typed(total: Column, name: str) -> Column:
         return total.cast(as_defined[name].dataType).alias(name)
 
-    def average(column: str, of: str, name: str) -> Column:
+    def average(column: str, sum_name: str, name: str) -> Column:
         # As Spark averages a decimal: the sum over the line items, divided by the count as decimal(20, 0).
-        line_item_sum = F.sum(column).cast(line_item_sums[of].dataType)
+        line_item_sum = F.sum(column).cast(as_defined[sum_name].dataType)
         return typed(line_item_sum / F.sum("line_items").cast(DecimalType(20, 0)), name)
 
     return (
@@ -76,9 +77,9 @@ def pricing_summary(lineitem: DataFrame, delta_days: int = 90) -> DataFrame:
             typed(F.sum("base_price"), "sum_base_price"),
             typed(F.sum(net_price), "sum_disc_price"),
             typed(F.sum(net_price * (F.lit(Decimal("1")) + F.col("l_tax"))), "sum_charge"),
-            average("quantity", "l_quantity", "avg_qty"),
-            average("base_price", "l_extendedprice", "avg_price"),
-            average("discount", "l_discount", "avg_disc"),
+            average("quantity", "sum_qty", "avg_qty"),
+            average("base_price", "sum_base_price", "avg_price"),
+            average("discount", "sum_disc", "avg_disc"),
             # Never null (a group has a line item); coalesced so that the column stays non-nullable, as a count is.
             typed(F.coalesce(F.sum("line_items"), F.lit(0)), "count_order"),
         )
