@@ -7,7 +7,7 @@ not have; ``customer_lifetime_value`` (two values compared) has one customer's
 order count one too high and another customer missing. The reconciliation
 runs as a Dagster check through the IO manager, as in the pipeline:
 DataFusion over delta-rs' read, and Spark SQL when DataFusion's memory bound
-is too small.
+is too small or gold has more rows than a step may hold as Arrow.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from deltalake import write_deltalake
 from medallion_assets.assets import checks as table_checks
 from medallion_assets.assets.checks import COMPUTED_WITH
 from medallion_assets.io_manager import DeltaIOManager, TableRead
+from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS
 from medallion_assets.pipelines.tpch.gold import (
     CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
     DAILY_REVENUE_RECONCILIATION,
@@ -88,12 +89,16 @@ GOLD_TABLES = {
 }
 
 
-@pytest.mark.parametrize("datafusion_memory_bytes, way",
-                         [(table_checks.DATAFUSION_MEMORY_BYTES, "DataFusion"), (1_024, "Spark")])
+@pytest.mark.parametrize("datafusion_memory_bytes, arrow_read_max_rows, way", [
+    (table_checks.DATAFUSION_MEMORY_BYTES, ARROW_READ_MAX_ROWS, "DataFusion"),
+    (1_024, ARROW_READ_MAX_ROWS, "Spark"),
+    # Gold has 3 or 4 rows: more than a step may hold as Arrow, so Spark SQL reconciles, memory or not.
+    (table_checks.DATAFUSION_MEMORY_BYTES, 2, "Spark"),
+])
 @pytest.mark.parametrize("gold_is_off", [False, True])
 @pytest.mark.parametrize("table", list(GOLD_TABLES))
-def test_reconciliation_counts_the_rows_gold_gets_wrong(spark, tmp_path, monkeypatch, datafusion_memory_bytes, way,
-                                                        gold_is_off, table):
+def test_reconciliation_counts_the_rows_gold_gets_wrong(spark, tmp_path, monkeypatch, datafusion_memory_bytes,
+                                                        arrow_read_max_rows, way, gold_is_off, table):
     reconciliation, schema, by_duckdb, made_wrong, summed = GOLD_TABLES[table]
     silver = _silver_rows()
     for name, rows in silver.items():
@@ -117,7 +122,8 @@ def test_reconciliation_counts_the_rows_gold_gets_wrong(spark, tmp_path, monkeyp
     result = materialize(
         [*(AssetSpec(["silver", name]) for name in silver), _reconciles],
         selection=AssetSelection.all_asset_checks(),
-        resources={"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)},
+        resources={"spark": resource, "lake": lake,
+                   "io_manager": DeltaIOManager(spark=resource, lake=lake, arrow_read_max_rows=arrow_read_max_rows)},
         instance=DagsterInstance.ephemeral(),
     )
     [evaluation] = result.get_asset_check_evaluations()
