@@ -116,11 +116,11 @@ def _datafusion() -> tuple[type, type, type]:
     allocation; the query threads then idle through the Spark steps between
     checks, so the driver's process grew check after check with the largest
     queries' peaks. ``MIMALLOC_PURGE_DELAY=0`` makes it give freed pages back
-    to the system at once: the checks' driver peak over an SF 3 lake was
-    538 to 546 MB with it, 661 to 719 without, for about a second more of
-    queries (docs/performance-record.md, "DataFusion's allocator told to give
-    back"). mimalloc reads it once, when the library loads, so it is set
-    before the first import; a value the user exported is kept.
+    to the system at once: the checks' queries over an SF 3 lake, in a row,
+    peaked at 538 to 546 MB with it and 661 to 719 MB without, for 1.5 s
+    more over the eight (docs/performance-record.md, "DataFusion's allocator
+    told to give back"). mimalloc reads it once, when the library loads, so
+    it is set before the first import; a value the user exported is kept.
     """
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext

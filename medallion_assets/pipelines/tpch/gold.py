@@ -26,11 +26,9 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
