@@ -117,8 +117,8 @@ def _datafusion() -> tuple[type, type, type]:
     checks, so the driver's process grew check after check with the largest
     queries' peaks. ``MIMALLOC_PURGE_DELAY=0`` makes it give freed pages back
     to the system at once: the checks' queries over an SF 3 lake, in a row,
-    peaked at 538 to 546 MB with it and 661 to 719 MB without, for 1.5 s
-    more over the eight (docs/performance-record.md, "DataFusion's allocator
+    peaked at 538 to 546 MB with it and 661 to 719 MB without, for about
+    1.7 s more over the eight (docs/performance-record.md, "DataFusion's allocator
     told to give back"). mimalloc reads it once, when the library loads, so
     it is set before the first import; a value the user exported is kept.
     """
