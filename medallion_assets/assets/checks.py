@@ -13,7 +13,6 @@ counted by Spark. The counts are the same either way.
 """
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 
-import os
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -88,10 +87,12 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
         if len(frames) != len(tables):
             raise TypeError("one_row: the tables are all Spark DataFrames or none is")
         return _one_row_in_spark(sql, tables)
-    RuntimeEnvBuilder, SessionConfig, SessionContext = _datafusion()
-    context = SessionContext(
-        SessionConfig().set("datafusion.sql_parser.enable_ident_normalization", "false"),
-        RuntimeEnvBuilder().with_disk_manager_os().with_fair_spill_pool(DATAFUSION_MEMORY_BYTES),
+    from medallion_assets.delta._engine import load_datafusion
+
+    datafusion = load_datafusion()
+    context = datafusion.SessionContext(
+        datafusion.SessionConfig().set("datafusion.sql_parser.enable_ident_normalization", "false"),
+        datafusion.RuntimeEnvBuilder().with_disk_manager_os().with_fair_spill_pool(DATAFUSION_MEMORY_BYTES),
     )
     for name, rows in tables.items():
         if isinstance(rows, pa.Table):
@@ -106,26 +107,6 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
             raise DataFusionOutOfMemory(str(error)) from error
         raise
     return row
-
-
-def _datafusion() -> tuple[type, type, type]:
-    """DataFusion's runtime builder, config and context, its allocator first told to return what a query frees.
-
-    The ``datafusion`` wheel links mimalloc, which keeps the pages a query
-    freed in the heap of the thread that freed them, for that thread's next
-    allocation; the query threads then idle through the Spark steps between
-    checks, so the driver's process grew check after check with the largest
-    queries' peaks. ``MIMALLOC_PURGE_DELAY=0`` makes it give freed pages back
-    to the system at once: the checks' queries over an SF 3 lake, in a row,
-    peaked at 538 to 546 MB with it and 661 to 719 MB without, for about
-    1.7 s more over the eight (docs/performance-record.md, "DataFusion's allocator
-    told to give back"). mimalloc reads it once, when the library loads, so
-    it is set before the first import; a value the user exported is kept.
-    """
-    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
-    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
-
-    return RuntimeEnvBuilder, SessionConfig, SessionContext
 
 
 def _one_row_in_spark(sql: str, frames: Mapping[str, DataFrame]) -> dict[str, Any]:

@@ -15,6 +15,9 @@ NULL both fail a CHECK constraint, and neither is replaced by ``replaceWhere``.
 
 from __future__ import annotations
 
+import os
+from types import ModuleType
+
 import pyarrow as pa
 
 from medallion_assets.delta.errors import DeltaError
@@ -27,17 +30,37 @@ class PredicateError(DeltaError, ValueError):
     """DataFusion cannot evaluate a predicate on the given columns (its reason is in the message)."""
 
 
-def _context():
-    from datafusion import SessionConfig, SessionContext
+def load_datafusion() -> ModuleType:
+    """The ``datafusion`` package, its allocator first told to return what a query frees.
 
+    The ``datafusion`` wheel links mimalloc, which keeps the pages a query
+    freed in the heap of the thread that freed them, for that thread's next
+    allocation. Between two queries of a driver (the table checks, between
+    Spark steps) those threads idle, so the process grew query after query
+    with the largest peaks. ``MIMALLOC_PURGE_DELAY=0`` makes mimalloc give
+    freed pages back to the system at once: the checks' queries over an SF 3
+    lake, in a row, peaked at 538 to 546 MB with it and 661 to 719 MB
+    without, for about 1.7 s more over the eight (docs/performance-record.md,
+    "DataFusion's allocator told to give back"). mimalloc reads it once, when
+    the library loads, so it is set before the first import, and only when
+    unset: a value the user exported is kept.
+    """
+    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
+    import datafusion
+
+    return datafusion
+
+
+def _context():
+    datafusion = load_datafusion()
     config = (
-        SessionConfig()
+        datafusion.SessionConfig()
         # delta-rs matches identifiers as written (no lowercasing of unquoted names).
         .set("datafusion.sql_parser.enable_ident_normalization", "false")
         # One partition: the verdicts come back in the rows' order.
         .with_target_partitions(1)
     )
-    return SessionContext(config)
+    return datafusion.SessionContext(config)
 
 
 def _as_table(data: pa.Table | pa.RecordBatch) -> pa.Table:
