@@ -225,7 +225,8 @@ def counted(
 
     Args:
         context: the step's context (a fallback to Spark is logged on it).
-        delta_tables: the tables as :meth:`TableRead.delta_table` hands them (None where delta-rs cannot read one).
+        delta_tables: the tables as :meth:`TableRead.delta_table` hands them (None where delta-rs cannot read one;
+            a caller that needs Spark to count for another reason hands a None too).
         frames: the same tables as Spark DataFrames, asked for only when Spark counts.
         count: takes the tables, in the same order, either way.
 

@@ -26,7 +26,6 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from dagster import (
@@ -49,9 +48,6 @@ from pyspark.sql import DataFrame
 from medallion_assets.assets.checks import COMPUTED_WITH, counted, last_update_freshness_checks, one_row
 from medallion_assets.io_manager import DELTA_KINDS, TableRead, check_once_per_version, delta_table
 from medallion_assets.pipelines.tpch import gold_transforms as G
-
-if TYPE_CHECKING:
-    import deltalake
 
 GROUP = "gold"
 
@@ -139,21 +135,15 @@ def reconcile(
         return None
 
     def evaluate() -> AssetCheckResult:
-        held: dict[str, pa.Table] = {}
-
-        def for_datafusion() -> "list[deltalake.DeltaTable | None]":
-            tables = [silver[name].delta_table() for name in names]
-            if all(table is not None for table in tables) and (rows := gold_in_hand()) is not None:
-                held["gold"] = rows
-                return tables
-            return [None]
-
+        tables = [silver[name].delta_table() for name in names]
+        # Gold is collected only when DataFusion is to reconcile: every silver table is one delta-rs reads.
+        gold_rows = gold_in_hand() if all(table is not None for table in tables) else None
         row, computed_with = counted(
             context,
-            for_datafusion,
+            lambda: tables if gold_rows is not None else [None],
             lambda: [silver[name].frame for name in names],
-            lambda *tables: one_row(sql, {**dict(zip(names, tables)),
-                                          "gold": gold if isinstance(tables[0], DataFrame) else held["gold"]}),
+            lambda *read: one_row(sql, {**dict(zip(names, read)),
+                                        "gold": gold if isinstance(read[0], DataFrame) else gold_rows}),
         )
         failing = int(row["failing"])
         metadata = {"passing_rows": int(row["rows"]) - failing, "failing_rows": failing,
