@@ -122,3 +122,61 @@ def test_the_driver_gives_back_what_datafusions_counts_freed():
     kept_with_the_users_delay = kept_mb(MIMALLOC_PURGE_DELAY="10")
     assert kept < 160, f"the process kept {kept} MB after DataFusion's counts"
     assert kept < kept_with_the_users_delay
+
+
+#: Runs in a process of its own, so that a query that never returns can be stopped: the check's join of
+#: orders, line items and customers, in DataFusion within every memory bound from 4 to 40 MiB, twice. The
+#: bound it needs lies in that range, so some answers come and some run out of memory; each prints.
+_A_JOIN_UNDER_EVERY_BOUND = """
+import sys
+from deltalake import DeltaTable
+from medallion_assets.assets import checks
+
+tables = {name: DeltaTable(sys.argv[1] + "/" + name) for name in ("orders", "lineitem", "customer")}
+sql = ("SELECT count(*) AS dates FROM (SELECT o_orderdate, sum(l_price) AS revenue "
+       "FROM {orders} JOIN {lineitem} ON l_orderkey = o_orderkey "
+       "WHERE o_custkey IN (SELECT c_custkey FROM {customer}) GROUP BY o_orderdate) AS days")
+for _ in range(2):
+    for mib in range(4, 41):
+        checks.DATAFUSION_MEMORY_BYTES = mib * 1024 * 1024
+        try:
+            print(mib, checks.one_row(sql, tables)["dates"], flush=True)
+        except checks.DataFusionOutOfMemory:
+            print(mib, "out of memory", flush=True)
+"""
+
+
+def test_a_datafusion_join_near_its_memory_bound_returns(tmp_path):
+    # Tables of several files each, written by deltalake: two scan partitions or more, as a real table has.
+    # On DataFusion's default of one partition per core, this sweep hung (no CPU, no answer) in 2 of 5
+    # runs near 15 MiB.
+    from deltalake import write_deltalake
+
+    rng = np.random.default_rng(5)
+    orders_count = 400_000
+    orders = pa.table({"o_orderkey": np.arange(orders_count, dtype=np.int64),
+                       "o_custkey": rng.integers(0, 50_000, orders_count),
+                       "o_orderdate": rng.integers(0, 2_500, orders_count).astype("int32")})
+    lineitem = pa.table({"l_orderkey": rng.integers(0, orders_count, 4 * orders_count),
+                         "l_price": rng.integers(1, 1_000_000, 4 * orders_count)})
+    customer = pa.table({"c_custkey": np.arange(0, 50_000, 2, dtype=np.int64)})
+    for name, table in (("orders", orders), ("lineitem", lineitem), ("customer", customer)):
+        for part in range(4):
+            rows = table.slice(part * -(-table.num_rows // 4), -(-table.num_rows // 4))
+            write_deltalake(str(tmp_path / name), rows, mode="append")
+    # The answer by pyarrow: order dates of the orders with a line item and a customer.
+    counted_orders = orders.filter(pc.and_(pc.is_in(orders["o_orderkey"], value_set=pc.unique(lineitem["l_orderkey"])),
+                                           pc.is_in(orders["o_custkey"], value_set=customer["c_custkey"])))
+    dates = pc.count_distinct(counted_orders["o_orderdate"]).as_py()
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _A_JOIN_UNDER_EVERY_BOUND, str(tmp_path)],
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as stopped:
+        output = stopped.stdout or b""  # bytes, even with text=True, when the run was stopped
+        answered = (output.decode() if isinstance(output, bytes) else output).splitlines()
+        pytest.fail(f"a DataFusion join never returned after {answered[-1:] or 'no answer'} (MiB, answer)")
+    assert done.returncode == 0, done.stderr
+    answers = [line.split(" ", 1)[1] for line in done.stdout.splitlines()]
+    assert len(answers) == 2 * 37
+    assert set(answers) == {str(dates), "out of memory"}, "the sweep must cross the join's bound, and answer right"
