@@ -148,8 +148,8 @@ for _ in range(2):
 
 def test_a_datafusion_join_near_its_memory_bound_returns(tmp_path):
     # Tables of several files each, written by deltalake: two scan partitions or more, as a real table has.
-    # On DataFusion's default of one partition per core, this sweep hung (no CPU, no answer) in 2 of 5
-    # runs near 15 MiB.
+    # With DataFusion's default of one partition per core, this test failed in 2 runs of 2: the join hung
+    # (no CPU, no answer) after the 14 MiB try.
     from deltalake import write_deltalake
 
     rng = np.random.default_rng(5)
