@@ -161,9 +161,9 @@ def test_a_datafusion_join_near_its_memory_bound_returns(tmp_path):
                          "l_price": rng.integers(1, 1_000_000, 4 * orders_count)})
     customer = pa.table({"c_custkey": np.arange(0, 50_000, 2, dtype=np.int64)})
     for name, table in (("orders", orders), ("lineitem", lineitem), ("customer", customer)):
-        for part in range(4):
-            rows = table.slice(part * -(-table.num_rows // 4), -(-table.num_rows // 4))
-            write_deltalake(str(tmp_path / name), rows, mode="append")
+        file_rows = -(-table.num_rows // 4)  # four files
+        for start in range(0, table.num_rows, file_rows):
+            write_deltalake(str(tmp_path / name), table.slice(start, file_rows), mode="append")
     # The answer by pyarrow: order dates of the orders with a line item and a customer.
     counted_orders = orders.filter(pc.and_(pc.is_in(orders["o_orderkey"], value_set=pc.unique(lineitem["l_orderkey"])),
                                            pc.is_in(orders["o_custkey"], value_set=customer["c_custkey"])))
