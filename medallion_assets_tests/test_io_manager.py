@@ -548,12 +548,13 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     session = SparkResource(master="local[2]")
     path = lake.table_path(["silver", "payments"])
 
-    def merge(rows, *, bound: int = 3):
+    def merge(rows, *, bound: int = 3, table_mb: int = 1024):
         delivery["rows"] = rows
         for key, seq, amount, at, deleted in rows:  # the merge's rule, applied in Python
             if key not in expected or seq > expected[key][1]:
                 expected[key] = (key, seq, amount, at, deleted)
-        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound)
+        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound,
+                                    arrow_merge_max_table_mb=table_mb)
         result = materialize([payments], resources={"spark": session, "lake": lake, "io_manager": io_manager})
         [materialization] = result.asset_materializations_for_node("silver__payments")
         kept = [row[:4] for row in expected.values() if not row[4]]
@@ -589,6 +590,11 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
     if delta_engine == "delta-spark":
         assert not commit["engineInfo"].startswith("delta-rs")
+    # A small source, but no table is small enough for deltalake to rewrite: the engine merges.
+    metadata, commit = merge([(7, 1, Decimal("7.00"), at(5), False)], table_mb=0)
+    assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
+    if delta_engine == "delta-spark":
+        assert not commit["engineInfo"].startswith("delta-rs")
 
 
 def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_spark(spark, tmp_path, delta_engine):
@@ -613,32 +619,44 @@ def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_sp
     assert rows == [(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)]
 
 
-def test_a_small_merge_that_outgrows_deltalakes_spill_bound_is_merged_by_the_engine(
-    spark, tmp_path, delta_engine, monkeypatch, caplog
+def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_by_the_engine(
+    spark, tmp_path, delta_engine, caplog
 ):
     import logging
 
     import deltalake
 
-    from medallion_assets.io_manager import arrow_handlers
     from medallion_assets.io_manager.spec import WriteSpec
 
-    # A bound the MERGE's join cannot fit in: delta-rs cannot spill a hash join's input.
-    monkeypatch.setattr(arrow_handlers, "MERGE_MEMORY_BYTES", 1024)
     caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
-    client = DeltaTableClient(spark, arrow_append_max_rows=10)
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq")
-    path = str(tmp_path / "things")
+    path = tmp_path / "things"
     schema = "id long, seq long, name string"
-    client.write(spark.createDataFrame([(i, 1, f"v{i}") for i in range(6)], schema), path, spec)
-    before = deltalake.DeltaTable(path).version()
-    result = client.write(spark.createDataFrame([(2, 2, "changed"), (7, 2, "new")], schema), path, spec)
-    # deltalake ran out of its bound and committed nothing; the engine's MERGE is the one new version.
-    assert "Resources exhausted" in caplog.text
-    assert not result.by_deltalake and result.version == before + 1
-    assert client.last_commit_info(path)["operation"] == "MERGE"
-    rows = sorted(tuple(row) for row in client.read(path).collect())
-    assert rows == sorted([(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)] + [(7, 2, "new")])
+    DeltaTableClient(spark).write(spark.createDataFrame([(i, 1, f"v{i}") for i in range(6)], schema), str(path), spec)
+    # The table's size as the file system has it: one version, so every data file is in it.
+    table_bytes = sum(file.stat().st_size for file in path.glob("*.parquet"))
+    assert table_bytes > 0
+
+    def merged_by_deltalake(max_table_bytes: int, changes: list[tuple]) -> bool:
+        caplog.clear()
+        client = DeltaTableClient(spark, arrow_append_max_rows=10, arrow_merge_max_table_bytes=max_table_bytes)
+        before = deltalake.DeltaTable(str(path)).version()
+        result = client.write(spark.createDataFrame(changes, schema), str(path), spec)
+        assert result.version == before + 1 and client.last_commit_info(str(path))["operation"] == "MERGE"
+        routed_away = f"more than arrow_merge_max_table_bytes={max_table_bytes}" in caplog.text
+        # On the delta-rs engine both routes commit by delta-rs: only the log tells them apart.
+        if delta_engine == "delta-spark":
+            assert result.by_deltalake is not routed_away
+        return not routed_away
+
+    # One byte short: the engine merges, and the log says why.
+    assert not merged_by_deltalake(table_bytes - 1, [(2, 2, "changed"), (7, 2, "new")])
+    expected = sorted([(i, 2 if i == 2 else 1, "changed" if i == 2 else f"v{i}") for i in range(6)] + [(7, 2, "new")])
+    assert sorted(tuple(row) for row in DeltaTableClient(spark).read(str(path)).collect()) == expected
+    # A bound the (now larger) table fits in: deltalake merges.
+    assert merged_by_deltalake(10 * table_bytes, [(3, 2, "changed too")])
+    expected = sorted([*(row for row in expected if row[0] != 3), (3, 2, "changed too")])
+    assert sorted(tuple(row) for row in DeltaTableClient(spark).read(str(path)).collect()) == expected
 
 
 def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_deltalake(spark, tmp_path, delta_engine):

@@ -221,9 +221,10 @@ class DeltaMergeBuilder:
             table = self._delta._table()
             target_schema = pa.schema(table.schema().to_arrow())
             source = conform_source(self._source.toArrow(), target_schema, path)
-            # No spill bound (max_spill_size), unlike the IO manager's small MERGEs: delta-rs cannot
-            # spill a hash join's input, so a bound fails a large source ("Resources exhausted"). At
-            # SF 1's lineitem a 135 MB source failed under 256 MB (benchmarks/merge_memory_pool.py).
+            # No spill bound (max_spill_size): delta-rs cannot spill a hash join's input, so a bound fails
+            # a large source ("Resources exhausted"; at SF 1's lineitem a 135 MB source failed under
+            # 256 MB, benchmarks/merge_memory_pool.py), and near it the MERGE can deadlock
+            # (delta-io/delta-rs#4614).
             merger = table.merge(
                 source,
                 self._condition,

@@ -36,15 +36,6 @@ from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, decl
 #: a Spark server sees, deletion vectors, column mapping): callers that have Spark read with it instead.
 DELTA_RS_CANNOT_READ = (DeltaError, UnsupportedFeatureError, OSError, ValueError, pa.ArrowException)
 
-#: Memory a MERGE by delta-rs (:meth:`ArrowDeltaClient.merge_into_existing`) may hold before it spills to
-#: disk. Without a bound the process grew with the table it rewrote: 0.7 GB for SF 1's lineitem, 1.1 GB
-#: for three times as many rows; with this one, 0.7 and 0.8 GB (docs/performance-record.md). A fixed
-#: bound fits a small source only: delta-rs cannot spill a hash join's input, and a source whose join
-#: outgrows the bound fails the MERGE ("Resources exhausted", nothing committed; the client's engine
-#: then merges). The route's sources have at most ``arrow_write_max_rows`` rows; at SF 1's lineitem a
-#: 54 MB source merged under this bound and a 135 MB one failed (benchmarks/merge_memory_pool.py).
-MERGE_MEMORY_BYTES = 256 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class TimeWindowFilter:
@@ -185,6 +176,11 @@ class ArrowDeltaClient:
         table = self.readable_table(path, version=version)
         return table.version(), logged_rows(table)
 
+    def files_bytes(self, path: str) -> int:
+        """The total size of the files of the table's current version, from its log alone."""
+        actions = pa.table(self._open(path).get_add_actions(flatten=True))
+        return int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
+
     def computed_from(self, path: str) -> str | None:
         """The ``computed_from`` fingerprint of the table's newest commit, if it has one."""
         return self.newest_commit(path)[1].get("computed_from")
@@ -321,9 +317,9 @@ class ArrowDeltaClient:
 
         The Spark client's MERGE, clause for clause, run by delta-rs in this
         process. Source columns the table also has take the table's types.
-        Whatever the table's size, delta-rs holds at most
-        :data:`MERGE_MEMORY_BYTES` of the rewrite in memory and spills the rest
-        to disk, so the process hardly grows with the table.
+        delta-rs holds the rewrite of the files with matched keys in memory, so
+        the process grows with them; callers bound the table's size
+        (:meth:`files_bytes`).
 
         Args:
             data: the merge source.
@@ -346,9 +342,12 @@ class ArrowDeltaClient:
 
         table = self._open(path)
         check_read_support(table, path)
+        # No spill bound (max_spill_size): under one, deltalake 1.6.6's MERGE can deadlock once it spills,
+        # its repartitioning waiting on itself (delta-io/delta-rs#4614), and it offers no way to run on one
+        # partition. A step that never ends is worse than one that holds more memory.
         merger = table.merge(
             conform_source(data, pa.schema(table.schema()), path), on, source_alias="s", target_alias="t",
-            max_spill_size=MERGE_MEMORY_BYTES, commit_properties=_commit_properties(commit_metadata, None),
+            commit_properties=_commit_properties(commit_metadata, None),
         )
         for clause in clauses:
             if clause.action == "delete":

@@ -26,6 +26,14 @@ from medallion_assets.io_manager.spec import (
 
 log = logging.getLogger(__name__)
 
+#: Files of a table's current version (bytes) up to which a small MERGE into it is run by deltalake
+#: (``arrow_merge_max_table_bytes``). deltalake rewrites the files holding matched keys in this process,
+#: with no memory bound (a bound can deadlock it, see :meth:`.ArrowDeltaClient.merge_into_existing`), so
+#: the process grows with them: by 0.74 GB for SF 1's lineitem (290 MB of files) and 0.86 GB for SF 3's
+#: (606 MB) with a 1% source (docs/performance-record.md, "A MERGE that never returned"). Past this,
+#: the session's engine merges, spilling in the JVM or spread over a cluster.
+ARROW_MERGE_MAX_TABLE_BYTES = 1024 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class WriteResult:
@@ -95,13 +103,18 @@ class DeltaTableClient:
             commits every write. Only in a classic session on a lake of this
             machine's file system, and only to an unpartitioned table delta-rs
             reads and writes.
+        arrow_merge_max_table_bytes: such a MERGE is run by deltalake only into a
+            table whose current files total at most this many bytes; the engine
+            merges into a larger one.
     """
 
     def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None, *,
-                 arrow_append_max_rows: int = 0) -> None:
+                 arrow_append_max_rows: int = 0,
+                 arrow_merge_max_table_bytes: int = ARROW_MERGE_MAX_TABLE_BYTES) -> None:
         self.spark = spark
         self.engine = engine or engine_for(spark)
         self.arrow_append_max_rows = arrow_append_max_rows
+        self.arrow_merge_max_table_bytes = arrow_merge_max_table_bytes
 
     # ---- reading -------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -228,14 +241,15 @@ class DeltaTableClient:
         """MERGE ``source`` (alias ``s``) into the table at ``path`` (alias ``t``).
 
         A source of at most ``arrow_append_max_rows`` rows (``max_rows`` bounds
-        it) that adds no column is collected as Arrow and merged by deltalake,
-        in this process: at SF 1, restating 1% of the orders in ``lineitem``
-        took 15 s, against 31 s as delta-spark's jobs. Anything deltalake cannot
-        merge (deletion vectors, a writer feature, a condition it does not
-        parse, a source whose join outgrows its spill bound, another writer
-        in between) commits nothing there, and the
-        engine merges instead, as it does every larger source. Which of them
-        committed is read from the commit afterwards (:meth:`_write`).
+        it) that adds no column, into a table of at most
+        ``arrow_merge_max_table_bytes`` of files, is collected as Arrow and
+        merged by deltalake, in this process: at SF 1, restating 1% of the
+        orders in ``lineitem`` took 15 s, against 31 s as delta-spark's jobs.
+        Anything deltalake cannot merge (deletion vectors, a writer feature, a
+        condition it does not parse, another writer in between) commits nothing
+        there, and the engine merges instead, as it does every larger source or
+        table. Which of them committed is read from the commit afterwards
+        (:meth:`_write`).
         """
         if not schema_evolution and self._commits_with_deltalake(path, spec, max_rows):
             # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
@@ -244,10 +258,15 @@ class DeltaTableClient:
             from medallion_assets.delta.errors import DeltaError as _PackageError
             from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
 
+            arrow = ArrowDeltaClient()
             try:
-                ArrowDeltaClient().merge_into_existing(source.toArrow(), path, on=on, clauses=clauses,
-                                                       commit_metadata=metadata)
-                return
+                table_bytes = arrow.files_bytes(path)
+                if table_bytes <= self.arrow_merge_max_table_bytes:
+                    arrow.merge_into_existing(source.toArrow(), path, on=on, clauses=clauses, commit_metadata=metadata)
+                    return
+                log.info("%s has %d bytes of files, more than arrow_merge_max_table_bytes=%d that deltalake rewrites "
+                         "in this process; the session's engine merges", path, table_bytes,
+                         self.arrow_merge_max_table_bytes)
             except (*DELTA_RS_CANNOT_READ, _PackageError, DeltaProtocolError, CommitFailedError) as error:
                 log.info("deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
                          path, error)

@@ -37,7 +37,12 @@ from medallion_assets.io_manager.arrow_handlers import (
     handler_for_type,
     logged_rows,
 )
-from medallion_assets.io_manager.client import DeltaTableClient, WriteResult, check_column_names
+from medallion_assets.io_manager.client import (
+    ARROW_MERGE_MAX_TABLE_BYTES,
+    DeltaTableClient,
+    WriteResult,
+    check_column_names,
+)
 from medallion_assets.io_manager.metadata import (
     check_column_descriptions,
     latest_materialization_metadata,
@@ -60,8 +65,7 @@ from medallion_assets.resources import LakeResource, SparkResource
 #: deltalake (``arrow_write_max_rows``); the collected rows are what the driver holds meanwhile. At SF 1
 #: it takes every gold table, the reference tables but partsupp, customers_history and a batch's MERGEs:
 #: an overwrite of 150,000 to 200,000 rows took 1.2 to 2.5 s less than delta-spark's (100,000 before).
-#: A MERGE source of lineitem's width this size stays well inside deltalake's spill bound
-#: (MERGE_MEMORY_BYTES); see docs/performance-record.md, "Overwrites of up to 250,000 rows".
+#: See docs/performance-record.md, "Overwrites of up to 250,000 rows".
 ARROW_WRITE_MAX_ROWS = 250_000
 
 _CONSUMED_PREFIX = "medallion/consumed/"
@@ -277,15 +281,26 @@ class DeltaIOManager(ConfigurableIOManager):
             "without the jobs delta-spark's overwrite runs whatever the rows; so is an append of at most "
             "this many rows to an existing unpartitioned table (a quarantine, a merge's tombstones, the "
             "empty commit that records what a write consumed), and a MERGE whose source has at most this "
-            "many rows into such a table (deltalake merges it in this process). Larger writes, tables "
-            "deltalake cannot write, new columns, object-store lakes and Spark Connect sessions are written "
-            "by Spark. 0: always Spark."
+            "many rows into such a table (deltalake merges it in this process, see arrow_merge_max_table_mb). "
+            "Larger writes, tables deltalake cannot write, new columns, object-store lakes and Spark Connect "
+            "sessions are written by Spark. 0: always Spark."
+        ),
+    )
+    arrow_merge_max_table_mb: int = Field(
+        default=ARROW_MERGE_MAX_TABLE_BYTES // (1024 * 1024),
+        ge=0,
+        description=(
+            "A small MERGE (see arrow_write_max_rows) is run by deltalake only into a table whose current "
+            "files total at most this many MiB: deltalake rewrites the files holding matched keys in the "
+            "Python process, which grows with them (by about 0.9 GB for a 600 MiB table). A larger table is "
+            "merged by Spark. 0: always Spark."
         ),
     )
 
     def _client(self) -> DeltaTableClient:
         return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use,
-                                arrow_append_max_rows=self.arrow_write_max_rows)
+                                arrow_append_max_rows=self.arrow_write_max_rows,
+                                arrow_merge_max_table_bytes=self.arrow_merge_max_table_mb * 1024 * 1024)
 
     def _path(self, key: AssetKey) -> str:
         return self.lake.table_path(key.path)
