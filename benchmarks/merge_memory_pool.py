@@ -6,11 +6,12 @@ Run by hand (not a test), from the project root, on a table of a lake that
     python benchmarks/merge_memory_pool.py --table LAKE/silver/lineitem \\
         --keys l_orderkey l_linenumber --group l_orderkey --fractions 0.01 0.1 0.3 --pools 0 256 1024
 
-deltalake alone, no Spark: the question is delta-rs' own behaviour. The IO
-manager's MERGEs by deltalake (sources of at most ``arrow_write_max_rows``
-rows) run with ``max_spill_size`` set to ``MERGE_MEMORY_BYTES``; the
-delta-rs engine's MERGEs, whose sources have any size, run without one.
-This measures whether one bound would do for both.
+deltalake alone, no Spark: the question is delta-rs' own behaviour. Neither
+the IO manager's MERGEs by deltalake (sources of at most
+``arrow_write_max_rows`` rows, tables of at most ``arrow_merge_max_table_mb``)
+nor the delta-rs engine's set ``max_spill_size``: a bound fails a large source,
+and near it the MERGE can deadlock (delta-io/delta-rs#4614). This measures
+what a bound would save, and what the process holds without one.
 
 For each ``--fractions`` share, the source is the stored rows of that share
 of the ``--group`` values (an integer column; a group is chosen by a hash
