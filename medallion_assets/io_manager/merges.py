@@ -220,7 +220,7 @@ def _replace_changed_groups(
     client: Tables, frame: DataFrame, changes: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str],
     *, rows: int,
 ) -> str | None:
-    group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
+    group, seq = spec.replace_group, spec.sequence_column
     stored = client.read(path)
     frame, new_columns = _evolve_source(frame, stored.schema, spec)
     # Only the changed groups' stored rows decide which changes apply.
