@@ -79,6 +79,11 @@ def rows_by_statistics(add_actions: pa.Table) -> int | None:
     return None if counts.null_count else int(pc.sum(counts).as_py())
 
 
+def files_size(add_actions: pa.Table) -> int:
+    """A version's bytes of data files, from delta-rs' add actions."""
+    return int(pc.sum(add_actions.column("size_bytes")).as_py() or 0) if add_actions.num_rows else 0
+
+
 def logged_rows(table: deltalake.DeltaTable) -> int | None:
     """The rows of the version delta-rs opened, from its log's statistics alone; None when a file has none."""
     return rows_by_statistics(pa.table(table.get_add_actions(flatten=True)))
@@ -178,8 +183,7 @@ class ArrowDeltaClient:
 
     def files_bytes(self, path: str) -> int:
         """The total size of the files of the table's current version, from its log alone."""
-        actions = pa.table(self._open(path).get_add_actions(flatten=True))
-        return int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
+        return files_size(pa.table(self._open(path).get_add_actions(flatten=True)))
 
     def computed_from(self, path: str) -> str | None:
         """The ``computed_from`` fingerprint of the table's newest commit, if it has one."""
@@ -418,7 +422,7 @@ class ArrowDeltaClient:
             "delta/operation": str(info.get("operation", "")),
             "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
             "delta/num_files": actions.num_rows,
-            "delta/size_bytes": sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0,
+            "delta/size_bytes": files_size(actions),
             "delta/partition_columns": MetadataValue.json(partitions),
             "preview": MetadataValue.md(arrow_markdown_preview(
                 table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
