@@ -38,7 +38,7 @@ from dagster import (
 from medallion_assets.assets import landing
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.jobs import jobs, schedules
-from medallion_assets.resources import kafka_resource, lake_resource, spark_resource
+from medallion_assets.resources import io_manager_settings, kafka_resource, lake_resource, spark_resource
 
 # Dagster's logger: its handler shows INFO in `dagster dev` and `dagster definitions validate`.
 log = get_dagster_logger("medallion_assets.definitions")
@@ -53,7 +53,8 @@ def resources_for(deployment: str) -> dict[str, Any]:
     """Every resource the assets need, for one deployment."""
     spark = spark_resource(deployment)
     lake = lake_resource()
-    return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": DeltaIOManager(spark=spark, lake=lake)}
+    io_manager = DeltaIOManager(spark=spark, lake=lake, **io_manager_settings())
+    return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
 
 
 def build_definitions(deployment: str = "local", *, simulator: bool = True, kafka: bool = True) -> Definitions:

@@ -551,6 +551,24 @@ def engine_settings() -> dict[str, Any]:
     return settings
 
 
+#: Environment variables of the IO manager's size limits -> DeltaIOManager fields (whole numbers).
+IO_MANAGER_VARIABLES = {
+    "MEDALLION_ARROW_READ_MAX_ROWS": "arrow_read_max_rows",
+    "MEDALLION_ARROW_WRITE_MAX_ROWS": "arrow_write_max_rows",
+    "MEDALLION_ARROW_MERGE_MAX_TABLE_MB": "arrow_merge_max_table_mb",
+}
+
+
+def io_manager_settings() -> dict[str, Any]:
+    """The IO manager's size limits from the variables that are set, as ``EnvVar.int``; unset ones keep the defaults.
+
+    Dagster reads the values when a run starts and validates the resource
+    then; :func:`~medallion_assets.settings.read_settings` has refused a value
+    that is not a whole number before, naming the variable.
+    """
+    return {field: EnvVar.int(name) for name, field in IO_MANAGER_VARIABLES.items() if os.environ.get(name, "").strip()}
+
+
 #: Environment variables of the Kafka source -> KafkaResource fields (all strings).
 KAFKA_VARIABLES = {
     "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "bootstrap_servers",

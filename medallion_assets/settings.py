@@ -93,6 +93,16 @@ VARIABLES: tuple[Variable, ...] = (
              "thrift://host:port[,thrift://host:port]", "none"),
     Variable("MEDALLION_WAREHOUSE_DIR", "Spark's warehouse folder (managed tables; the lake's are all external).",
              "a folder or URI", "<lake root>/_warehouse"),
+    Variable("MEDALLION_ARROW_READ_MAX_ROWS", "Table checks hold a version of up to this many rows as Arrow, "
+             "without Spark (larger ones are counted by DataFusion over delta-rs' read). 0: always Spark.",
+             "a whole number of rows, 0 or more", "1000000"),
+    Variable("MEDALLION_ARROW_WRITE_MAX_ROWS", "Overwrites, appends and MERGE sources of up to this many rows are "
+             "committed by deltalake in the Dagster process instead of by Spark's jobs. 0: always Spark.",
+             "a whole number of rows, 0 or more", "250000"),
+    Variable("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "Such a small MERGE is run by deltalake only into a table of up "
+             "to this many MiB of files: it rewrites them in the Dagster process, which grows with them. Larger "
+             "tables are merged by Spark. 0: always Spark.",
+             "a whole number of MiB, 0 or more", "1024"),
     Variable("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "The Kafka broker; unset leaves the Kafka feeds out of the "
              "definitions.", "host:port[,host:port]", "unset: no Kafka feeds"),
     Variable("MEDALLION_KAFKA_TOPIC", "The topic to read instead of the one the Kafka feed declares.",
@@ -106,6 +116,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("MEDALLION_KAFKA_STARTING_OFFSETS", "Where a new Kafka checkpoint starts.",
              "earliest, latest, or Spark's per-partition JSON", "earliest"),
 )
+
+#: The IO manager's size limits: whole numbers, each in this unit.
+SIZE_LIMITS = {
+    "MEDALLION_ARROW_READ_MAX_ROWS": "rows",
+    "MEDALLION_ARROW_WRITE_MAX_ROWS": "rows",
+    "MEDALLION_ARROW_MERGE_MAX_TABLE_MB": "MiB",
+}
+_WHOLE_NUMBER = re.compile(r"^\s*\d+\s*$")
 
 DEPLOYMENTS = ("local", "cluster", "connect")
 CATALOGS = ("session", "hive", "none")
@@ -292,6 +310,13 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         problem = _package_problem(package)
         if problem:
             problems.append(f"MEDALLION_PIPELINES={env['MEDALLION_PIPELINES']!r} names {package!r}, {problem}")
+
+    defaults = {variable.name: variable.default for variable in VARIABLES}
+    for name, unit in SIZE_LIMITS.items():
+        raw = env.get(name)
+        if raw is not None and raw.strip() and not _WHOLE_NUMBER.match(raw):
+            problems.append(f"{name}={raw!r} is not a whole number of {unit}: use 0 or more (0: always Spark), "
+                            f"or unset it for {defaults[name]}")
 
     catalog = choice("MEDALLION_CATALOG", CATALOGS, "session", "a catalog")
     problems.extend(_catalog_problems(env, catalog))

@@ -524,14 +524,18 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     assert append(1, bound=0)[0]["delta/engine"].value == delta_engine
 
 
-def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(spark, tmp_path, delta_engine):
+def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
+    spark, tmp_path, delta_engine, monkeypatch, caplog
+):
     import datetime as dt
+    import logging
     from decimal import Decimal
 
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
     from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.resources import io_manager_settings
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     schema = "id long, seq long, amount decimal(15,2), at timestamp, _deleted boolean"
@@ -548,13 +552,12 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     session = SparkResource(master="local[2]")
     path = lake.table_path(["silver", "payments"])
 
-    def merge(rows, *, bound: int = 3, table_mb: int = 1024):
+    def merge(rows, *, bound: int = 3, **limits):
         delivery["rows"] = rows
         for key, seq, amount, at, deleted in rows:  # the merge's rule, applied in Python
             if key not in expected or seq > expected[key][1]:
                 expected[key] = (key, seq, amount, at, deleted)
-        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound,
-                                    arrow_merge_max_table_mb=table_mb)
+        io_manager = DeltaIOManager(spark=session, lake=lake, arrow_write_max_rows=bound, **limits)
         result = materialize([payments], resources={"spark": session, "lake": lake, "io_manager": io_manager})
         [materialization] = result.asset_materializations_for_node("silver__payments")
         kept = [row[:4] for row in expected.values() if not row[4]]
@@ -590,9 +593,13 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
     if delta_engine == "delta-spark":
         assert not commit["engineInfo"].startswith("delta-rs")
-    # A small source, but no table is small enough for deltalake to rewrite: the engine merges.
-    metadata, commit = merge([(7, 1, Decimal("7.00"), at(5), False)], table_mb=0)
+    # A small source, but no table is small enough for deltalake to rewrite, set as a deployment sets
+    # it (the variable, read by Dagster when the run starts): the engine merges, and the log says why.
+    monkeypatch.setenv("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "0")
+    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    metadata, commit = merge([(7, 1, Decimal("7.00"), at(5), False)], **io_manager_settings())
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
+    assert "more than the 0 deltalake may rewrite" in caplog.text
     if delta_engine == "delta-spark":
         assert not commit["engineInfo"].startswith("delta-rs")
 
@@ -643,7 +650,7 @@ def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_b
         before = deltalake.DeltaTable(str(path)).version()
         result = client.write(spark.createDataFrame(changes, schema), str(path), spec)
         assert result.version == before + 1 and client.last_commit_info(str(path))["operation"] == "MERGE"
-        routed_away = f"more than arrow_merge_max_table_bytes={max_table_bytes}" in caplog.text
+        routed_away = f"more than the {max_table_bytes} deltalake may rewrite" in caplog.text
         # On the delta-rs engine both routes commit by delta-rs: only the log tells them apart.
         if delta_engine == "delta-spark":
             assert result.by_deltalake is not routed_away

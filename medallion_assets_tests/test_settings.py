@@ -129,6 +129,32 @@ def test_correct_settings_read_back():
     assert read_settings({}).delta_spark_maven is None
 
 
+def test_a_size_limit_that_is_not_a_whole_number_is_named_with_its_unit_and_default(monkeypatch):
+    line = _load_error(monkeypatch, MEDALLION_ARROW_MERGE_MAX_TABLE_MB="1GB")
+    assert line == ("MEDALLION_ARROW_MERGE_MAX_TABLE_MB='1GB' is not a whole number of MiB: use 0 or more "
+                    "(0: always Spark), or unset it for 1024")
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_ARROW_WRITE_MAX_ROWS": "-1", "MEDALLION_ARROW_READ_MAX_ROWS": " 5000 "})
+    assert str(caught.value).startswith("MEDALLION_ARROW_WRITE_MAX_ROWS='-1' is not a whole number of rows")
+
+
+def test_the_size_limits_reach_the_io_manager_with_the_defaults_the_page_states(monkeypatch):
+    from dagster import EnvVar
+
+    from medallion_assets.definitions import resources_for
+    from medallion_assets.io_manager import DeltaIOManager
+    from medallion_assets.resources import IO_MANAGER_VARIABLES
+
+    documented = {variable.name: variable.default for variable in VARIABLES}
+    fields = DeltaIOManager.model_fields
+    assert {name: str(fields[field].default) for name, field in IO_MANAGER_VARIABLES.items()} == {
+        name: documented[name] for name in IO_MANAGER_VARIABLES
+    }
+    assert resources_for("local")["io_manager"].arrow_write_max_rows == fields["arrow_write_max_rows"].default
+    monkeypatch.setenv("MEDALLION_ARROW_WRITE_MAX_ROWS", "0")
+    assert resources_for("local")["io_manager"].arrow_write_max_rows == EnvVar.int("MEDALLION_ARROW_WRITE_MAX_ROWS")
+
+
 def test_the_settings_page_lists_every_variable():
     page = (REPO / "docs" / "settings.md").read_text()
     assert [name for name in SETTING_NAMES if f"`{name}`" not in page] == []

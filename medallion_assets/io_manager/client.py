@@ -264,9 +264,9 @@ class DeltaTableClient:
                 if table_bytes <= self.arrow_merge_max_table_bytes:
                     arrow.merge_into_existing(source.toArrow(), path, on=on, clauses=clauses, commit_metadata=metadata)
                     return
-                log.info("%s has %d bytes of files, more than arrow_merge_max_table_bytes=%d that deltalake rewrites "
-                         "in this process; the session's engine merges", path, table_bytes,
-                         self.arrow_merge_max_table_bytes)
+                log.info("%s has %d bytes of files, more than the %d deltalake may rewrite in this process (the IO "
+                         "manager's arrow_merge_max_table_mb, MEDALLION_ARROW_MERGE_MAX_TABLE_MB); the session's "
+                         "engine merges", path, table_bytes, self.arrow_merge_max_table_bytes)
             except (*DELTA_RS_CANNOT_READ, _PackageError, DeltaProtocolError, CommitFailedError) as error:
                 log.info("deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
                          path, error)

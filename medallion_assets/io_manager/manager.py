@@ -269,7 +269,8 @@ class DeltaIOManager(ConfigurableIOManager):
         description=(
             "Inputs annotated TableRead (the table checks) are computed without Spark when delta-rs reads the "
             "version: as delta-rs' table whatever its size (the checks count it with DataFusion), and as Arrow "
-            "in hand when it has at most this many rows. 0: always Spark."
+            "in hand when it has at most this many rows. 0: always Spark. A deployment sets it with "
+            "MEDALLION_ARROW_READ_MAX_ROWS."
         ),
     )
     arrow_write_max_rows: int = Field(
@@ -283,7 +284,8 @@ class DeltaIOManager(ConfigurableIOManager):
             "empty commit that records what a write consumed), and a MERGE whose source has at most this "
             "many rows into such a table (deltalake merges it in this process, see arrow_merge_max_table_mb). "
             "Larger writes, tables deltalake cannot write, new columns, object-store lakes and Spark Connect "
-            "sessions are written by Spark. 0: always Spark."
+            "sessions are written by Spark. 0: always Spark. A deployment sets it with "
+            "MEDALLION_ARROW_WRITE_MAX_ROWS."
         ),
     )
     arrow_merge_max_table_mb: int = Field(
@@ -293,7 +295,7 @@ class DeltaIOManager(ConfigurableIOManager):
             "A small MERGE (see arrow_write_max_rows) is run by deltalake only into a table whose current "
             "files total at most this many MiB: deltalake rewrites the files holding matched keys in the "
             "Python process, which grows with them (by about 0.9 GB for a 600 MiB table). A larger table is "
-            "merged by Spark. 0: always Spark."
+            "merged by Spark. 0: always Spark. A deployment sets it with MEDALLION_ARROW_MERGE_MAX_TABLE_MB."
         ),
     )
 
