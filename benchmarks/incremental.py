@@ -14,7 +14,9 @@ steps' seconds, and the incremental run as a share of the full one. With
 time went to, by kind and call site (``pipeline_vs_plain.py``'s probes). Each
 run also counts the table versions it committed, by table (from each table's
 newest commit before and after the run): what a run pays per version on
-delta-spark, whatever its rows, grows with that count. With
+delta-spark, whatever its rows, grows with that count. The Python driver's
+resident size is sampled every 0.2 s, and each run lists the steps in whose
+time it rose most (``python_driver_memory_by_step``). With
 ``--deletion-vectors`` (delta-spark only) the tables written by MERGE are
 created with deletion vectors, as ``ApplyChanges(deletion_vectors=True)``
 creates a feed's silver table: their MERGEs mark the rows they replace instead
@@ -43,11 +45,15 @@ import time
 from pathlib import Path
 
 from materialize_all import step_seconds
+from engine_runs import PeriodicSampler
 from pipeline_vs_plain import (
     by_site,
+    driver_memory_sample,
     heap_after_result_dropped,
     install_probes,
     jvm_live_heap,
+    memory_by_step,
+    step_events,
     tree_peak_memory,
 )
 
@@ -212,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         versions_before = versions()
         load_before = _load()
         began, began_wall = time.monotonic(), time.time()
-        result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
-                             raise_on_error=False)
-        seconds = step_seconds(instance.all_logs(result.run_id))
+        # Matched to the step running at each sample: which step grows the driver.
+        with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
+            result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
+                                 raise_on_error=False)
+        logs = instance.all_logs(result.run_id)
+        seconds = step_seconds(logs)
         ended = time.monotonic()
         success = result.success
         # materialize() keeps every output value in its result (Dagster's output capture, for
@@ -234,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_before_after": [load_before, _load()],
             # Peaks so far in the process's life (VmHWM), and what the JVM keeps after this run.
             "peak_mb_so_far": tree_peak_memory(os.getpid()),
+            "python_driver_memory_by_step": memory_by_step(driver_memory.samples, step_events(logs)),
             **heap,
             "jvm_live_heap_with_outputs_held_mb": held_mb,
             "slowest_steps_s": dict(sorted(seconds.items(), key=lambda item: -item[1])[: args.slowest]),

@@ -124,6 +124,12 @@ def driver_memory_sample() -> tuple[float, float, float]:
     return time.time(), resident, pa.total_allocated_bytes() / 2**20
 
 
+def step_events(records) -> list[dict]:
+    """The run's Dagster events from its event log: time, type and step (``None`` for run events)."""
+    return [{"t": record.timestamp, "type": record.dagster_event.event_type_value, "step": record.dagster_event.step_key}
+            for record in records if record.dagster_event is not None]
+
+
 def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict], top: int = 8) -> list[dict]:
     """The steps in whose time the Python driver's resident size rose most, with its peak and Arrow's."""
     windows: dict[str, list[float]] = {}
@@ -460,12 +466,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     spark_jobs_run = jobs_so_far(spark_resource.spark_session) - jobs_before
     codegen_spent = codegen.since()
 
-    events = []
-    for entry in instance.all_logs(result.run_id):
-        if entry.dagster_event is None:
-            continue
-        event = entry.dagster_event
-        events.append({"t": entry.timestamp, "type": event.event_type_value, "step": event.step_key})
+    events = step_events(instance.all_logs(result.run_id))
     rows = {}
     for event in result.get_asset_materialization_events():
         metadata = event.materialization.metadata
