@@ -44,8 +44,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from materialize_all import step_seconds
 from engine_runs import PeriodicSampler
+from materialize_all import step_seconds
 from pipeline_vs_plain import (
     by_site,
     driver_memory_sample,

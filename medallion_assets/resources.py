@@ -19,6 +19,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
+from medallion_assets.settings import SIZE_LIMITS
 
 
 if TYPE_CHECKING:
@@ -551,12 +552,9 @@ def engine_settings() -> dict[str, Any]:
     return settings
 
 
-#: Environment variables of the IO manager's size limits -> DeltaIOManager fields (whole numbers).
-IO_MANAGER_VARIABLES = {
-    "MEDALLION_ARROW_READ_MAX_ROWS": "arrow_read_max_rows",
-    "MEDALLION_ARROW_WRITE_MAX_ROWS": "arrow_write_max_rows",
-    "MEDALLION_ARROW_MERGE_MAX_TABLE_MB": "arrow_merge_max_table_mb",
-}
+#: Environment variables of the IO manager's size limits -> DeltaIOManager fields (whole numbers): each
+#: field is its variable's name without the prefix, in lower case (``arrow_merge_max_table_mb``).
+IO_MANAGER_VARIABLES = {name: name.removeprefix("MEDALLION_").lower() for name in SIZE_LIMITS}
 
 
 def io_manager_settings() -> dict[str, Any]:

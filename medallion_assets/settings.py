@@ -117,7 +117,7 @@ VARIABLES: tuple[Variable, ...] = (
              "earliest, latest, or Spark's per-partition JSON", "earliest"),
 )
 
-#: The IO manager's size limits: whole numbers, each in this unit.
+#: The IO manager's size limits: whole numbers, each in this unit (``resources.IO_MANAGER_VARIABLES`` maps them).
 SIZE_LIMITS = {
     "MEDALLION_ARROW_READ_MAX_ROWS": "rows",
     "MEDALLION_ARROW_WRITE_MAX_ROWS": "rows",
