@@ -16,7 +16,9 @@ run also counts the table versions it committed, by table (from each table's
 newest commit before and after the run): what a run pays per version on
 delta-spark, whatever its rows, grows with that count. The Python driver's
 resident size is sampled every 0.2 s, and each run lists the steps in whose
-time it rose most (``python_driver_memory_by_step``). With
+time it rose most (``python_driver_memory_by_step``), and with ``--probes``
+the calls in whose time it rose most, by kind and call site, deltalake's small
+MERGEs and appends among them (``python_driver_memory_by_call``). With
 ``--deletion-vectors`` (delta-spark only) the tables written by MERGE are
 created with deletion vectors, as ``ApplyChanges(deletion_vectors=True)``
 creates a feed's silver table: their MERGEs mark the rows they replace instead
@@ -52,6 +54,7 @@ from pipeline_vs_plain import (
     heap_after_result_dropped,
     install_probes,
     jvm_live_heap,
+    memory_by_call,
     memory_by_step,
     step_events,
     tree_peak_memory,
@@ -236,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         heap = heap_after_result_dropped(warm.spark_session, top=6)
         committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
         committed = {table: count for table, count in sorted(committed.items()) if count}
+
+        def this_run(records: list[dict]) -> list[dict]:
+            return [record for record in records if record["t0"] >= began_wall]
         return {
             "run": name,
             "success": success,
@@ -252,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             "table_versions_by_table": committed,
             **({"calls_by_site_s": [
                 {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
-                for kind, site, calls, total in by_site([r for r in probes.records if r["t0"] >= began_wall])[:15]
-            ]} if probes else {}),
+                for kind, site, calls, total in by_site(this_run(probes.records))[:15]
+            ], "python_driver_memory_by_call": memory_by_call(driver_memory.samples, this_run(probes.records))}
+               if probes else {}),
         }
 
     runs = [run("full")]

@@ -151,6 +151,32 @@ def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict]
     return sorted(rows, key=lambda row: -row["rise_mb"])[:top]
 
 
+def memory_by_call(samples: list[tuple[float, float, float]], records: list[dict], top: int = 8) -> list[dict]:
+    """The probed calls (by kind and call site) in whose time the Python driver's resident size rose most.
+
+    A call's rise is its peak sample less the last sample before it started, so a
+    call shorter than the sampling interval may show none. Regions are left out:
+    they hold the actions they wrap, which are listed themselves.
+    """
+    by_site: dict[tuple[str, str], dict] = {}
+    for record in records:
+        if record["region"]:
+            continue
+        inside = [s for s in samples if record["t0"] <= s[0] <= record["t1"]]
+        if not inside:
+            continue
+        before = [s for s in samples if s[0] < record["t0"]]
+        entry_mb = before[-1][1] if before else inside[0][1]
+        peak_mb = max(s[1] for s in inside)
+        row = by_site.setdefault((record["kind"], record["site"].rsplit(":", 1)[0]),
+                                 {"call": record["kind"], "site": record["site"].rsplit(":", 1)[0],
+                                  "calls": 0, "largest_rise_mb": 0, "rss_peak_mb": 0})
+        row["calls"] += 1
+        row["largest_rise_mb"] = max(row["largest_rise_mb"], round(peak_mb - entry_mb))
+        row["rss_peak_mb"] = max(row["rss_peak_mb"], round(peak_mb))
+    return sorted(by_site.values(), key=lambda row: -row["largest_rise_mb"])[:top]
+
+
 def jvm_live_heap(spark, top: int = 10) -> tuple[float | None, list[dict]]:
     """What the session JVM still holds: its live heap in MB and the classes holding most of it.
 
@@ -374,6 +400,12 @@ def install_probes(ablate: set[str]) -> Probes:
     probes.action(delta_rs.DeltaTableBuilder, "execute", "delta-rs create table")
 
     from medallion_assets import engine
+    from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
+
+    # The IO manager's small writes, run by deltalake in this process (the driver's memory follows them).
+    for method, kind in (("merge_into_existing", "deltalake MERGE"), ("append_to_existing", "deltalake append"),
+                         ("write", "deltalake write")):
+        probes.action(ArrowDeltaClient, method, kind)
     from medallion_assets.io_manager import client as io_client
     from medallion_assets.io_manager import manager as io_manager
     from medallion_assets.io_manager import metadata as io_metadata
