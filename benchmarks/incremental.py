@@ -239,9 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         heap = heap_after_result_dropped(warm.spark_session, top=6)
         committed = {table: version - versions_before.get(table, -1) for table, version in versions().items()}
         committed = {table: count for table, count in sorted(committed.items()) if count}
-
-        def this_run(records: list[dict]) -> list[dict]:
-            return [record for record in records if record["t0"] >= began_wall]
+        probed = [record for record in probes.records if record["t0"] >= began_wall] if probes else []
         return {
             "run": name,
             "success": success,
@@ -258,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             "table_versions_by_table": committed,
             **({"calls_by_site_s": [
                 {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
-                for kind, site, calls, total in by_site(this_run(probes.records))[:15]
-            ], "python_driver_memory_by_call": memory_by_call(driver_memory.samples, this_run(probes.records))}
+                for kind, site, calls, total in by_site(probed)[:15]
+            ], "python_driver_memory_by_call": memory_by_call(driver_memory.samples, probed)}
                if probes else {}),
         }
 

@@ -130,6 +130,16 @@ def step_events(records) -> list[dict]:
             for record in records if record.dagster_event is not None]
 
 
+def _samples_in(samples: list[tuple[float, float, float]], start: float, end: float
+                ) -> tuple[float, list[tuple[float, float, float]]] | None:
+    """The resident MB when ``start`` came (the last sample before it) and the samples up to ``end``; None if none."""
+    inside = [s for s in samples if start <= s[0] <= end]
+    if not inside:
+        return None
+    before = [s for s in samples if s[0] < start]
+    return (before[-1][1] if before else inside[0][1]), inside
+
+
 def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict], top: int = 8) -> list[dict]:
     """The steps in whose time the Python driver's resident size rose most, with its peak and Arrow's."""
     windows: dict[str, list[float]] = {}
@@ -140,11 +150,10 @@ def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict]
             windows[event["step"]][1] = event["t"]
     rows = []
     for step, (start, end) in windows.items():
-        inside = [s for s in samples if start <= s[0] <= end]
-        before = [s for s in samples if s[0] < start]
-        if not inside:
+        window = _samples_in(samples, start, end)
+        if window is None:
             continue
-        entry_mb = before[-1][1] if before else inside[0][1]
+        entry_mb, inside = window
         rows.append({"step": step, "rss_at_start_mb": round(entry_mb), "rss_peak_mb": round(max(s[1] for s in inside)),
                      "rise_mb": round(max(s[1] for s in inside) - entry_mb),
                      "arrow_peak_mb": round(max(s[2] for s in inside))})
@@ -160,17 +169,14 @@ def memory_by_call(samples: list[tuple[float, float, float]], records: list[dict
     """
     by_site: dict[tuple[str, str], dict] = {}
     for record in records:
-        if record["region"]:
+        window = None if record["region"] else _samples_in(samples, record["t0"], record["t1"])
+        if window is None:
             continue
-        inside = [s for s in samples if record["t0"] <= s[0] <= record["t1"]]
-        if not inside:
-            continue
-        before = [s for s in samples if s[0] < record["t0"]]
-        entry_mb = before[-1][1] if before else inside[0][1]
+        entry_mb, inside = window
         peak_mb = max(s[1] for s in inside)
-        row = by_site.setdefault((record["kind"], record["site"].rsplit(":", 1)[0]),
-                                 {"call": record["kind"], "site": record["site"].rsplit(":", 1)[0],
-                                  "calls": 0, "largest_rise_mb": 0, "rss_peak_mb": 0})
+        site = record["site"].rsplit(":", 1)[0]  # file:function, as by_site groups them
+        row = by_site.setdefault((record["kind"], site), {"call": record["kind"], "site": site, "calls": 0,
+                                                          "largest_rise_mb": 0, "rss_peak_mb": 0})
         row["calls"] += 1
         row["largest_rise_mb"] = max(row["largest_rise_mb"], round(peak_mb - entry_mb))
         row["rss_peak_mb"] = max(row["rss_peak_mb"], round(peak_mb))
@@ -400,15 +406,15 @@ def install_probes(ablate: set[str]) -> Probes:
     probes.action(delta_rs.DeltaTableBuilder, "execute", "delta-rs create table")
 
     from medallion_assets import engine
+    from medallion_assets.io_manager import client as io_client
+    from medallion_assets.io_manager import manager as io_manager
+    from medallion_assets.io_manager import metadata as io_metadata
     from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 
     # The IO manager's small writes, run by deltalake in this process (the driver's memory follows them).
     for method, kind in (("merge_into_existing", "deltalake MERGE"), ("append_to_existing", "deltalake append"),
                          ("write", "deltalake write")):
         probes.action(ArrowDeltaClient, method, kind)
-    from medallion_assets.io_manager import client as io_client
-    from medallion_assets.io_manager import manager as io_manager
-    from medallion_assets.io_manager import metadata as io_metadata
 
     for cls in (engine.DeltaSparkEngine, engine.DeltaRsEngine):
         probes.action(cls, "latest_commit", "engine.latest_commit")
