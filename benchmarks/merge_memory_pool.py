@@ -6,6 +6,9 @@ Run by hand (not a test), from the project root, on a table of a lake that
     python benchmarks/merge_memory_pool.py --table LAKE/silver/lineitem \\
         --keys l_orderkey l_linenumber --group l_orderkey --fractions 0.01 0.1 0.3 --pools 0 256 1024
 
+    python benchmarks/merge_memory_pool.py --table LAKE/silver/orders \\
+        --keys o_orderkey --group o_orderkey --fractions 0.01 --pools 0 --row-group-rows 0 131072
+
 deltalake alone, no Spark: the question is delta-rs' own behaviour. Neither
 the IO manager's MERGEs by deltalake (sources of at most
 ``arrow_write_max_rows`` rows, tables of at most ``arrow_merge_max_table_mb``)
@@ -23,6 +26,11 @@ every matched row and inserts the rest. It prints the source's rows and
 Arrow size, the MERGE's seconds, the process's peak resident memory above
 where it stood with the source in hand, the table's rows afterwards, and
 delta-rs' error when the bound was too small for the MERGE.
+
+``--row-group-rows`` also runs each MERGE with the files it rewrites cut into
+row groups of at most that many rows (0: deltalake's default writer, up to
+1,048,576 rows a row group). Its writer properties name Snappy, deltalake's
+default codec: ``WriterProperties`` without a codec writes uncompressed files.
 """
 
 from __future__ import annotations
@@ -66,11 +74,15 @@ def measure(args: argparse.Namespace) -> dict:
         reset_peak_rss(os.getpid())
         before = memory_kb(os.getpid(), "VmRSS")
         on = " AND ".join(f"t.`{key}` = s.`{key}`" for key in args.keys)
-        pool = {"max_spill_size": args.pool * 1024 * 1024} if args.pool else {}
+        options = {"max_spill_size": args.pool * 1024 * 1024} if args.pool else {}
+        if args.row_group:
+            options["writer_properties"] = deltalake.WriterProperties(
+                max_row_group_size=args.row_group, compression="SNAPPY"
+            )
         started = time.perf_counter()
         error = None
         try:
-            (table.merge(source, on, source_alias="s", target_alias="t", **pool)
+            (table.merge(source, on, source_alias="s", target_alias="t", **options)
              .when_matched_update_all().when_not_matched_insert_all().execute())
         except Exception as exc:  # delta-rs' own error is the result being measured
             error = str(exc).splitlines()[0][:300]
@@ -79,6 +91,7 @@ def measure(args: argparse.Namespace) -> dict:
         return {
             "fraction": args.fraction,
             "pool_mb": args.pool,
+            "row_group_rows": args.row_group,
             "source_rows": source.num_rows,
             "source_mb": round(source.nbytes / 2**20),
             "seconds": round(seconds, 2),
@@ -99,30 +112,36 @@ def main() -> None:
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.1, 0.3])
     parser.add_argument("--pools", nargs="+", type=int, default=[0, 256, 1024],
                         help="max_spill_size in MB; 0 for none")
+    parser.add_argument("--row-group-rows", nargs="+", type=int, default=[0],
+                        help="the rewritten files' row groups, at most this many rows; 0 for deltalake's default")
     parser.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--pool", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--row-group", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fraction is not None:
         emit_json(measure(args))
         return
-    print("| share of groups | source rows | source MB | spill bound | MERGE s | peak above the source in hand, MB | rows after | error | load |")
-    print("| ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |")
+    print("| share of groups | source rows | source MB | spill bound | row groups up to | MERGE s "
+          "| peak above the source in hand, MB | rows after | error | load |")
+    print("| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- | ---: |")
     sources = tempfile.mkdtemp(prefix="merge_pool_sources_")
     try:
         for fraction in args.fractions:
             source = write_source(args.table, args.group, fraction, sources)
             for pool in args.pools:
-                print_run(args, fraction, pool, source)
+                for row_group in args.row_group_rows:
+                    print_run(fraction, pool, row_group, source)
     finally:
         shutil.rmtree(sources, ignore_errors=True)
 
 
-def print_run(args: argparse.Namespace, fraction: float, pool: int, source: str) -> None:
-    r = run_child([*sys.argv, "--fraction", str(fraction), "--pool", str(pool), "--source", source],
-                  f"the run at {fraction} with a {pool} MB bound")
+def print_run(fraction: float, pool: int, row_group: int, source: str) -> None:
+    r = run_child([*sys.argv, "--fraction", str(fraction), "--pool", str(pool), "--row-group", str(row_group),
+                   "--source", source], f"the run at {fraction} with a {pool} MB bound, row groups {row_group}")
     bound = f"{r['pool_mb']} MB" if r["pool_mb"] else "none"
-    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {r['seconds']} "
+    groups = f"{r['row_group_rows']:,} rows" if r["row_group_rows"] else "default"
+    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {groups} | {r['seconds']} "
           f"| {r['peak_growth_mb']} | {r['rows_after']:,} | {r['error'] or ''} | {r['load_average']} |", flush=True)
 
 
