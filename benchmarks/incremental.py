@@ -25,6 +25,17 @@ creates a feed's silver table: their MERGEs mark the rows they replace instead
 of rewriting the files. It prints JSON. ``--folder`` keeps the lake (and
 tpchgen's data) for a rerun; without it a temporary folder is removed at the end.
 
+``--fresh-process-batch`` (needs ``--folder``) also runs the batch as a
+scheduled run pays it, in a process of its own: once the last batch has
+landed, the lake (all but its landing, which no run changes) and the Dagster
+instance are copied aside; after the runs above, they are put back at the
+same place (the bronze streams' checkpoints name the landing's files by
+path), and a child process runs the batch and the run with nothing new
+again, with the same measurements. Both processes keep the Dagster instance
+in the folder, since a run reuses its checks' earlier results from it. It
+tells what the process's own history (the full run before the batch) adds to
+the batch's time and driver memory.
+
 ``--fit FILE ...`` measures nothing: it reads the JSON of runs at several
 scale factors and prints, in Markdown, each run's figures and straight-line
 fits of the full run and the batch in the scale factor (what a run costs
@@ -46,7 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine_runs import PeriodicSampler
+from engine_runs import PeriodicSampler, emit_json, run_child
 from materialize_all import step_seconds
 from pipeline_vs_plain import (
     by_site,
@@ -157,6 +168,29 @@ def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str
     return "\n".join(lines)
 
 
+#: What a run changes in the folder: the lake but its landing (the simulator's alone), and the Dagster instance.
+_RUN_STATE = ("lake", "dagster_home")
+
+
+def _copy_aside(folder: Path, aside: Path) -> None:
+    """Copy what a run changes into ``aside``, before the batch."""
+    shutil.rmtree(aside, ignore_errors=True)
+    for name in _RUN_STATE:
+        shutil.copytree(folder / name, aside / name,
+                        ignore=lambda where, names: ["landing"] if Path(where) == folder / "lake" else [])
+
+
+def _put_back(aside: Path, folder: Path) -> None:
+    """Put back what :func:`_copy_aside` kept, at the same paths, the landing left as it is."""
+    for name in _RUN_STATE:
+        for entry in (folder / name).iterdir():
+            if not (name == "lake" and entry.name == "landing"):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        for entry in (aside / name).iterdir():
+            shutil.move(entry, folder / name / entry.name)
+    shutil.rmtree(aside)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale-factor", type=float, default=0.1)
@@ -169,7 +203,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="create the tables written by MERGE with deletion vectors (delta-spark only)")
     parser.add_argument("--fit", nargs="+", metavar="FILE",
                         help="measure nothing: fit the JSON of runs at several scale factors (see above)")
+    parser.add_argument("--fresh-process-batch", action="store_true",
+                        help="also run the batch and the run with nothing new in a fresh process (see above)")
+    # The child of --fresh-process-batch: the batch on the lake its parent put back.
+    parser.add_argument("--batch-in-this-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    keeps_instance = args.fresh_process_batch or args.batch_in_this_process
+    if keeps_instance and not args.folder:
+        parser.error("--fresh-process-batch needs --folder: the lake is put back there for the fresh process")
     if args.fit:
         from medallion_assets.definitions import build_definitions
 
@@ -196,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
 
     delivery = {"scale_factor": args.scale_factor, "batches": args.batches, "seed": 7, "work_dir": folder / "tpch"}
     started = time.monotonic()
-    for _ in range(args.batches - 1):
+    for _ in range(0 if args.batch_in_this_process else args.batches - 1):
         land_next_batch(lake / "landing", **delivery)
     landing_s = time.monotonic() - started
 
     defs = build_definitions("local")
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in a.keys)]
-    instance = DagsterInstance.ephemeral()
+    instance = DagsterInstance.get() if keeps_instance else DagsterInstance.ephemeral()
     # Settings read through EnvVar resolve only when Dagster initializes the resource.
     warm = defs.resources["spark"].process_config_and_initialize()
     started = time.monotonic()
@@ -261,10 +302,26 @@ def main(argv: list[str] | None = None) -> int:
                if probes else {}),
         }
 
+    if args.batch_in_this_process:
+        emit_json({"runs": [run("incremental"), run("nothing new")], "session_start_s": round(session_start_s, 1)})
+        warm.spark_session.stop()
+        return 0
     runs = [run("full")]
     landed = land_next_batch(lake / "landing", **delivery)
+    aside = folder / "before_the_batch"
+    if args.fresh_process_batch:
+        _copy_aside(folder, aside)
     runs.append({**run("incremental"), "landed_files": len(landed.files)})
     runs.append(run("nothing new"))
+    fresh = None
+    if args.fresh_process_batch:
+        warm.spark_session.stop()
+        instance.dispose()
+        _put_back(aside, folder)
+        child = [__file__, "--scale-factor", str(args.scale_factor), "--batches", str(args.batches),
+                 "--folder", str(folder), "--slowest", str(args.slowest), "--batch-in-this-process",
+                 *(["--probes"] if args.probes else []), *(["--deletion-vectors"] if args.deletion_vectors else [])]
+        fresh = run_child(child, "the batch in a fresh process")
     report = {
         "scale_factor": args.scale_factor,
         "batches": args.batches,
@@ -275,9 +332,13 @@ def main(argv: list[str] | None = None) -> int:
         "session_start_s": round(session_start_s, 1),
         "incremental_share_of_full": round(runs[1]["work_s"] / runs[0]["work_s"], 3),
         "runs": runs,
+        **({"fresh_process": {
+            "incremental_share_of_full": round(fresh["runs"][0]["work_s"] / runs[0]["work_s"], 3), **fresh,
+        }} if fresh else {}),
     }
     print(json.dumps(report, indent=2))
-    warm.spark_session.stop()
+    if not fresh:
+        warm.spark_session.stop()
     if not args.folder:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
