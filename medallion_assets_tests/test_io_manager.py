@@ -578,6 +578,9 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     metadata, commit = merge([(1, 2, Decimal("11.00"), at(2), False), (2, 0, Decimal("0.01"), at(2), False),
                               (3, 2, None, None, True)])
     assert commit["operation"] == "MERGE" and commit["engineInfo"].startswith("delta-rs")
+    # The stale change is kept as it was by the last matched clause, which delta-rs counts as an update.
+    metrics = commit["operationMetrics"]
+    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_deleted"]) == (2, 1)
     if delta_engine == "delta-spark":
         assert metadata["delta/engine"].value == ENGINE_NAME
         assert metadata["delta/version"].value == commit["version"]
