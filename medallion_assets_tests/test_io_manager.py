@@ -592,10 +592,15 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     metadata, commit = merge([(4, 1, Decimal("1.00"), at(3), False), (5, 1, Decimal("2.00"), at(3), False),
                               (1, 3, Decimal("12.00"), at(3), False), (2, 3, None, None, True)])
     assert metadata["delta/engine"].value == delta_engine
-    metadata, commit = merge([(6, 1, Decimal("6.00"), at(4), False)], bound=0)
+    metadata, commit = merge([(6, 1, Decimal("6.00"), at(4), False), (4, 0, Decimal("0.02"), at(4), False)], bound=0)
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
+    # The stale change of id 4: delta-spark copies it, delta-rs' MERGE keeps it by a last matched clause.
+    metrics = commit["operationMetrics"]
     if delta_engine == "delta-spark":
         assert not commit["engineInfo"].startswith("delta-rs")
+        assert (int(metrics["numTargetRowsUpdated"]), int(metrics["numTargetRowsInserted"])) == (0, 1)
+    else:
+        assert (metrics["num_target_rows_updated"], metrics["num_target_rows_inserted"]) == (1, 1)
     # A small source, but no table is small enough for deltalake to rewrite, set as a deployment sets
     # it (the variable, read by Dagster when the run starts): the engine merges, and the log says why.
     monkeypatch.setenv("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "0")

@@ -165,6 +165,11 @@ def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
     assert rows(read_with_duckdb(f"{root}/silver/states"), sort_by="id") == [
         {"id": 1, "seq": 6, "v": "new1"}, {"id": 2, "seq": 5, "v": "old2"}, {"id": 3, "seq": 1, "v": "new3"},
     ]
+    # The stale change (id 2) is kept as it was by a last matched clause, which delta-rs counts as an update.
+    from deltalake import DeltaTable
+
+    metrics = DeltaTable(f"{root}/silver/states").history(1)[0]["operationMetrics"]
+    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_inserted"]) == (2, 1)
 
 
 def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):

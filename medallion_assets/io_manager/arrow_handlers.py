@@ -28,7 +28,7 @@ from dagster import MetadataValue, TableColumn, TableSchema
 from deltalake.exceptions import DeltaError
 
 from medallion_assets.delta.errors import UnsupportedFeatureError
-from medallion_assets.engine import MergeClause, user_metadata
+from medallion_assets.engine import MergeClause, user_metadata, with_unacted_matches_kept
 from medallion_assets.io_manager.metadata import ENGINE_NAME, arrow_markdown_preview, check_column_descriptions
 from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, declared_table_properties
 
@@ -355,22 +355,7 @@ class ArrowDeltaClient:
             conform_source(data, pa.schema(table.schema()), path), on, source_alias="s", target_alias="t",
             commit_properties=_commit_properties(commit_metadata, None),
         )
-        for clause in clauses:
-            if clause.action == "delete":
-                merger = merger.when_matched_delete(clause.condition)
-            elif clause.action == "update":
-                merger = merger.when_matched_update(dict(clause.assignments or {}), clause.condition)
-            else:
-                merger = merger.when_not_matched_insert(dict(clause.assignments or {}), clause.condition)
-        matched = [clause for clause in clauses if clause.action != "insert"]
-        if matched and all(clause.condition for clause in matched):
-            # A matched row no clause acts on (a stale change: its sequence is not newer) made deltalake
-            # 1.6.6's MERGE hold twice the memory: 1.57 to 1.76 GB against 0.76 GB into SF 3's orders with
-            # 15% of the source stale (docs/performance-record.md, "Stale changes in deltalake's MERGE").
-            # So the last matched clause keeps such a row as it is; delta-rs counts it among the updated rows.
-            kept = table.schema().fields[0].name
-            merger = merger.when_matched_update({kept: f"t.`{kept}`"})
-        return merger.execute()
+        return _with_clauses(merger, clauses).execute()
 
     def _merge(
         self, data: pa.Table, path: str, spec: WriteSpec, *, asset: str, exists: bool, custom: dict[str, str]
@@ -392,14 +377,13 @@ class ArrowDeltaClient:
             return None
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in spec.merge_keys)
         newer = f"s.`{spec.sequence_column}` > t.`{spec.sequence_column}`" if spec.sequence_column else None
-        (
-            self._open(path)
-            .merge(data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
-                   commit_properties=deltalake.CommitProperties(custom_metadata=custom))
-            .when_matched_update_all(predicate=newer)
-            .when_not_matched_insert_all()
-            .execute()
+        every_column = {column: f"s.`{column}`" for column in data.column_names}
+        merger = self._open(path).merge(
+            data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
+            commit_properties=deltalake.CommitProperties(custom_metadata=custom),
         )
+        _with_clauses(merger, [MergeClause("update", newer, every_column), MergeClause("insert", None, every_column)]
+                      ).execute()
         return None
 
     def metadata(
@@ -438,6 +422,18 @@ class ArrowDeltaClient:
                 table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
             )),
         }
+
+
+def _with_clauses(merger: deltalake.table.TableMerger, clauses: Sequence[MergeClause]) -> deltalake.table.TableMerger:
+    """``merger`` with ``clauses`` in order, and the last one that keeps rows no clause acts on."""
+    for clause in with_unacted_matches_kept(clauses):
+        if clause.action == "delete":
+            merger = merger.when_matched_delete(clause.condition)
+        elif clause.action == "update":
+            merger = merger.when_matched_update(dict(clause.assignments or {}), clause.condition)
+        else:
+            merger = merger.when_not_matched_insert(dict(clause.assignments or {}), clause.condition)
+    return merger
 
 
 def _custom_metadata(commit_metadata: Mapping[str, str]) -> dict[str, str]:
