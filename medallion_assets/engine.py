@@ -468,7 +468,7 @@ class MergeClause:
     assignments: Mapping[str, str] | None = None
 
 
-def with_unacted_matches_kept(clauses: Sequence[MergeClause]) -> list[MergeClause]:
+def with_unacted_matches_kept(clauses: Sequence[MergeClause], *, column: str) -> list[MergeClause]:
     """``clauses``, ending with an update that keeps as it is a matched row no other clause acts on.
 
     For MERGEs delta-rs runs. A matched row that none of the ``WHEN MATCHED``
@@ -478,18 +478,20 @@ def with_unacted_matches_kept(clauses: Sequence[MergeClause]) -> list[MergeClaus
     stale (docs/performance-record.md, "Stale changes in deltalake's MERGE").
     With the last clause the files written are the same, but delta-rs counts
     such a row as updated rather than copied. The clause is added only when
-    every matched clause has a condition and one of the clauses names a
-    target column to keep.
+    every matched clause has a condition.
+
+    Args:
+        clauses: the MERGE's ``WHEN`` clauses, in order.
+        column: a column the target table has: the last clause sets it to its stored value.
 
     Example:
-        >>> with_unacted_matches_kept([MergeClause("update", "s.seq > t.seq", {"id": "s.id"})])[-1]
+        >>> with_unacted_matches_kept([MergeClause("update", "s.seq > t.seq", {"v": "s.v"})], column="id")[-1]
         MergeClause(action='update', condition=None, assignments={'id': 't.`id`'})
     """
     matched = [clause for clause in clauses if clause.action != "insert"]
-    named = [column for clause in clauses for column in (clause.assignments or {})]
-    if not matched or not named or not all(clause.condition for clause in matched):
+    if not matched or not all(clause.condition for clause in matched):
         return list(clauses)
-    return [*clauses, MergeClause("update", None, {named[0]: f"t.`{named[0]}`"})]
+    return [*clauses, MergeClause("update", None, {column: f"t.`{column}`"})]
 
 
 def _no_rows(frame: DataFrame) -> DataFrame:
@@ -811,7 +813,9 @@ class DeltaRsEngine(DeltaEngine):
               clauses: Sequence[MergeClause], schema_evolution: bool = False,
               metadata: Mapping[str, str] | None = None) -> None:
         """MERGE as :meth:`DeltaEngine.merge`, kept rows included (:func:`with_unacted_matches_kept`)."""
-        super().merge(spark, path, source, on=on, clauses=with_unacted_matches_kept(clauses),
+        # The target's own first column: a source column could be one that schema evolution adds.
+        kept = self.for_path(spark, path)._table().schema().fields[0].name
+        super().merge(spark, path, source, on=on, clauses=with_unacted_matches_kept(clauses, column=kept),
                       schema_evolution=schema_evolution, metadata=metadata)
 
     def table_class(self) -> Any:

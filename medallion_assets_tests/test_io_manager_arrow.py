@@ -172,6 +172,25 @@ def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
     assert (metrics["num_target_rows_updated"], metrics["num_target_rows_inserted"]) == (2, 1)
 
 
+def test_merge_adding_a_column_first_keeps_stale_changes_and_evolves_the_schema(tmp_path):
+    root = str(tmp_path / "lake")
+    batches = iter([
+        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"]},
+        {"note": ["n1", "n2"], "id": [1, 2], "seq": [6, 4], "v": ["new1", "stale2"]},
+    ])
+
+    @asset(key=["silver", "notes"],
+           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    def notes() -> pa.Table:
+        return pa.table(next(batches))
+
+    for _ in range(2):
+        assert materialize([notes], resources=_resources(root)).success
+    assert rows(read_with_duckdb(f"{root}/silver/notes"), sort_by="id") == [
+        {"id": 1, "seq": 6, "v": "new1", "note": "n1"}, {"id": 2, "seq": 5, "v": "old2", "note": None},
+    ]
+
+
 def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
     @asset(key=["silver", "gone"], metadata=delta_table(write_mode="merge", merge_keys=["id"], delete_column="deleted"))
     def gone() -> pd.DataFrame:

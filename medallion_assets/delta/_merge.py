@@ -84,6 +84,39 @@ def conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
+def add_assigned_columns(table: deltalake.DeltaTable, source: pa.Schema, assigned: set[str] | None) -> bool:
+    """Add to ``table`` the source columns a MERGE with schema evolution assigns and the table lacks.
+
+    deltalake 1.6.6's MERGE gives a column it adds the source's value in every
+    row that has a source row, whatever the clauses say: a matched row that no
+    clause changes (a stale change) would store its source's value, where
+    delta-spark keeps it null. Once the column is the table's, the MERGE
+    reads it from the target. So the new nullable columns come first, in a
+    metadata commit of their own, as an append that adds columns does; if
+    the MERGE then fails, the table keeps the new, empty, columns.
+
+    Args:
+        table: the MERGE's target.
+        source: the source's schema, its types already the table's where it has the column.
+        assigned: the columns the clauses assign; ``None`` for every source column
+            (an update-all or insert-all clause).
+
+    Returns:
+        Whether a column was added (``table`` is then at the new version).
+    """
+    from deltalake import Schema
+
+    current = {name.lower() for name in pa.schema(table.schema().to_arrow()).names}
+    wanted = None if assigned is None else {name.lower() for name in assigned}
+    new = [f for f in source if f.name.lower() not in current and (wanted is None or f.name.lower() in wanted)]
+    if not new:
+        return False
+    columns = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in new])).fields
+    table.alter.add_columns(columns, commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+    table.update_incremental()
+    return True
+
+
 class DeltaMergeBuilder:
     """Builds a MERGE like delta-spark's ``DeltaMergeBuilder``; get one from :meth:`DeltaTable.merge`.
 
@@ -221,6 +254,10 @@ class DeltaMergeBuilder:
             table = self._delta._table()
             target_schema = pa.schema(table.schema().to_arrow())
             source = conform_source(self._source.toArrow(), target_schema, path)
+            if self._merge_schema:
+                every = any(kind.endswith("_all") for kind, _, _ in self._clauses)
+                assigned = None if every else {name for _, _, mapping in self._clauses for name in (mapping or {})}
+                add_assigned_columns(table, source.schema, assigned)
             # No spill bound (max_spill_size): delta-rs cannot spill a hash join's input, so a bound fails
             # a large source ("Resources exhausted"; at SF 1's lineitem a 135 MB source failed under
             # 256 MB, benchmarks/merge_memory_pool.py), and near it the MERGE can deadlock

@@ -355,7 +355,7 @@ class ArrowDeltaClient:
             conform_source(data, pa.schema(table.schema()), path), on, source_alias="s", target_alias="t",
             commit_properties=_commit_properties(commit_metadata, None),
         )
-        return _with_clauses(merger, clauses).execute()
+        return _with_clauses(merger, clauses, table).execute()
 
     def _merge(
         self, data: pa.Table, path: str, spec: WriteSpec, *, asset: str, exists: bool, custom: dict[str, str]
@@ -378,12 +378,17 @@ class ArrowDeltaClient:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in spec.merge_keys)
         newer = f"s.`{spec.sequence_column}` > t.`{spec.sequence_column}`" if spec.sequence_column else None
         every_column = {column: f"s.`{column}`" for column in data.column_names}
-        merger = self._open(path).merge(
+        table = self._open(path)
+        if spec.schema_mode == "merge":
+            from medallion_assets.delta._merge import add_assigned_columns
+
+            add_assigned_columns(table, data.schema, None)
+        merger = table.merge(
             data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
             commit_properties=deltalake.CommitProperties(custom_metadata=custom),
         )
-        _with_clauses(merger, [MergeClause("update", newer, every_column), MergeClause("insert", None, every_column)]
-                      ).execute()
+        clauses = [MergeClause("update", newer, every_column), MergeClause("insert", None, every_column)]
+        _with_clauses(merger, clauses, table).execute()
         return None
 
     def metadata(
@@ -424,9 +429,12 @@ class ArrowDeltaClient:
         }
 
 
-def _with_clauses(merger: deltalake.table.TableMerger, clauses: Sequence[MergeClause]) -> deltalake.table.TableMerger:
+def _with_clauses(
+    merger: deltalake.table.TableMerger, clauses: Sequence[MergeClause], target: deltalake.DeltaTable
+) -> deltalake.table.TableMerger:
     """``merger`` with ``clauses`` in order, and the last one that keeps rows no clause acts on."""
-    for clause in with_unacted_matches_kept(clauses):
+    # The target's own first column: a source column could be one that schema evolution adds.
+    for clause in with_unacted_matches_kept(clauses, column=target.schema().fields[0].name):
         if clause.action == "delete":
             merger = merger.when_matched_delete(clause.condition)
         elif clause.action == "update":

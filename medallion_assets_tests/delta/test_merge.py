@@ -207,6 +207,23 @@ def test_schema_evolution_adds_source_columns(spark, tmp_path):
     assert [r["color"] for r in duck] == ["red", None, None, None, "blue"]
 
 
+def test_schema_evolution_leaves_the_new_column_null_in_rows_no_clause_changes(spark, tmp_path):
+    path = tmp_path / "t"
+    table = _target(spark, path)
+    ddl = "color string, id long, seq long, name string, price decimal(10,2), day date, updated_at timestamp"
+    # id 1's change is stale (seq 3 < 5), id 2's is newer, id 7 is new.
+    source = spark.createDataFrame(
+        [("red", 1, 3, "one-OLD", None, None, None), ("blue", 2, 7, "two!", None, None, None),
+         ("green", 7, 1, "seven", None, None, None)], ddl
+    )
+    (table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll("s.seq > t.seq")
+     .whenNotMatchedInsertAll().withSchemaEvolution().execute())
+    # As delta-spark: the stale change and the rows without a change keep no color.
+    expected = {1: ("one", None), 2: ("two!", "blue"), 3: (None, None), 4: ("four", None), 7: ("seven", "green")}
+    for reader in (read_with_deltalake, read_with_duckdb):
+        assert {r["id"]: (r["name"], r["color"]) for r in rows(reader(path), sort_by="id")} == expected
+
+
 def test_failed_merge_commits_nothing(spark, tmp_path):
     path = tmp_path / "t"
     table = _target(spark, path)
