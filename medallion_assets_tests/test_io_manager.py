@@ -245,9 +245,12 @@ def test_a_merge_table_with_deletion_vectors_marks_replaced_rows_on_delta_spark_
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
+    # The second batch grows only the struct, and id 2's change is stale; the third adds a column.
     batches = [
-        ("id long, seq long, name string", [(1, 1, "a"), (2, 1, "b")]),
-        ("id long, seq long, tier string", [(1, 2, "gold"), (3, 2, "silver")]),
+        ("id long, seq long, name string, info struct<a: long>", [(1, 1, "a", (1,)), (2, 1, "b", (2,))]),
+        ("id long, seq long, name string, info struct<a: long, b: string>",
+         [(1, 2, "a2", (10, "x")), (2, 0, "stale", (20, "y"))]),
+        ("id long, seq long, tier string", [(1, 3, "gold"), (3, 3, "silver")]),
     ]
     state = {"batch": 0}
 
@@ -260,14 +263,15 @@ def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spa
         return spark.createDataFrame(rows, schema)
 
     resources = _resources(tmp_path)
-    for batch in range(2):
+    for batch in range(3):
         state["batch"] = batch
         assert materialize([evolving], resources=resources).success
     table = read_with_deltalake(resources["lake"].table_path(["silver", "evolving"]))
-    assert table.column_names == ["id", "seq", "name", "tier"]
-    # A merged row replaces the stored one: 1 loses its name, which its change lacks.
+    assert table.column_names == ["id", "seq", "name", "info", "tier"]
+    # A merged row replaces the stored one: 1 loses its name and info, which its last change lacks.
+    # The stale change leaves 2 as stored, its struct's new field null.
     assert sorted(tuple(row.values()) for row in table.to_pylist()) == [
-        (1, 2, None, "gold"), (2, 1, "b", None), (3, 2, None, "silver"),
+        (1, 3, None, None, "gold"), (2, 1, "b", {"a": 2, "b": None}, None), (3, 3, None, None, "silver"),
     ]
 
 

@@ -84,35 +84,76 @@ def conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def add_assigned_columns(table: deltalake.DeltaTable, source: pa.Schema, assigned: set[str] | None) -> bool:
-    """Add to ``table`` the source columns a MERGE with schema evolution assigns and the table lacks.
+def _with_nullable_fields(field: pa.Field) -> pa.Field:
+    # Rows already stored have no value for a field the schema gains, at any depth.
+    typ = field.type
+    if pa.types.is_struct(typ):
+        typ = pa.struct([_with_nullable_fields(typ.field(i)) for i in range(typ.num_fields)])
+    elif pa.types.is_list(typ):
+        typ = pa.list_(_with_nullable_fields(typ.value_field))
+    elif pa.types.is_large_list(typ):
+        typ = pa.large_list(_with_nullable_fields(typ.value_field))
+    elif pa.types.is_map(typ):
+        typ = pa.map_(typ.key_field, _with_nullable_fields(typ.item_field))
+    return field.with_type(typ).with_nullable(True)
+
+
+def lacks_fields(stored: pa.DataType | None, incoming: pa.DataType) -> bool:
+    """Whether ``incoming`` has a field, at any depth, that ``stored`` lacks (``None``: a new column).
+
+    Names match case-insensitively, as Delta's columns do. Types are not
+    compared: a field both have is not new, whatever its type.
+    """
+    if stored is None:
+        return True
+    if pa.types.is_struct(incoming) and pa.types.is_struct(stored):
+        known = {stored.field(i).name.lower(): stored.field(i).type for i in range(stored.num_fields)}
+        return any(
+            lacks_fields(known.get(incoming.field(i).name.lower()), incoming.field(i).type)
+            for i in range(incoming.num_fields)
+        )
+    lists = (pa.types.is_list, pa.types.is_large_list)
+    if any(a(incoming) for a in lists) and any(b(stored) for b in lists):
+        return lacks_fields(stored.value_type, incoming.value_type)
+    if pa.types.is_map(incoming) and pa.types.is_map(stored):
+        return lacks_fields(stored.item_type, incoming.item_type)
+    return False
+
+
+def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned: set[str] | None) -> bool:
+    """Add to ``table`` the columns and nested fields that a MERGE with schema evolution assigns and it lacks.
 
     deltalake 1.6.6's MERGE gives a column it adds the source's value in every
     row that has a source row, whatever the clauses say: a matched row that no
     clause changes (a stale change) would store its source's value, where
-    delta-spark keeps it null. Once the column is the table's, the MERGE
-    reads it from the target. So the new nullable columns come first, in a
-    metadata commit of their own, as an append that adds columns does; if
-    the MERGE then fails, the table keeps the new, empty, columns.
+    delta-spark keeps it null. A struct column that gains a field is worse:
+    the stale change's whole struct replaces the stored one, fields the table
+    had included. Once the schema is the table's, the MERGE reads the target's
+    own values. So the schema grows first, in a commit of its own: an append
+    of no rows with ``schema_mode="merge"``, delta-rs merging the schemas. If
+    the MERGE then fails, the table keeps the new, empty, fields.
 
     Args:
         table: the MERGE's target.
-        source: the source's schema, its types already the table's where it has the column.
+        source: the source's schema.
         assigned: the columns the clauses assign; ``None`` for every source column
             (an update-all or insert-all clause).
 
     Returns:
-        Whether a column was added (``table`` is then at the new version).
+        Whether the schema grew (``table`` is then at the new version).
     """
-    from deltalake import Schema
+    from deltalake import write_deltalake
 
-    current = {name.lower() for name in pa.schema(table.schema().to_arrow()).names}
+    stored = {f.name.lower(): f.type for f in pa.schema(table.schema().to_arrow())}
     wanted = None if assigned is None else {name.lower() for name in assigned}
-    new = [f for f in source if f.name.lower() not in current and (wanted is None or f.name.lower() in wanted)]
-    if not new:
+    growing = [
+        _with_nullable_fields(f) for f in source
+        if (wanted is None or f.name.lower() in wanted) and lacks_fields(stored.get(f.name.lower()), f.type)
+    ]
+    if not growing:
         return False
-    columns = Schema.from_arrow(pa.schema([f.with_nullable(True) for f in new])).fields
-    table.alter.add_columns(columns, commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+    write_deltalake(table, pa.schema(growing).empty_table(), mode="append", schema_mode="merge",
+                    commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
     table.update_incremental()
     return True
 
@@ -252,12 +293,13 @@ class DeltaMergeBuilder:
             raise DeltaOptionError(f"the source and the target have the same alias '{s_alias}'", table=path)
         with translated(path, "MERGE"):
             table = self._delta._table()
-            target_schema = pa.schema(table.schema().to_arrow())
-            source = conform_source(self._source.toArrow(), target_schema, path)
+            source = self._source.toArrow()
             if self._merge_schema:
+                # Before the source takes the table's types, which would drop a struct's new fields.
                 every = any(kind.endswith("_all") for kind, _, _ in self._clauses)
                 assigned = None if every else {name for _, _, mapping in self._clauses for name in (mapping or {})}
-                add_assigned_columns(table, source.schema, assigned)
+                add_assigned_fields(table, source.schema, assigned)
+            source = conform_source(source, pa.schema(table.schema().to_arrow()), path)
             # No spill bound (max_spill_size): delta-rs cannot spill a hash join's input, so a bound fails
             # a large source ("Resources exhausted"; at SF 1's lineitem a 135 MB source failed under
             # 256 MB, benchmarks/merge_memory_pool.py), and near it the MERGE can deadlock

@@ -380,9 +380,9 @@ class ArrowDeltaClient:
         every_column = {column: f"s.`{column}`" for column in data.column_names}
         table = self._open(path)
         if spec.schema_mode == "merge":
-            from medallion_assets.delta._merge import add_assigned_columns
+            from medallion_assets.delta._merge import add_assigned_fields
 
-            add_assigned_columns(table, data.schema, None)
+            add_assigned_fields(table, data.schema, None)
         merger = table.merge(
             data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
             commit_properties=deltalake.CommitProperties(custom_metadata=custom),

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from medallion_assets.engine import DeltaEngine, MergeClause
 from medallion_assets.io_manager.spec import WriteSpec
@@ -119,7 +119,7 @@ def _upsert(
     seq = spec.sequence_column
     newer = f"s.`{seq}` > t.`{seq}`" if seq else None
     stored_schema = client.engine.schema(client.spark, path)
-    source, new_columns = _evolve_source(source, stored_schema, spec)
+    source, new_columns, evolves = _evolve_source(source, stored_schema, spec)
     # Explicit assignments so the delete flag is never stored in the table.
     assignments = {c: f"s.`{c}`" for c in [*stored_schema.fieldNames(), *new_columns]}
     if spec.delete_column:
@@ -132,7 +132,7 @@ def _upsert(
         ]
     else:
         clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
-    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=bool(new_columns),
+    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=evolves,
                  metadata=commit_metadata, max_rows=rows)
     return None
 
@@ -145,11 +145,11 @@ def _replace_keys(
     if new_table:
         return _append_to_new_table(client, frame, path, commit_metadata)
     stored_schema = client.engine.schema(client.spark, path)
-    frame, new_columns = _evolve_source(frame, stored_schema, spec)
+    frame, new_columns, evolves = _evolve_source(frame, stored_schema, spec)
     keys = list(spec.merge_keys)
     # Each value is in the source once per row and once as its marker.
     _replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
-                    path, keys, spec=spec, schema_evolution=bool(new_columns), commit_metadata=commit_metadata,
+                    path, keys, spec=spec, schema_evolution=evolves, commit_metadata=commit_metadata,
                     max_rows=2 * rows)
     return None
 
@@ -222,7 +222,7 @@ def _replace_changed_groups(
 ) -> str | None:
     group, seq = spec.replace_group, spec.sequence_column
     stored = client.read(path)
-    frame, new_columns = _evolve_source(frame, stored.schema, spec)
+    frame, new_columns, evolves = _evolve_source(frame, stored.schema, spec)
     # Only the changed groups' stored rows decide which changes apply.
     stored_groups = (
         stored.join(changes.select(group), group, "left_semi")
@@ -249,7 +249,7 @@ def _replace_changed_groups(
         else:
             skipped = None
             _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata,
-                           max_rows=rows + int(effect["groups"]))
+                           evolves=evolves, max_rows=rows + int(effect["groups"]))
     finally:
         applied.unpersist()
     return skipped
@@ -257,7 +257,7 @@ def _replace_changed_groups(
 
 def _merge_applied(
     client: Tables, frame: DataFrame, stored: DataFrame, applied: DataFrame, new_columns: list[str], path: str,
-    spec: WriteSpec, commit_metadata: Mapping[str, str], *, max_rows: int,
+    spec: WriteSpec, commit_metadata: Mapping[str, str], *, evolves: bool, max_rows: int,
 ) -> None:
     group, deleted = spec.replace_group, spec.delete_column
     rows = (
@@ -266,7 +266,7 @@ def _merge_applied(
         .select(*stored.columns, *new_columns)
     )
     _replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
-                    schema_evolution=bool(new_columns), commit_metadata=commit_metadata, max_rows=max_rows)
+                    schema_evolution=evolves, commit_metadata=commit_metadata, max_rows=max_rows)
 
 
 #: The source column that marks a group's marker row in :func:`_replace_groups`.
@@ -327,18 +327,37 @@ def _append_tombstones(client: Tables, deletes: DataFrame, path: str) -> None:
     client.write(deletes, tombstone_path(path), WriteSpec(mode="append"))
 
 
-def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str]]:
+def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tuple[DataFrame, list[str], bool]:
     """Line a merge source up with the table when ``schema_mode`` is ``merge``.
 
     A merged row replaces the stored one, so a table column the source lacks
-    is stored as null (a typed null column is added to the source). Source
-    columns the table lacks are returned, for the merge to add. With any other
-    schema mode the source is returned as it is, and no column is added.
+    is stored as null (a typed null column is added to the source). Returned
+    with the source: the source columns the table lacks, for the merge to
+    add, and whether the schema grows, by those columns or by a field nested
+    in a column the table has. With any other schema mode the source is
+    returned as it is, and the schema does not grow.
     """
     if spec.schema_mode != "merge":
-        return frame, []
+        return frame, [], False
     present = {c.lower() for c in frame.columns}
-    stored_names = {f.name.lower() for f in stored.fields}
+    stored_types = {f.name.lower(): f.dataType for f in stored.fields}
     missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in stored.fields if f.name.lower() not in present]
-    new_columns = [c for c in frame.columns if c.lower() not in stored_names and c != spec.delete_column]
-    return (frame.select("*", *missing) if missing else frame), new_columns
+    new_columns = [c for c in frame.columns if c.lower() not in stored_types and c != spec.delete_column]
+    grows = bool(new_columns) or any(
+        _gains_fields(stored_types[f.name.lower()], f.dataType) for f in frame.schema.fields
+        if f.name.lower() in stored_types
+    )
+    return (frame.select("*", *missing) if missing else frame), new_columns, grows
+
+
+def _gains_fields(stored: DataType, incoming: DataType) -> bool:
+    """Whether ``incoming`` has a nested field, at any depth, that ``stored`` lacks (names case-insensitive)."""
+    if isinstance(incoming, StructType) and isinstance(stored, StructType):
+        known = {f.name.lower(): f.dataType for f in stored.fields}
+        return any(f.name.lower() not in known or _gains_fields(known[f.name.lower()], f.dataType)
+                   for f in incoming.fields)
+    if isinstance(incoming, ArrayType) and isinstance(stored, ArrayType):
+        return _gains_fields(stored.elementType, incoming.elementType)
+    if isinstance(incoming, MapType) and isinstance(stored, MapType):
+        return _gains_fields(stored.valueType, incoming.valueType)
+    return False

@@ -224,6 +224,27 @@ def test_schema_evolution_leaves_the_new_column_null_in_rows_no_clause_changes(s
         assert {r["id"]: (r["name"], r["color"]) for r in rows(reader(path), sort_by="id")} == expected
 
 
+def test_schema_evolution_adds_a_nested_field_and_keeps_stale_changes_struct(spark, tmp_path):
+    path = str(tmp_path / "t")
+    info = pa.struct([("a", pa.int64())])
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "seq": pa.array([5, 5], pa.int64()),
+                                    "info": pa.array([{"a": 1}, {"a": 2}], info)}))
+    # id 1's change is stale (seq 3 < 5), id 2's is newer, id 7 is new; each brings info.b.
+    source = spark.createDataFrame(
+        [(1, 3, (10, "stale")), (2, 7, (20, "newer")), (7, 1, (70, "new"))], "id long, seq long, info struct<a: long, b: string>"
+    )
+    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
+     .whenMatchedUpdateAll("s.seq > t.seq").whenNotMatchedInsertAll().withSchemaEvolution().execute())
+    # As delta-spark: the stale change keeps the stored struct, its new field null.
+    expected = [
+        {"id": 1, "seq": 5, "info": {"a": 1, "b": None}},
+        {"id": 2, "seq": 7, "info": {"a": 20, "b": "newer"}},
+        {"id": 7, "seq": 1, "info": {"a": 70, "b": "new"}},
+    ]
+    for reader in (read_with_deltalake, read_with_duckdb):
+        assert rows(reader(path), sort_by="id") == expected
+
+
 def test_failed_merge_commits_nothing(spark, tmp_path):
     path = tmp_path / "t"
     table = _target(spark, path)
