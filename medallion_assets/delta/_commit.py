@@ -504,22 +504,25 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
 
 
 def _add_new_columns(table: deltalake.DeltaTable, plan: WritePlan) -> None:
-    """Add the columns mergeSchema brings, in a metadata commit of their own.
+    """Add the columns and struct fields mergeSchema brings, in commits of their own.
 
     delta-rs writes a new schema in the same commit only for overwrites, so an
-    append that evolves the schema takes two commits: the new nullable
-    columns first, then the data. If the data commit then fails, the table
-    keeps the new (empty) columns and no rows.
+    append that evolves the schema takes more commits: the new nullable
+    columns first (with their metadata), then the fields that struct columns
+    gain, then the data. If the data commit then fails, the table keeps the
+    new (empty) columns and fields, and no rows.
     """
     from deltalake.schema import Field
 
+    from medallion_assets.delta._merge import add_assigned_fields
+
     current = {f.name.lower() for f in delta_to_spark_schema(table.schema()).fields}
     new = [f for f in plan.table_schema.fields if f.name.lower() not in current]
-    if not new:
-        return
-    fields = [Field.from_json(json.dumps(f.jsonValue())) for f in new]
-    table.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
-    table.update_incremental()
+    if new:
+        fields = [Field.from_json(json.dumps(f.jsonValue())) for f in new]
+        table.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+        table.update_incremental()
+    add_assigned_fields(table, plan.arrow_schema, None)
 
 
 def _create(plan: WritePlan, files: list[WrittenFile], extra_metadata) -> int | None:

@@ -134,6 +134,30 @@ def _drop_nullability(dt: T.DataType) -> T.DataType:
     return dt
 
 
+def _grown_type(stored: T.DataType, data: T.DataType) -> T.DataType | None:
+    """``stored`` with the struct fields, at any depth, that ``data`` adds; ``None`` when another type differs."""
+    if isinstance(stored, T.StructType) and isinstance(data, T.StructType):
+        fields = list(stored.fields)
+        position = {f.name.lower(): i for i, f in enumerate(fields)}
+        for field in data.fields:
+            at = position.get(field.name.lower())
+            if at is None:
+                fields.append(T.StructField(field.name, field.dataType, True, field.metadata))
+                continue
+            grown = _grown_type(fields[at].dataType, field.dataType)
+            if grown is None:
+                return None
+            fields[at] = T.StructField(fields[at].name, grown, fields[at].nullable, fields[at].metadata)
+        return T.StructType(fields)
+    if isinstance(stored, T.ArrayType) and isinstance(data, T.ArrayType):
+        element = _grown_type(stored.elementType, data.elementType)
+        return None if element is None else T.ArrayType(element, stored.containsNull)
+    if isinstance(stored, T.MapType) and isinstance(data, T.MapType) and _same_type(stored.keyType, data.keyType):
+        value = _grown_type(stored.valueType, data.valueType)
+        return None if value is None else T.MapType(stored.keyType, value, stored.valueContainsNull)
+    return stored if _same_type(stored, data) else None
+
+
 def resolve_write_schema(
     table_schema: T.StructType,
     data_schema: T.StructType,
@@ -147,6 +171,8 @@ def resolve_write_schema(
     lacks is an error unless ``merge_schema`` adds it; a table column the data
     lacks is written as null (it must be nullable); a type change is an error
     (type widening needs the typeWidening table feature, which is not written here).
+    With ``merge_schema``, a struct column also gains the fields, at any depth,
+    that the data's struct adds.
 
     Raises:
         SchemaMismatchError: naming every offending column and the fix.
@@ -165,6 +191,12 @@ def resolve_write_schema(
                 problems.append(f"column '{data_field.name}' ({data_field.dataType.simpleString()}) is not in the table")
             continue
         if _same_type(table_field.dataType, data_field.dataType):
+            continue
+        grown = _grown_type(table_field.dataType, data_field.dataType) if merge_schema else None
+        if grown is not None:
+            new_fields[new_fields.index(table_field)] = T.StructField(
+                table_field.name, grown, table_field.nullable, table_field.metadata
+            )
             continue
         problems.append(
             f"column '{data_field.name}' is {data_field.dataType.simpleString()} in the data "

@@ -199,6 +199,20 @@ def test_schema_is_enforced_and_merge_schema_adds_columns(spark, tmp_path):
     assert read_with_duckdb(path).num_rows == 7
 
 
+def test_merge_schema_adds_a_field_to_a_struct_column(spark, tmp_path):
+    path = str(tmp_path / "t")
+    info = pa.struct([("a", pa.int64())])
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "info": pa.array([{"a": 1}], info)}))
+    grown = spark.createDataFrame([(2, (2, "x"))], "id long, info struct<a: long, b: string>")
+    with pytest.raises(SchemaMismatchError, match="'info' is struct<a:bigint,b:string> in the data"):
+        write_delta(grown, path, mode="append")
+    assert deltalake.DeltaTable(path).version() == 0
+    write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
+    expected = [{"id": 1, "info": {"a": 1, "b": None}}, {"id": 2, "info": {"a": 2, "b": "x"}}]
+    for reader in (read_with_deltalake, read_with_duckdb):
+        assert rows(reader(path), sort_by="id") == expected
+
+
 def test_empty_overwrite_empties_the_table(spark, tmp_path):
     path = str(tmp_path / "t")
     seed_with_delta_rs(path, sample(0, 4))
