@@ -134,7 +134,7 @@ def _drop_nullability(dt: T.DataType) -> T.DataType:
     return dt
 
 
-def _grown_type(stored: T.DataType, data: T.DataType) -> T.DataType | None:
+def grown_type(stored: T.DataType, data: T.DataType) -> T.DataType | None:
     """``stored`` with the struct fields, at any depth, that ``data`` adds; ``None`` when another type differs."""
     if isinstance(stored, T.StructType) and isinstance(data, T.StructType):
         fields = list(stored.fields)
@@ -144,16 +144,16 @@ def _grown_type(stored: T.DataType, data: T.DataType) -> T.DataType | None:
             if at is None:
                 fields.append(T.StructField(field.name, field.dataType, True, field.metadata))
                 continue
-            grown = _grown_type(fields[at].dataType, field.dataType)
+            grown = grown_type(fields[at].dataType, field.dataType)
             if grown is None:
                 return None
             fields[at] = T.StructField(fields[at].name, grown, fields[at].nullable, fields[at].metadata)
         return T.StructType(fields)
     if isinstance(stored, T.ArrayType) and isinstance(data, T.ArrayType):
-        element = _grown_type(stored.elementType, data.elementType)
+        element = grown_type(stored.elementType, data.elementType)
         return None if element is None else T.ArrayType(element, stored.containsNull)
     if isinstance(stored, T.MapType) and isinstance(data, T.MapType) and _same_type(stored.keyType, data.keyType):
-        value = _grown_type(stored.valueType, data.valueType)
+        value = grown_type(stored.valueType, data.valueType)
         return None if value is None else T.MapType(stored.keyType, value, stored.valueContainsNull)
     return stored if _same_type(stored, data) else None
 
@@ -192,7 +192,7 @@ def resolve_write_schema(
             continue
         if _same_type(table_field.dataType, data_field.dataType):
             continue
-        grown = _grown_type(table_field.dataType, data_field.dataType) if merge_schema else None
+        grown = grown_type(table_field.dataType, data_field.dataType) if merge_schema else None
         if grown is not None:
             new_fields[new_fields.index(table_field)] = T.StructField(
                 table_field.name, grown, table_field.nullable, table_field.metadata

@@ -29,8 +29,9 @@ from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import StructType
 
+from medallion_assets.delta._schema import grown_type
 from medallion_assets.engine import DeltaEngine, MergeClause
 from medallion_assets.io_manager.spec import WriteSpec
 
@@ -344,20 +345,8 @@ def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tup
     missing = [F.lit(None).cast(f.dataType).alias(f.name) for f in stored.fields if f.name.lower() not in present]
     new_columns = [c for c in frame.columns if c.lower() not in stored_types and c != spec.delete_column]
     grows = bool(new_columns) or any(
-        _gains_fields(stored_types[f.name.lower()], f.dataType) for f in frame.schema.fields
-        if f.name.lower() in stored_types
+        grown_type(stored_types[f.name.lower()], f.dataType) not in (None, stored_types[f.name.lower()])
+        for f in frame.schema.fields if f.name.lower() in stored_types
     )
     return (frame.select("*", *missing) if missing else frame), new_columns, grows
 
-
-def _gains_fields(stored: DataType, incoming: DataType) -> bool:
-    """Whether ``incoming`` has a nested field, at any depth, that ``stored`` lacks (names case-insensitive)."""
-    if isinstance(incoming, StructType) and isinstance(stored, StructType):
-        known = {f.name.lower(): f.dataType for f in stored.fields}
-        return any(f.name.lower() not in known or _gains_fields(known[f.name.lower()], f.dataType)
-                   for f in incoming.fields)
-    if isinstance(incoming, ArrayType) and isinstance(stored, ArrayType):
-        return _gains_fields(stored.elementType, incoming.elementType)
-    if isinstance(incoming, MapType) and isinstance(stored, MapType):
-        return _gains_fields(stored.valueType, incoming.valueType)
-    return False
