@@ -174,11 +174,12 @@ def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
 
 def test_merge_adding_a_column_first_keeps_stale_changes_and_evolves_the_schema(tmp_path):
     root = str(tmp_path / "lake")
-    # The second batch adds a column and a field of the struct; id 2's change is stale.
+    # The second batch adds a column, a field of the struct and one of the list's structs; id 2's change is stale.
     batches = iter([
-        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"], "info": [{"a": 1}, {"a": 2}]},
+        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"], "info": [{"a": 1}, {"a": 2}],
+         "parts": [[{"n": 1}], [{"n": 2}]]},
         {"note": ["n1", "n2"], "id": [1, 2], "seq": [6, 4], "v": ["new1", "stale2"],
-         "info": [{"a": 10, "b": "x"}, {"a": 20, "b": "y"}]},
+         "info": [{"a": 10, "b": "x"}, {"a": 20, "b": "y"}], "parts": [[{"n": 10, "w": 1.5}], [{"n": 20, "w": 2.5}]]},
     ])
 
     @asset(key=["silver", "notes"],
@@ -189,8 +190,8 @@ def test_merge_adding_a_column_first_keeps_stale_changes_and_evolves_the_schema(
     for _ in range(2):
         assert materialize([notes], resources=_resources(root)).success
     assert rows(read_with_duckdb(f"{root}/silver/notes"), sort_by="id") == [
-        {"id": 1, "seq": 6, "v": "new1", "info": {"a": 10, "b": "x"}, "note": "n1"},
-        {"id": 2, "seq": 5, "v": "old2", "info": {"a": 2, "b": None}, "note": None},
+        {"id": 1, "seq": 6, "v": "new1", "info": {"a": 10, "b": "x"}, "parts": [{"n": 10, "w": 1.5}], "note": "n1"},
+        {"id": 2, "seq": 5, "v": "old2", "info": {"a": 2, "b": None}, "parts": [{"n": 2, "w": None}], "note": None},
     ]
 
 

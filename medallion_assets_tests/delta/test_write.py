@@ -202,13 +202,16 @@ def test_schema_is_enforced_and_merge_schema_adds_columns(spark, tmp_path):
 def test_merge_schema_adds_a_field_to_a_struct_column(spark, tmp_path):
     path = str(tmp_path / "t")
     info = pa.struct([("a", pa.int64())])
-    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "info": pa.array([{"a": 1}], info)}))
-    grown = spark.createDataFrame([(2, (2, "x"))], "id long, info struct<a: long, b: string>")
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "info": pa.array([{"a": 1}], info),
+                                              "parts": pa.array([[{"a": 1}]], pa.list_(info))}))
+    grown = spark.createDataFrame([(2, (2, "x"), [(3, 0.5)])],
+                                  "id long, info struct<a: long, b: string>, parts array<struct<a: long, w: double>>")
     with pytest.raises(SchemaMismatchError, match="'info' is struct<a:bigint,b:string> in the data"):
         write_delta(grown, path, mode="append")
     assert deltalake.DeltaTable(path).version() == 0
     write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
-    expected = [{"id": 1, "info": {"a": 1, "b": None}}, {"id": 2, "info": {"a": 2, "b": "x"}}]
+    expected = [{"id": 1, "info": {"a": 1, "b": None}, "parts": [{"a": 1, "w": None}]},
+                {"id": 2, "info": {"a": 2, "b": "x"}, "parts": [{"a": 3, "w": 0.5}]}]
     for reader in (read_with_deltalake, read_with_duckdb):
         assert rows(reader(path), sort_by="id") == expected
 
