@@ -98,7 +98,7 @@ def _with_nullable_fields(field: pa.Field) -> pa.Field:
     return field.with_type(typ).with_nullable(True)
 
 
-def lacks_fields(stored: pa.DataType | None, incoming: pa.DataType) -> bool:
+def _lacks_fields(stored: pa.DataType | None, incoming: pa.DataType) -> bool:
     """Whether ``incoming`` has a field, at any depth, that ``stored`` lacks (``None``: a new column).
 
     Names match case-insensitively, as Delta's columns do. Types are not
@@ -109,18 +109,18 @@ def lacks_fields(stored: pa.DataType | None, incoming: pa.DataType) -> bool:
     if pa.types.is_struct(incoming) and pa.types.is_struct(stored):
         known = {stored.field(i).name.lower(): stored.field(i).type for i in range(stored.num_fields)}
         return any(
-            lacks_fields(known.get(incoming.field(i).name.lower()), incoming.field(i).type)
+            _lacks_fields(known.get(incoming.field(i).name.lower()), incoming.field(i).type)
             for i in range(incoming.num_fields)
         )
     lists = (pa.types.is_list, pa.types.is_large_list)
     if any(a(incoming) for a in lists) and any(b(stored) for b in lists):
-        return lacks_fields(stored.value_type, incoming.value_type)
+        return _lacks_fields(stored.value_type, incoming.value_type)
     if pa.types.is_map(incoming) and pa.types.is_map(stored):
-        return lacks_fields(stored.item_type, incoming.item_type)
+        return _lacks_fields(stored.item_type, incoming.item_type)
     return False
 
 
-def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned: set[str] | None) -> bool:
+def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned: set[str] | None) -> None:
     """Add to ``table`` the columns and nested fields that a MERGE with schema evolution assigns and it lacks.
 
     deltalake 1.6.6's MERGE gives a column it adds the source's value in every
@@ -137,10 +137,8 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
         table: the MERGE's target.
         source: the source's schema.
         assigned: the columns the clauses assign; ``None`` for every source column
-            (an update-all or insert-all clause).
-
-    Returns:
-        Whether the schema grew (``table`` is then at the new version).
+            (an update-all or insert-all clause). ``table`` is left at the version
+            with the grown schema, if it grew.
     """
     from deltalake import write_deltalake
 
@@ -148,14 +146,12 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
     wanted = None if assigned is None else {name.lower() for name in assigned}
     growing = [
         _with_nullable_fields(f) for f in source
-        if (wanted is None or f.name.lower() in wanted) and lacks_fields(stored.get(f.name.lower()), f.type)
+        if (wanted is None or f.name.lower() in wanted) and _lacks_fields(stored.get(f.name.lower()), f.type)
     ]
-    if not growing:
-        return False
-    write_deltalake(table, pa.schema(growing).empty_table(), mode="append", schema_mode="merge",
-                    commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
-    table.update_incremental()
-    return True
+    if growing:
+        write_deltalake(table, pa.schema(growing).empty_table(), mode="append", schema_mode="merge",
+                        commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+        table.update_incremental()
 
 
 class DeltaMergeBuilder:
