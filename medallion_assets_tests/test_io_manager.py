@@ -275,6 +275,44 @@ def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spa
     ]
 
 
+def test_merge_growing_the_structs_of_a_map_works_on_delta_spark_and_is_refused_on_delta_rs(spark, tmp_path, delta_engine):
+    from medallion_assets_tests.delta.readers import read_with_deltalake
+
+    tags = "id long, seq long, tags map<string, struct<n: long{}>>"
+    batches = [
+        (tags.format(""), [(1, 1, {"k": (1,)}), (2, 1, {"k": (2,)})]),
+        (tags.format(", w: double"), [(1, 2, {"k": (10, 0.5)})]),
+        # Small: deltalake's MERGE, which cannot cast the values of 2's file, written before; the engine merges.
+        (tags.format(", w: double"), [(2, 3, {"m": (20, 1.5)})]),
+    ]
+    state = {"batch": 0}
+
+    @asset(key=["silver", "tagged"],
+           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    def tagged():
+        schema, rows = batches[state["batch"]]
+        return spark.createDataFrame(rows, schema)
+
+    resources = _resources(tmp_path)
+    path = resources["lake"].table_path(["silver", "tagged"])
+    assert materialize([tagged], resources=resources).success
+    first_load = DeltaTableClient(spark).latest_version(path)
+    state["batch"] = 1
+    if delta_engine == "delta-rs":
+        with pytest.raises(Exception, match=r"'tags' gains struct fields inside the values of map 'tags'"):
+            materialize([tagged], resources=resources)
+        assert DeltaTableClient(spark).latest_version(path) == first_load
+        return
+    assert materialize([tagged], resources=resources).success
+    state["batch"] = 2
+    result = materialize([tagged], resources=resources)
+    _assert_merged_by(result, "silver__tagged", "engine", delta_engine)
+    assert sorted(read_with_deltalake(path).to_pylist(), key=lambda row: row["id"]) == [
+        {"id": 1, "seq": 2, "tags": [("k", {"n": 10, "w": 0.5})]},
+        {"id": 2, "seq": 3, "tags": [("m", {"n": 20, "w": 1.5})]},
+    ]
+
+
 def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
     @asset(key=["bronze", "numbers"])
     def numbers():

@@ -195,6 +195,29 @@ def test_merge_adding_a_column_first_keeps_stale_changes_and_evolves_the_schema(
     ]
 
 
+def test_merge_growing_the_structs_of_a_map_is_refused_and_commits_nothing(tmp_path):
+    from deltalake import DeltaTable
+
+    root = str(tmp_path / "lake")
+    by_name = pa.map_(pa.string(), pa.struct([("n", pa.int64())]))
+    grown = pa.map_(pa.string(), pa.struct([("n", pa.int64()), ("w", pa.float64())]))
+    batches = iter([
+        pa.table({"id": [1], "seq": [1], "tags": pa.array([[("k", {"n": 1})]], by_name)}),
+        pa.table({"id": [1], "seq": [2], "tags": pa.array([[("k", {"n": 2, "w": 0.5})]], grown)}),
+    ])
+
+    @asset(key=["silver", "tagged"],
+           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    def tagged() -> pa.Table:
+        return next(batches)
+
+    assert materialize([tagged], resources=_resources(root)).success
+    with pytest.raises(Exception, match=r"'tags' gains struct fields inside the values of map 'tags'.*silver/tagged"):
+        materialize([tagged], resources=_resources(root))
+    assert DeltaTable(f"{root}/silver/tagged").version() == 0
+    assert rows(read_with_duckdb(f"{root}/silver/tagged")) == [{"id": 1, "seq": 1, "tags": [("k", {"n": 1})]}]
+
+
 def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
     @asset(key=["silver", "gone"], metadata=delta_table(write_mode="merge", merge_keys=["id"], delete_column="deleted"))
     def gone() -> pd.DataFrame:

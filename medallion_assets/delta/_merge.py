@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 from deltalake import CommitProperties
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from medallion_assets.delta._schema import delta_to_spark_schema, refuse_growth_inside_maps
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.errors import DeltaOptionError, SchemaMismatchError, translated
 
@@ -131,7 +133,9 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
     had included. Once the schema is the table's, the MERGE reads the target's
     own values. So the schema grows first, in a commit of its own: an append
     of no rows with ``schema_mode="merge"``, delta-rs merging the schemas. If
-    the MERGE then fails, the table keeps the new, empty, fields.
+    the MERGE then fails, the table keeps the new, empty, fields. Fields that
+    the structs inside a map gain are refused before that commit
+    (:func:`~medallion_assets.delta._schema.refuse_growth_inside_maps`).
 
     Args:
         table: the MERGE's target.
@@ -149,6 +153,8 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
         if (wanted is None or f.name.lower() in wanted) and _lacks_fields(stored.get(f.name.lower()), f.type)
     ]
     if growing:
+        refuse_growth_inside_maps(delta_to_spark_schema(table.schema()), from_arrow_schema(pa.schema(growing)),
+                                  table=table.table_uri)
         write_deltalake(table, pa.schema(growing).empty_table(), mode="append", schema_mode="merge",
                         commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
         table.update_incremental()
@@ -273,7 +279,8 @@ class DeltaMergeBuilder:
 
         Raises:
             ConcurrentWriteError: a concurrent commit conflicted; nothing was committed.
-            SchemaMismatchError: a source column cannot be cast to the table's type.
+            SchemaMismatchError: a source column cannot be cast to the table's type, or with schema
+                evolution a struct inside a map would gain fields (nothing is committed).
             DeltaError: delta-rs rejected a condition or expression (message says why).
         """
 

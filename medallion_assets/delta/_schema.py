@@ -158,6 +158,51 @@ def grown_type(stored: T.DataType, data: T.DataType) -> T.DataType | None:
     return stored if _same_type(stored, data) else None
 
 
+def _maps_grown(stored: T.DataType, data: T.DataType, path: str) -> list[str]:
+    """The maps (by path) whose values ``data`` gives struct fields that ``stored``'s lack, at any depth."""
+    if isinstance(stored, T.StructType) and isinstance(data, T.StructType):
+        known = {f.name.lower(): f.dataType for f in stored.fields}
+        return [grown for f in data.fields if f.name.lower() in known
+                for grown in _maps_grown(known[f.name.lower()], f.dataType, f"{path}.{f.name}")]
+    if isinstance(stored, T.ArrayType) and isinstance(data, T.ArrayType):
+        return _maps_grown(stored.elementType, data.elementType, f"{path}[]")
+    if isinstance(stored, T.MapType) and isinstance(data, T.MapType):
+        grown = grown_type(stored.valueType, data.valueType)
+        return [path] if grown is not None and not _same_type(grown, stored.valueType) else []
+    return []
+
+
+def refuse_growth_inside_maps(stored: T.StructType, data: T.StructType, *, table: str) -> None:
+    """Refuse, before anything commits, a schema evolution that adds fields to the structs a map holds.
+
+    delta-rs (deltalake 1.6.6) adds such a field, but then cannot MERGE into or
+    DELETE from the table while a file written before remains: its scan cannot
+    cast the stored map values to the grown type. The table would be stuck for
+    every delta-rs writer, so the growth is not written; delta-spark's own
+    writes add it and merge afterwards.
+
+    Raises:
+        SchemaMismatchError: naming each such column, both types, and the fixes.
+    """
+    known = _field_map(stored)
+    problems = [
+        f"column '{f.name}' gains struct fields inside the values of map {where!r} "
+        f"({f.dataType.simpleString()} in the data, {known[f.name.lower()].dataType.simpleString()} in the table)"
+        for f in data.fields if f.name.lower() in known
+        for where in _maps_grown(known[f.name.lower()].dataType, f.dataType, f.name)
+    ]
+    if problems:
+        raise SchemaMismatchError(
+            "; ".join(problems) + ". delta-rs could add the fields but could not merge into or delete from the "
+            "table afterwards, while files written before remain, so nothing was written. To fix: write the table "
+            "with delta-spark (a Spark DataFrame, MEDALLION_DELTA_ENGINE=delta-spark), carry the new fields in a "
+            "column of their own, or rewrite the table whole with the new schema (mode('overwrite') with "
+            "option('overwriteSchema', 'true'); for an asset, one run with write_mode='overwrite' and "
+            "schema_mode='overwrite')",
+            table=table,
+        )
+
+
 def resolve_write_schema(
     table_schema: T.StructType,
     data_schema: T.StructType,
@@ -172,12 +217,15 @@ def resolve_write_schema(
     lacks is written as null (it must be nullable); a type change is an error
     (type widening needs the typeWidening table feature, which is not written here).
     With ``merge_schema``, a struct column also gains the fields, at any depth,
-    that the data's struct adds.
+    that the data's struct adds, but not inside a map's values
+    (:func:`refuse_growth_inside_maps`).
 
     Raises:
         SchemaMismatchError: naming every offending column and the fix.
     """
     check_storable(data_schema, table=table)
+    if merge_schema:
+        refuse_growth_inside_maps(table_schema, data_schema, table=table)
     table_fields = _field_map(table_schema)
     data_fields = _field_map(data_schema)
     problems: list[str] = []

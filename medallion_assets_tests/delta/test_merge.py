@@ -15,7 +15,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets.delta import ConcurrentWriteError, DeltaError, DeltaOptionError
+from medallion_assets.delta import ConcurrentWriteError, DeltaError, DeltaOptionError, SchemaMismatchError
 from medallion_assets.delta import tables as tables_module
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.tables import DeltaTable
@@ -243,6 +243,18 @@ def test_schema_evolution_adds_a_nested_field_and_keeps_stale_changes_struct(spa
     ]
     for reader in (read_with_deltalake, read_with_duckdb):
         assert rows(reader(path), sort_by="id") == expected
+
+
+def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_nothing(spark, tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
+                                    "tags": pa.array([[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
+    with pytest.raises(SchemaMismatchError, match=r"'tags' gains struct fields inside the values of map 'tags'"):
+        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
+         .whenMatchedUpdateAll().whenNotMatchedInsertAll().withSchemaEvolution().execute())
+    assert rows(read_with_deltalake(path)) == [{"id": 1, "tags": [("k", {"a": 1})]}]
+    assert RsTable(path).version() == 0
 
 
 def test_failed_merge_commits_nothing(spark, tmp_path):

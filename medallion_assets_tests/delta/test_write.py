@@ -216,6 +216,27 @@ def test_merge_schema_adds_a_field_to_a_struct_column(spark, tmp_path):
         assert rows(reader(path), sort_by="id") == expected
 
 
+def test_merge_schema_refuses_fields_added_inside_map_values_and_commits_nothing(spark, tmp_path):
+    # deltalake could add them, but could not MERGE into or DELETE from the table afterwards.
+    path = str(tmp_path / "t")
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "by_name": pa.array(
+        [[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    grown = spark.createDataFrame([(2, {"m": (4, 1.5)})], "id long, by_name map<string, struct<a: long, w: double>>")
+    with pytest.raises(SchemaMismatchError, match=r"'by_name' gains struct fields inside the values of map 'by_name'.*delta-spark"):
+        write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
+    assert deltalake.DeltaTable(path).version() == 0
+    assert len(data_files_on_disk(path)) == 1
+    # Values of the stored type still append, and the map's struct may grow inside a column of its own.
+    kept = spark.createDataFrame([(3, {"n": (5,)}, {"m": (4, 1.5)})],
+                                 "id long, by_name map<string, struct<a: long>>, "
+                                 "by_name_v2 map<string, struct<a: long, w: double>>")
+    write_delta(kept, path, mode="append", options={"mergeSchema": "true"})
+    expected = [{"id": 1, "by_name": [("k", {"a": 1})], "by_name_v2": None},
+                {"id": 3, "by_name": [("n", {"a": 5})], "by_name_v2": [("m", {"a": 4, "w": 1.5})]}]
+    for reader in (read_with_deltalake, read_with_duckdb):
+        assert rows(reader(path), sort_by="id") == expected
+
+
 def test_empty_overwrite_empties_the_table(spark, tmp_path):
     path = str(tmp_path / "t")
     seed_with_delta_rs(path, sample(0, 4))
