@@ -81,7 +81,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
     ckpt = lake.checkpoint_dir(STREAM)
     table = lake.table_path(["bronze", STREAM])
     defs = build_definitions()
-    sensor_def = defs.get_sensor_def(f"{STREAM}_checkpoint_sensor")
+    sensor_def = defs.resolve_sensor_def(f"{STREAM}_checkpoint_sensor")
     log_file = tmp_path / "stream.log"
     reported: list[int] = []
     cursor = None
