@@ -31,6 +31,7 @@ from medallion_assets.delta._options import WriteOptions
 from medallion_assets.delta._engine import PredicateError, check_predicate, holds
 from medallion_assets.delta._schema import (
     delta_to_spark_schema,
+    refuse_growth_inside_maps,
     resolve_write_schema,
     spark_to_arrow_schema,
     spark_to_delta_schema,
@@ -211,6 +212,8 @@ def plan_write(
         new_schema = incoming
     else:
         new_schema = resolve_write_schema(current, data_schema, merge_schema=parsed.merge_schema, table=location)
+        if parsed.merge_schema and _keeps_files(mode, parsed):
+            refuse_growth_inside_maps(current, data_schema, table=location)
     missing_parts = [c for c in partition_columns if c.lower() not in {n.lower() for n in data_schema.fieldNames()}]
     if missing_parts:
         raise SchemaMismatchError(
@@ -460,7 +463,8 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
             )
         adds = _add_actions(files, data_change=plan.options.data_change)
         schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
-        if plan.schema_changed and not plan.options.overwrite_schema:
+        if plan.schema_changed and _keeps_files(plan.mode, plan.options):
+            # A whole overwrite writes its new schema in its own commit, below; the others cannot.
             _add_new_columns(table, plan)
         # A write that replaces data (overwrite, replaceWhere, dynamic partitions) must
         # land right after the version it checked: delta-rs would otherwise retry it
@@ -501,6 +505,11 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
         if not committed:
             delete_files(plan.location, created)
         raise
+
+
+def _keeps_files(mode: str, options: WriteOptions) -> bool:
+    """Whether the table keeps files written before this write: all but a whole overwrite do."""
+    return mode == "append" or bool(options.replace_where) or options.dynamic_partition_overwrite
 
 
 def _add_new_columns(table: deltalake.DeltaTable, plan: WritePlan) -> None:

@@ -217,15 +217,13 @@ def resolve_write_schema(
     lacks is written as null (it must be nullable); a type change is an error
     (type widening needs the typeWidening table feature, which is not written here).
     With ``merge_schema``, a struct column also gains the fields, at any depth,
-    that the data's struct adds, but not inside a map's values
-    (:func:`refuse_growth_inside_maps`).
+    that the data's struct adds (inside a map's values too: a write that keeps
+    files written before refuses that with :func:`refuse_growth_inside_maps`).
 
     Raises:
         SchemaMismatchError: naming every offending column and the fix.
     """
     check_storable(data_schema, table=table)
-    if merge_schema:
-        refuse_growth_inside_maps(table_schema, data_schema, table=table)
     table_fields = _field_map(table_schema)
     data_fields = _field_map(data_schema)
     problems: list[str] = []

@@ -237,6 +237,25 @@ def test_merge_schema_refuses_fields_added_inside_map_values_and_commits_nothing
         assert rows(reader(path), sort_by="id") == expected
 
 
+def test_a_whole_overwrite_with_merge_schema_grows_the_schema_in_its_own_commit_maps_included(spark, tmp_path):
+    # No file written before stays, so deltalake can still change the table afterwards.
+    path = str(tmp_path / "t")
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "by_name": pa.array(
+        [[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    grown = spark.createDataFrame([(2, {"m": (4, 1.5)}, "x"), (3, {"n": (5, None)}, None)],
+                                  "id long, by_name map<string, struct<a: long, w: double>>, note string")
+    with pytest.raises(SchemaMismatchError, match="'by_name' gains struct fields inside the values of map"):
+        write_delta(grown, path, mode="overwrite", options={"mergeSchema": "true", "replaceWhere": "id >= 2"})
+    assert deltalake.DeltaTable(path).version() == 0
+    write_delta(grown, path, mode="overwrite", options={"mergeSchema": "true"})
+    table = deltalake.DeltaTable(path)
+    assert table.version() == 1
+    table.delete("id = 3")
+    expected = [{"id": 2, "by_name": [("m", {"a": 4, "w": 1.5})], "note": "x"}]
+    for reader in (read_with_deltalake, read_with_duckdb):
+        assert rows(reader(path), sort_by="id") == expected
+
+
 def test_empty_overwrite_empties_the_table(spark, tmp_path):
     path = str(tmp_path / "t")
     seed_with_delta_rs(path, sample(0, 4))
