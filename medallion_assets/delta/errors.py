@@ -91,4 +91,13 @@ def translated(table: str, action: str) -> Iterator[None]:
         # exception type of its own: its message is all there is.
         if "failed validation check" in text:
             raise ConstraintViolationError(f"{action} failed: {text}", table=table) from exc
+        # deltalake 1.6.6 reads files written before a map's struct values grew, but cannot cast them
+        # for a MERGE, UPDATE or DELETE; the message names the column in its own words.
+        if "Cannot cast column" in text and "Map(" in text:
+            raise SchemaMismatchError(
+                f"{action} failed: a map column's struct values gained fields after some of the table's files "
+                f"were written, and delta-rs cannot change those files ({text}). To fix: rewrite the table whole "
+                "(mode('overwrite') with option('overwriteSchema', 'true')), or change it with delta-spark",
+                table=table,
+            ) from exc
         raise DeltaError(f"{action} failed: {text}", table=table) from exc

@@ -257,6 +257,23 @@ def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_not
     assert RsTable(path).version() == 0
 
 
+def test_a_map_whose_structs_another_writer_grew_fails_the_merge_and_delete_saying_why(spark, tmp_path):
+    path = str(tmp_path / "t")
+    grown = pa.map_(pa.string(), pa.struct([("a", pa.int64()), ("b", pa.string())]))
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
+                                    "tags": pa.array([[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    write_deltalake(path, pa.schema([("tags", grown)]).empty_table(), mode="append", schema_mode="merge")
+    source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
+    table = DeltaTable.forPath(spark, path)
+    why = r"map column's struct values gained fields.*overwriteSchema.*delta-spark"
+    with pytest.raises(SchemaMismatchError, match=why):
+        table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll().execute()
+    with pytest.raises(SchemaMismatchError, match=why):
+        table.delete("id = 1")
+    assert RsTable(path).version() == 1
+    assert rows(read_with_deltalake(path)) == [{"id": 1, "tags": [("k", {"a": 1, "b": None})]}]
+
+
 def test_failed_merge_commits_nothing(spark, tmp_path):
     path = tmp_path / "t"
     table = _target(spark, path)
