@@ -92,7 +92,7 @@ def translated(table: str, action: str) -> Iterator[None]:
         if "failed validation check" in text:
             raise ConstraintViolationError(f"{action} failed: {text}", table=table) from exc
         # deltalake 1.6.6 reads files written before a map's struct values grew, but cannot cast them
-        # for a MERGE, UPDATE or DELETE; the message names the column in its own words.
+        # for a MERGE, UPDATE, DELETE or OPTIMIZE; its message names the column in its own words.
         if "Cannot cast column" in text and "Map(" in text:
             raise SchemaMismatchError(
                 f"{action} failed: a map column's struct values gained fields after some of the table's files "

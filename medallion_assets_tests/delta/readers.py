@@ -3,7 +3,8 @@
 Two independent readers: delta-rs (``deltalake``) and DuckDB's ``delta``
 extension, loaded from the ``duckdb-extension-delta`` PyPI package (nothing is
 downloaded). A table both read correctly is real Delta, not merely something our
-own reader understands.
+own reader understands. :func:`seed_map_of_structs` writes, with deltalake, the
+table the schema-evolution tests of maps start from.
 
 Example:
     >>> from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
@@ -20,7 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import types as T
 
-__all__ = ["SAMPLE_SCHEMA", "delta_extension_path", "read_with_deltalake", "read_with_duckdb", "rows"]
+__all__ = [
+    "SAMPLE_SCHEMA", "delta_extension_path", "read_with_deltalake", "read_with_duckdb", "rows", "seed_map_of_structs",
+]
 
 #: The columns the package's write tests use: keys, strings, decimals, dates, timestamps.
 SAMPLE_SCHEMA = T.StructType(
@@ -33,6 +36,18 @@ SAMPLE_SCHEMA = T.StructType(
         T.StructField("note", T.StringType()),
     ]
 )
+
+
+def seed_map_of_structs(path: str, column: str) -> None:
+    """Write, with deltalake, a one-row table: ``id`` 1 and ``column`` mapping ``"k"`` to ``{a: 1}``.
+
+    ``column`` is ``map<string, struct<a: long>>``: the schema-evolution tests grow its structs.
+    """
+    import deltalake
+
+    by_key = pa.map_(pa.string(), pa.struct([("a", pa.int64())]))
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
+                                              column: pa.array([[("k", {"a": 1})]], by_key)}))
 
 
 def _normalize(table: pa.Table) -> pa.Table:

@@ -19,7 +19,7 @@ from medallion_assets.delta import ConcurrentWriteError, DeltaError, DeltaOption
 from medallion_assets.delta import tables as tables_module
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.tables import DeltaTable
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
 
 UTC = dt.timezone.utc
 TARGET_SCHEMA = pa.schema(
@@ -247,8 +247,7 @@ def test_schema_evolution_adds_a_nested_field_and_keeps_stale_changes_struct(spa
 
 def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_nothing(spark, tmp_path):
     path = str(tmp_path / "t")
-    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
-                                    "tags": pa.array([[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    seed_map_of_structs(path, "tags")
     source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
     with pytest.raises(SchemaMismatchError, match=r"'tags' gains struct fields inside the values of map 'tags'"):
         (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
@@ -260,8 +259,7 @@ def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_not
 def test_a_map_whose_structs_another_writer_grew_fails_the_merge_and_delete_saying_why(spark, tmp_path):
     path = str(tmp_path / "t")
     grown = pa.map_(pa.string(), pa.struct([("a", pa.int64()), ("b", pa.string())]))
-    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
-                                    "tags": pa.array([[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    seed_map_of_structs(path, "tags")
     write_deltalake(path, pa.schema([("tags", grown)]).empty_table(), mode="append", schema_mode="merge")
     source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
     table = DeltaTable.forPath(spark, path)

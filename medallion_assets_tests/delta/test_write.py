@@ -28,7 +28,7 @@ from medallion_assets.delta import (
 from medallion_assets.delta._commit import commit_write
 from medallion_assets.delta._write import STAGING_PREFIX
 from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SPARK_SCHEMA
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -219,8 +219,7 @@ def test_merge_schema_adds_a_field_to_a_struct_column(spark, tmp_path):
 def test_merge_schema_refuses_fields_added_inside_map_values_and_commits_nothing(spark, tmp_path):
     # deltalake could add them, but could not MERGE into or DELETE from the table afterwards.
     path = str(tmp_path / "t")
-    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "by_name": pa.array(
-        [[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    seed_map_of_structs(path, "by_name")
     grown = spark.createDataFrame([(2, {"m": (4, 1.5)})], "id long, by_name map<string, struct<a: long, w: double>>")
     with pytest.raises(SchemaMismatchError, match=r"'by_name' gains struct fields inside the values of map 'by_name'.*delta-spark"):
         write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
@@ -240,8 +239,7 @@ def test_merge_schema_refuses_fields_added_inside_map_values_and_commits_nothing
 def test_a_whole_overwrite_with_merge_schema_grows_the_schema_in_its_own_commit_maps_included(spark, tmp_path):
     # No file written before stays, so deltalake can still change the table afterwards.
     path = str(tmp_path / "t")
-    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "by_name": pa.array(
-        [[("k", {"a": 1})]], pa.map_(pa.string(), pa.struct([("a", pa.int64())])))}))
+    seed_map_of_structs(path, "by_name")
     grown = spark.createDataFrame([(2, {"m": (4, 1.5)}, "x"), (3, {"n": (5, None)}, None)],
                                   "id long, by_name map<string, struct<a: long, w: double>>, note string")
     with pytest.raises(SchemaMismatchError, match="'by_name' gains struct fields inside the values of map"):
