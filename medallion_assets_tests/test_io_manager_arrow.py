@@ -218,6 +218,28 @@ def test_merge_growing_the_structs_of_a_map_is_refused_and_commits_nothing(tmp_p
     assert rows(read_with_duckdb(f"{root}/silver/tagged")) == [{"id": 1, "seq": 1, "tags": [("k", {"n": 1})]}]
 
 
+def test_merge_into_a_map_whose_structs_another_writer_grew_fails_saying_why_and_commits_nothing(tmp_path):
+    from deltalake import DeltaTable
+
+    root = str(tmp_path / "lake")
+    path = f"{root}/silver/tagged"
+    by_name = pa.map_(pa.string(), pa.struct([("n", pa.int64())]))
+    grown = pa.map_(pa.string(), pa.struct([("n", pa.int64()), ("w", pa.float64())]))
+    write_deltalake(path, pa.table({"id": [1], "seq": [1], "tags": pa.array([[("k", {"n": 1})]], by_name)}))
+    # Another writer grows the map's structs; the file written before keeps the old ones.
+    write_deltalake(path, pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("tags", grown)]).empty_table(),
+                    mode="append", schema_mode="merge")
+
+    @asset(key=["silver", "tagged"], metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq"))
+    def tagged() -> pa.Table:
+        return pa.table({"id": [1], "seq": [2], "tags": pa.array([[("k", {"n": 2, "w": 0.5})]], grown)})
+
+    with pytest.raises(Exception, match=r"map column's struct values gained fields.*delta-spark.*silver/tagged"):
+        materialize([tagged], resources=_resources(root))
+    assert DeltaTable(path).version() == 1
+    assert rows(read_with_duckdb(path)) == [{"id": 1, "seq": 1, "tags": [("k", {"n": 1, "w": None})]}]
+
+
 def test_merge_with_deletes_is_refused_naming_the_asset_mode_and_fix(tmp_path):
     @asset(key=["silver", "gone"], metadata=delta_table(write_mode="merge", merge_keys=["id"], delete_column="deleted"))
     def gone() -> pd.DataFrame:

@@ -91,13 +91,30 @@ def translated(table: str, action: str) -> Iterator[None]:
         # exception type of its own: its message is all there is.
         if "failed validation check" in text:
             raise ConstraintViolationError(f"{action} failed: {text}", table=table) from exc
-        # deltalake 1.6.6 reads files written before a map's struct values grew, but cannot cast them
-        # for a MERGE, UPDATE, DELETE or OPTIMIZE; its message names the column in its own words.
-        if "Cannot cast column" in text and "Map(" in text:
-            raise SchemaMismatchError(
-                f"{action} failed: a map column's struct values gained fields after some of the table's files "
-                f"were written, and delta-rs cannot change those files ({text}). To fix: rewrite the table whole "
-                "(mode('overwrite') with option('overwriteSchema', 'true')), or change it with delta-spark",
-                table=table,
-            ) from exc
+        grown = map_values_grown_error(exc, action=action, table=table)
+        if grown is not None:
+            raise grown from exc
         raise DeltaError(f"{action} failed: {text}", table=table) from exc
+
+
+def map_values_grown_error(error: Exception, *, action: str, table: str) -> SchemaMismatchError | None:
+    """The error to raise for a delta-rs failure on a map whose struct values grew; ``None`` for any other failure.
+
+    deltalake 1.6.6 reads files written before a map's struct values gained
+    fields, but cannot cast them for a MERGE, UPDATE, DELETE or OPTIMIZE. Its
+    message names the column in its own words and says nothing of a way out.
+
+    Args:
+        error: what deltalake raised.
+        action: the operation that failed, as the message should name it.
+        table: the table's path or URI.
+    """
+    text = str(error)
+    if "Cannot cast column" not in text or "Map(" not in text:
+        return None
+    return SchemaMismatchError(
+        f"{action} failed: a map column's struct values gained fields after some of the table's files "
+        f"were written, and delta-rs cannot change those files ({text}). To fix: rewrite the table whole "
+        "(mode('overwrite') with option('overwriteSchema', 'true')), or change it with delta-spark",
+        table=table,
+    )

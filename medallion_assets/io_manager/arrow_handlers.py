@@ -27,7 +27,7 @@ import pyarrow.dataset as ds
 from dagster import MetadataValue, TableColumn, TableSchema
 from deltalake.exceptions import DeltaError
 
-from medallion_assets.delta.errors import UnsupportedFeatureError
+from medallion_assets.delta.errors import UnsupportedFeatureError, map_values_grown_error
 from medallion_assets.engine import MergeClause, user_metadata, with_unacted_matches_kept
 from medallion_assets.io_manager.metadata import ENGINE_NAME, arrow_markdown_preview, check_column_descriptions
 from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, declared_table_properties
@@ -388,7 +388,13 @@ class ArrowDeltaClient:
             commit_properties=deltalake.CommitProperties(custom_metadata=custom),
         )
         clauses = [MergeClause("update", newer, every_column), MergeClause("insert", None, every_column)]
-        _with_clauses(merger, clauses, table).execute()
+        try:
+            _with_clauses(merger, clauses, table).execute()
+        except DeltaError as error:
+            grown = map_values_grown_error(error, action=f"MERGE into {asset}", table=path)
+            if grown is None:
+                raise
+            raise grown from error
         return None
 
     def metadata(

@@ -256,11 +256,14 @@ def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_not
     assert RsTable(path).version() == 0
 
 
-def test_a_map_whose_structs_another_writer_grew_fails_the_merge_and_delete_saying_why(spark, tmp_path):
+def test_a_map_whose_structs_another_writer_grew_fails_each_change_saying_why(spark, tmp_path):
     path = str(tmp_path / "t")
     grown = pa.map_(pa.string(), pa.struct([("a", pa.int64()), ("b", pa.string())]))
     seed_map_of_structs(path, "tags")
     write_deltalake(path, pa.schema([("tags", grown)]).empty_table(), mode="append", schema_mode="merge")
+    # A second file under the grown schema, so that OPTIMIZE has two files to compact.
+    write_deltalake(path, pa.table({"id": pa.array([2], pa.int64()), "tags": pa.array([[("j", {"a": 2, "b": "y"})]],
+                                                                                       grown)}), mode="append")
     source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
     table = DeltaTable.forPath(spark, path)
     why = r"map column's struct values gained fields.*overwriteSchema.*delta-spark"
@@ -268,8 +271,14 @@ def test_a_map_whose_structs_another_writer_grew_fails_the_merge_and_delete_sayi
         table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll().execute()
     with pytest.raises(SchemaMismatchError, match=why):
         table.delete("id = 1")
-    assert RsTable(path).version() == 1
-    assert rows(read_with_deltalake(path)) == [{"id": 1, "tags": [("k", {"a": 1, "b": None})]}]
+    with pytest.raises(SchemaMismatchError, match=why):
+        table.update("id = 1", {"id": "3"})
+    with pytest.raises(SchemaMismatchError, match=why):
+        table.optimize().executeCompaction()
+    assert RsTable(path).version() == 2
+    assert rows(read_with_deltalake(path), sort_by="id") == [
+        {"id": 1, "tags": [("k", {"a": 1, "b": None})]}, {"id": 2, "tags": [("j", {"a": 2, "b": "y"})]},
+    ]
 
 
 def test_failed_merge_commits_nothing(spark, tmp_path):
