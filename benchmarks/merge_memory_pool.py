@@ -31,6 +31,15 @@ delta-rs' error when the bound was too small for the MERGE.
 row groups of at most that many rows (0: deltalake's default writer, up to
 1,048,576 rows a row group). Its writer properties name Snappy, deltalake's
 default codec: ``WriterProperties`` without a codec writes uncompressed files.
+
+``--change-data-feed off on`` also runs each MERGE on a copy with
+``delta.enableChangeDataFeed`` set, and then reads the change feed of the
+version it wrote (its before and after images), as a gold table maintained
+from silver's changes would: the MERGE's seconds with and without the feed,
+and the feed's rows and the seconds to read them.
+
+    python benchmarks/merge_memory_pool.py --table LAKE/silver/lineitem \\
+        --keys l_orderkey l_linenumber --group l_orderkey --fractions 0.01 --pools 0 --change-data-feed off on
 """
 
 from __future__ import annotations
@@ -70,6 +79,8 @@ def measure(args: argparse.Namespace) -> dict:
     shutil.copytree(args.table, path)
     try:
         table = deltalake.DeltaTable(path)
+        if args.feed:
+            table.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
         source = pq.read_table(args.source)
         reset_peak_rss(os.getpid())
         before = memory_kb(os.getpid(), "VmRSS")
@@ -87,8 +98,17 @@ def measure(args: argparse.Namespace) -> dict:
         except Exception as exc:  # delta-rs' own error is the result being measured
             error = str(exc).splitlines()[0][:300]
         seconds = time.perf_counter() - started
-        rows_after = pa.table(deltalake.DeltaTable(path).get_add_actions(flatten=True))["num_records"]
+        merged = deltalake.DeltaTable(path)
+        rows_after = pa.table(merged.get_add_actions(flatten=True))["num_records"]
+        feed_rows = feed_seconds = None
+        if args.feed and error is None:
+            started = time.perf_counter()
+            feed_rows = merged.load_cdf(starting_version=merged.version()).read_all().num_rows
+            feed_seconds = round(time.perf_counter() - started, 2)
         return {
+            "change_data_feed": bool(args.feed),
+            "feed_rows": feed_rows,
+            "feed_read_s": feed_seconds,
             "fraction": args.fraction,
             "pool_mb": args.pool,
             "row_group_rows": args.row_group,
@@ -114,7 +134,10 @@ def main() -> None:
                         help="max_spill_size in MB; 0 for none")
     parser.add_argument("--row-group-rows", nargs="+", type=int, default=[0],
                         help="the rewritten files' row groups, at most this many rows; 0 for deltalake's default")
+    parser.add_argument("--change-data-feed", nargs="+", choices=("off", "on"), default=["off"],
+                        help="run each MERGE without and/or with the table's change data feed")
     parser.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--feed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--pool", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--row-group", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
@@ -122,27 +145,32 @@ def main() -> None:
     if args.fraction is not None:
         emit_json(measure(args))
         return
-    print("| share of groups | source rows | source MB | spill bound | row groups up to | MERGE s "
-          "| peak above the source in hand, MB | rows after | error | load |")
-    print("| ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | --- | ---: |")
+    print("| share of groups | source rows | source MB | spill bound | row groups up to | change feed | MERGE s "
+          "| peak above the source in hand, MB | rows after | feed rows | feed read s | error | load |")
+    print("| ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     sources = tempfile.mkdtemp(prefix="merge_pool_sources_")
     try:
         for fraction in args.fractions:
             source = write_source(args.table, args.group, fraction, sources)
             for pool in args.pools:
                 for row_group in args.row_group_rows:
-                    print_run(fraction, pool, row_group, source)
+                    for feed in args.change_data_feed:
+                        print_run(fraction, pool, row_group, feed == "on", source)
     finally:
         shutil.rmtree(sources, ignore_errors=True)
 
 
-def print_run(fraction: float, pool: int, row_group: int, source: str) -> None:
+def print_run(fraction: float, pool: int, row_group: int, feed: bool, source: str) -> None:
     r = run_child([*sys.argv, "--fraction", str(fraction), "--pool", str(pool), "--row-group", str(row_group),
-                   "--source", source], f"the run at {fraction} with a {pool} MB bound, row groups {row_group}")
+                   "--feed", str(int(feed)), "--source", source],
+                  f"the run at {fraction} with a {pool} MB bound, row groups {row_group}, change feed {feed}")
     bound = f"{r['pool_mb']} MB" if r["pool_mb"] else "none"
     groups = f"{r['row_group_rows']:,} rows" if r["row_group_rows"] else "default"
-    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {groups} | {r['seconds']} "
-          f"| {r['peak_growth_mb']} | {r['rows_after']:,} | {r['error'] or ''} | {r['load_average']} |", flush=True)
+    feed_rows = "" if r["feed_rows"] is None else f"{r['feed_rows']:,}"
+    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {groups} "
+          f"| {'on' if r['change_data_feed'] else 'off'} | {r['seconds']} | {r['peak_growth_mb']} | {r['rows_after']:,} "
+          f"| {feed_rows} | {r['feed_read_s'] if r['feed_read_s'] is not None else ''} | {r['error'] or ''} "
+          f"| {r['load_average']} |", flush=True)
 
 
 if __name__ == "__main__":
