@@ -115,6 +115,8 @@ def map_values_grown_error(error: Exception, *, action: str, table: str) -> Sche
     return SchemaMismatchError(
         f"{action} failed: a map column's struct values gained fields after some of the table's files "
         f"were written, and delta-rs cannot change those files ({text}). To fix: rewrite the table whole "
-        "(mode('overwrite') with option('overwriteSchema', 'true')), or change it with delta-spark",
+        "(mode('overwrite') with option('overwriteSchema', 'true'); for an asset, one run with "
+        "write_mode='overwrite' and schema_mode='overwrite'), or change it with delta-spark (a Spark DataFrame, "
+        "MEDALLION_DELTA_ENGINE=delta-spark)",
         table=table,
     )
