@@ -16,7 +16,12 @@ from deltalake import Schema as DeltaSchema
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from medallion_assets.delta.errors import SchemaMismatchError, UnsupportedTypeError
+from medallion_assets.delta.errors import (
+    HOW_TO_REWRITE_WHOLE,
+    HOW_TO_USE_DELTA_SPARK,
+    SchemaMismatchError,
+    UnsupportedTypeError,
+)
 
 # Spark types with no Delta counterpart (Delta's variant needs a table feature
 # delta-rs does not write yet).
@@ -195,10 +200,8 @@ def refuse_growth_inside_maps(stored: T.StructType, data: T.StructType, *, table
         raise SchemaMismatchError(
             "; ".join(problems) + ". delta-rs could add the fields but could not merge into or delete from the "
             "table afterwards, while files written before remain, so nothing was written. To fix: write the table "
-            "with delta-spark (a Spark DataFrame, MEDALLION_DELTA_ENGINE=delta-spark), carry the new fields in a "
-            "column of their own, or rewrite the table whole with the new schema (mode('overwrite') with "
-            "option('overwriteSchema', 'true'); for an asset, one run with write_mode='overwrite' and "
-            "schema_mode='overwrite')",
+            f"with delta-spark {HOW_TO_USE_DELTA_SPARK}, carry the new fields in a column of their own, or rewrite "
+            f"the table whole with the new schema {HOW_TO_REWRITE_WHOLE}",
             table=table,
         )
 

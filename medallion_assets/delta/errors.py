@@ -15,6 +15,15 @@ from deltalake.exceptions import DeltaError as _RsDeltaError
 from deltalake.exceptions import SchemaMismatchError as _RsSchemaMismatchError
 
 
+#: How an error tells the user to replace a table whole with a new schema: as a Spark write, and as an asset.
+HOW_TO_REWRITE_WHOLE = (
+    "(mode('overwrite') with option('overwriteSchema', 'true'); for an asset, one run with "
+    "write_mode='overwrite' and schema_mode='overwrite')"
+)
+#: How an error tells the user to write a table with delta-spark instead of delta-rs.
+HOW_TO_USE_DELTA_SPARK = "(a Spark DataFrame, MEDALLION_DELTA_ENGINE=delta-spark)"
+
+
 class DeltaError(Exception):
     """Base class of every error raised by :mod:`medallion_assets.delta`.
 
@@ -115,8 +124,6 @@ def map_values_grown_error(error: Exception, *, action: str, table: str) -> Sche
     return SchemaMismatchError(
         f"{action} failed: a map column's struct values gained fields after some of the table's files "
         f"were written, and delta-rs cannot change those files ({text}). To fix: rewrite the table whole "
-        "(mode('overwrite') with option('overwriteSchema', 'true'); for an asset, one run with "
-        "write_mode='overwrite' and schema_mode='overwrite'), or change it with delta-spark (a Spark DataFrame, "
-        "MEDALLION_DELTA_ENGINE=delta-spark)",
+        f"{HOW_TO_REWRITE_WHOLE}, or change it with delta-spark {HOW_TO_USE_DELTA_SPARK}",
         table=table,
     )
