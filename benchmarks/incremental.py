@@ -36,6 +36,13 @@ in the folder, since a run reuses its checks' earlier results from it. It
 tells what the process's own history (the full run before the batch) adds to
 the batch's time and driver memory.
 
+At the end it prints on standard error each run against its target (the
+batch at most 10% of the full run, a run with nothing new at most 15 s of
+work) and each layer's seconds in the full run and in the batch: a layer that
+costs the batch about what it costs the full run is recomputed whatever the
+batch holds. ``--summary FILE`` prints the same from a run's JSON, measuring
+nothing.
+
 ``--fit FILE ...`` measures nothing: it reads the JSON of runs at several
 scale factors and prints, in Markdown, each run's figures and straight-line
 fits of the full run and the batch in the scale factor (what a run costs
@@ -114,6 +121,20 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     return mean_y - slope * mean_x, slope
 
 
+def _steps(run: dict) -> dict[str, float]:
+    # Runs of older code kept only their slowest steps (all of them with --slowest 45).
+    return run.get("steps_s") or run["slowest_steps_s"]
+
+
+def seconds_by_layer(run: dict, layers: dict[str, str]) -> dict[str, float]:
+    """A run's step seconds summed by the layer each step writes (``other`` for a step ``layers`` lacks)."""
+    totals: dict[str, float] = {}
+    for step, seconds in _steps(run).items():
+        layer = layers.get(step, "other")
+        totals[layer] = totals.get(layer, 0.0) + seconds
+    return totals
+
+
 def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str:
     """Markdown: the runs by scale factor, and each cost as a fixed part plus a part per SF."""
     reports = sorted(reports, key=lambda r: r["scale_factor"])
@@ -134,18 +155,10 @@ def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str
         lines.append(f"\n{name}: {fits[name][0]:.1f} s + {fits[name][1]:.1f} s per SF (largest miss {miss:.1f} s)")
     lines.append(f"\nthe batch's share tends to {fits['incremental'][1] / fits['full'][1]:.2f} as SF grows")
 
-    def steps(run: dict) -> dict[str, float]:
-        # Runs of older code kept only their slowest steps (all of them with --slowest 45).
-        return run.get("steps_s") or run["slowest_steps_s"]
-
     def per_layer(name: str) -> dict[str, list[tuple[float, float]]]:
         points: dict[str, list[tuple[float, float]]] = {}
         for r, by_name in zip(reports, runs):
-            totals: dict[str, float] = {}
-            for step, seconds in steps(by_name[name]).items():
-                layer = layers.get(step, "other")
-                totals[layer] = totals.get(layer, 0.0) + seconds
-            for layer, seconds in totals.items():
+            for layer, seconds in seconds_by_layer(by_name[name], layers).items():
                 points.setdefault(layer, []).append((r["scale_factor"], seconds))
         return points
 
@@ -158,13 +171,50 @@ def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str
         lines.append(f"| {layer} | {batch_fixed:.1f} | {batch_per_sf:.1f} | {full_fixed:.1f} | {full_per_sf:.1f} |")
     by_step: dict[str, list[tuple[float, float]]] = {}
     for r, by_name in zip(reports, runs):
-        for step, seconds in steps(by_name["incremental"]).items():
+        for step, seconds in _steps(by_name["incremental"]).items():
             by_step.setdefault(step, []).append((r["scale_factor"], seconds))
     fitted = {step: _line(points) for step, points in by_step.items() if len(points) == len(reports)}
     lines += ["", "| step (fastest growing in the batch) | batch: fixed s | batch: s per SF |",
               "| --- | ---: | ---: |"]
     for step, (fixed, per_sf) in sorted(fitted.items(), key=lambda item: -item[1][1])[:top]:
         lines.append(f"| `{step}` | {fixed:.1f} | {per_sf:.1f} |")
+    return "\n".join(lines)
+
+
+#: The cost targets this benchmark measures: the batch's share of the full run, and a run with nothing new.
+BATCH_SHARE_TARGET = 0.10
+NOTHING_NEW_TARGET_S = 15.0
+
+
+def targets_summary(report: dict, layers: dict[str, str]) -> str:
+    """Markdown: each run against its target, and each layer's seconds in the full run and the batch.
+
+    The layers say why a batch costs what it does: a layer whose batch
+    seconds are close to its full run's is recomputed whatever the batch holds.
+    """
+    runs = {run["run"]: run for run in report["runs"]}
+    full, batch, idle = runs["full"], runs["incremental"], runs["nothing new"]
+    fresh = {run["run"]: run for run in report.get("fresh_process", {}).get("runs", [])}
+    lines = [f"SF {report['scale_factor']:g}, {report['engine']}: the full run {full['work_s']} s of work", ""]
+    shown = [("same process", batch, idle)] + (
+        [("fresh process", fresh["incremental"], fresh["nothing new"])] if fresh else [])
+    for where, batch_run, idle_run in shown:
+        share = batch_run["work_s"] / full["work_s"]
+        share_miss = (share - BATCH_SHARE_TARGET) * 100
+        lines.append(f"- the batch, {where}: {batch_run['work_s']} s, {share:.1%} of the full run: "
+                     + ("met" if share_miss <= 0 else f"missed by {share_miss:.1f} points")
+                     + f" (target at most {BATCH_SHARE_TARGET:.0%})")
+        idle_miss = idle_run["work_s"] - NOTHING_NEW_TARGET_S
+        lines.append(f"- nothing new, {where}: {idle_run['work_s']} s: "
+                     + ("met" if idle_miss <= 0 else f"missed by {idle_miss:.1f} s")
+                     + f" (target at most {NOTHING_NEW_TARGET_S:g} s)")
+
+    full_layers, batch_layers = seconds_by_layer(full, layers), seconds_by_layer(batch, layers)
+    lines += ["", "| layer | full run s | batch s | batch / full |", "| --- | ---: | ---: | ---: |"]
+    for layer in sorted(batch_layers, key=lambda layer: -batch_layers[layer]):
+        in_full = full_layers.get(layer, 0.0)
+        ratio = f"{batch_layers[layer] / in_full:.2f}" if in_full else "-"
+        lines.append(f"| {layer} | {in_full:.1f} | {batch_layers[layer]:.1f} | {ratio} |")
     return "\n".join(lines)
 
 
@@ -203,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="create the tables written by MERGE with deletion vectors (delta-spark only)")
     parser.add_argument("--fit", nargs="+", metavar="FILE",
                         help="measure nothing: fit the JSON of runs at several scale factors (see above)")
+    parser.add_argument("--summary", metavar="FILE",
+                        help="measure nothing: the targets and the seconds by layer of a run's JSON (see above)")
     parser.add_argument("--fresh-process-batch", action="store_true",
                         help="also run the batch and the run with nothing new in a fresh process (see above)")
     # The child of --fresh-process-batch: the batch on the lake its parent put back.
@@ -211,11 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     keeps_instance = args.fresh_process_batch or args.batch_in_this_process
     if keeps_instance and not args.folder:
         parser.error("--fresh-process-batch needs --folder: the lake is put back there for the fresh process")
-    if args.fit:
+    if args.fit or args.summary:
         from medallion_assets.definitions import build_definitions
 
-        reports = [json.loads(Path(name).read_text()) for name in args.fit]
-        print(fit_report(reports, step_layers(build_definitions("local"))))
+        layers = step_layers(build_definitions("local"))
+        if args.summary:
+            print(targets_summary(json.loads(Path(args.summary).read_text()), layers))
+        else:
+            print(fit_report([json.loads(Path(name).read_text()) for name in args.fit], layers))
         return 0
     probes = install_probes(set()) if args.probes else None
 
@@ -337,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         }} if fresh else {}),
     }
     print(json.dumps(report, indent=2))
+    # On stderr: standard output stays the JSON that --fit and --summary read.
+    print(targets_summary(report, step_layers(defs)), file=sys.stderr)
     if not fresh:
         warm.spark_session.stop()
     if not args.folder:
