@@ -57,7 +57,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from medallion_assets.expectations import Expectation
+from medallion_assets.expectations import DEFAULT_MAX_REJECTED_SHARE, Expectation
 
 #: The field types silver validates text against (see ``transforms.silver.validated``).
 SUPPORTED_TYPES = (StringType, LongType, IntegerType, DecimalType, DateType, TimestampType)
@@ -96,7 +96,12 @@ class Field:
             quarantined with ``missing <name>`` (a delete needs only its keys,
             sequence and delete marker).
         values: the only values allowed, if any (``op`` in ``("I", "U", "D")``).
-        mask: PII: masked in silver, before expectations, so quarantine holds no PII either.
+        mask: PII: masked wherever the silver step writes (silver, history,
+            quarantine, tombstones), before the expectations. ``"sha256"``: the
+            hex SHA-256 of the value's UTF-8 bytes; :class:`MaskDigits`: see
+            there. A rejected line of a feed with masked fields is quarantined
+            with them masked, or as ``sha256:<hex>`` of its text when it cannot
+            be split into its fields. Raw values live in landing and bronze only.
     """
 
     name: str
@@ -169,11 +174,16 @@ class ApplyChanges:
         delete_when: ``(field, value)``: a change with that value deletes its key.
         except_fields: fields kept out of the silver table (the change marker, the sequence).
         history: also keep ``silver.<table>_history``, type 2 (valid_from, valid_to,
-            is_current, is_deleted), rebuilt from every bronze change.
+            is_current, is_deleted), the history of silver: a key's changes that
+            parsed and meet the drop/fail expectations, up to the one silver
+            adopted for the key, so its current row is silver's (or its delete).
         max_rejected_share: the share of a run's input rows (0 to 1) that may go to
             quarantine before the ``<table>_rejected_rows`` check fails with severity
-            ERROR (above it; 0.05: more than 5%). Any rejected row fails the check
-            with severity WARN; None (the default): never ERROR.
+            ERROR (above it; the default 0.05: more than 5%); the check is an ERROR
+            too when every line of a landed file of the run was rejected (garbage, a
+            CSV header that is not the declaration's). Any other rejected row fails
+            the check with severity WARN. 1: ERROR for a file rejected whole only;
+            None: never ERROR (WARN only).
         deletion_vectors: create the silver table with deletion vectors, so that a
             MERGE marks the rows it replaces instead of rewriting every file that
             holds one (delta-spark only). A batch that restates 1% of SF 1's orders
@@ -195,7 +205,7 @@ class ApplyChanges:
     delete_when: tuple[str, str] | None = None
     except_fields: tuple[str, ...] = ()
     history: bool = False
-    max_rejected_share: float | None = None
+    max_rejected_share: float | None = DEFAULT_MAX_REJECTED_SHARE
     deletion_vectors: bool = False
     filtered_by: tuple[str, ...] | None = None
 

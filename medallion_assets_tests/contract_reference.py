@@ -31,6 +31,9 @@ How lines are judged (the package's silver transforms follow the same rules):
   for I/U every other column in header order. Fields past the contract's
   columns are schema drift and ignored; a line with them whose other fields
   fail a check is ``malformed CSV line``.
+  A customer file whose header is not the contract's columns in order (names
+  past them aside) has every record rejected with ``header does not match the
+  declaration: expected (...), found (...)``.
 - Order state: the valid event with the greatest ``(event_time, event_id)``;
   a delete removes the order. Customer state: the valid row with the greatest
   ``updated_at`` (ties: the later file name, then the later line); ``D``
@@ -330,11 +333,20 @@ def _customer_changes(landing: Path) -> tuple[list[dict[str, Any]], list[tuple[s
         with path.open(encoding="utf-8", errors="replace", newline="") as handle:
             rows = csv.reader(handle)
             header = next(rows, None)
-            if header is None or header[: len(CUSTOMER_CSV_HEADER)] != CUSTOMER_CSV_HEADER:
-                raise ValueError(f"{path}: unexpected header {header}")
+            if header is None:
+                continue  # an empty file holds no record
+            # Fields are read by position: a file whose header is not the contract's (names past
+            # it aside) is rejected whole, every record with one reason.
+            wrong_header = header[: len(CUSTOMER_CSV_HEADER)] != CUSTOMER_CSV_HEADER and (
+                f"header does not match the declaration: expected ({', '.join(CUSTOMER_CSV_HEADER)}), "
+                f"found ({', '.join(header)})"
+            )
             for line_number, fields in enumerate(rows, start=2):
                 if not fields:
                     continue  # a blank line is no record (Spark's CSV reader skips it too)
+                if wrong_header:
+                    rejects.append((relative, wrong_header))
+                    continue
                 try:
                     change = _parse_customer_row(fields)
                 except _Reject as reject:

@@ -133,14 +133,16 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert gold[2]["paid"] == Decimal("100.00") and gold[2]["payment_count"] == 2
 
     # Checks: the expectation fails amber with the dropped row (handled as declared, not good data);
-    # the rejected-rows check counts the four rows quarantined; the key is unique.
+    # the rejected-rows check counts the four rows quarantined, an ERROR (4 of 9 lines, above the
+    # default 5%) naming their file; the key is unique.
     evaluations = {(e.asset_key, e.check_name): e for e in result.get_asset_check_evaluations()}
     dropped = evaluations[(SILVER, "payments_amount_positive")]
     assert not dropped.passed and dropped.severity == AssetCheckSeverity.WARN
     assert dropped.metadata["failing_rows"].value == 1
     rejected = evaluations[(SILVER, "payments_rejected_rows")]
-    assert not rejected.passed and rejected.severity == AssetCheckSeverity.WARN
+    assert not rejected.passed and rejected.severity == AssetCheckSeverity.ERROR
     assert rejected.metadata["rejected_rows"].value == len(quarantine)
+    assert "batch-00001.json" in rejected.metadata["rejected_files"].value
     assert evaluations[(SILVER, "payments_key_unique")].passed
     assert evaluations[(BRONZE, "stream_health")].passed
 

@@ -7,13 +7,17 @@ declared expectations, merge into ``silver.<table>``, and append rejected
 records and rows that fail a drop/fail expectation to ``quarantine.<table>``
 with the reason. With ``history=True`` it also keeps ``silver.<table>_history``
 (type 2), rebuilt each run for the keys that changed (an input of
-:class:`~medallion_assets.io_manager.ChangesWithTable`). A snapshot feed
+:class:`~medallion_assets.io_manager.ChangesWithTable`), downstream of
+``silver.<table>``: it reads silver and its tombstones to take in only the
+changes silver's rules let in (:func:`~medallion_assets.transforms.silver.history_rows`). A snapshot feed
 (``Replace``) gets a table with exactly its declared fields and types.
 
 Each run the step also reports what it set aside: the
 ``<table>_rejected_rows`` check on ``silver.<table>`` (failed WARN when any row
-was rejected, ERROR above the declaration's ``max_rejected_share``) and the
-counts as numeric metadata of both materializations. The quarantine tables
+was rejected, ERROR when a landed file was rejected whole or above the
+declaration's ``max_rejected_share``, naming the files) and the counts as
+numeric metadata of both materializations. A failed ERROR check tags the run
+(:func:`~medallion_assets.expectations.tag_failed_checks`). The quarantine tables
 form their own asset group, ``quarantine``.
 
 The step writes its quarantine last. Its read position is the oldest of its
@@ -25,7 +29,17 @@ increment again, merges it again (a no-op) and quarantines it once.
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
 from collections.abc import Iterable, Sequence
 
-from dagster import AssetIn, AssetKey, AssetOut, AssetsDefinition, MetadataValue, Output, asset, multi_asset
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetOut,
+    AssetsDefinition,
+    MetadataValue,
+    Output,
+    asset,
+    multi_asset,
+)
 from pyspark.sql import DataFrame
 
 from medallion_assets.expectations import (
@@ -39,9 +53,12 @@ from medallion_assets.expectations import (
     rejected_rows_result,
     rejects_to_quarantine,
     step_output,
+    tag_failed_checks,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
 from medallion_assets.io_manager import DELTA_KINDS, DELETION_VECTORS, READ, ChangesWithTable, delta_table
+from medallion_assets.io_manager.client import DeltaTableClient
+from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms import silver as T
 
 #: Every quarantine table: appended to, never merged.
@@ -110,7 +127,7 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         ],
         can_subset=False,
     )
-    def _apply_changes(bronze_rows: DataFrame):
+    def _apply_changes(context: AssetExecutionContext, bronze_rows: DataFrame):
         no_rows = has_no_rows(bronze_rows)
         # Counted as the parse reads them: the step's aggregations read every row.
         observed = ObservedInput(bronze_rows)
@@ -124,8 +141,11 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
         # Cached: counted here, then written from the cache by the IO manager.
         quarantined = cache_rows(rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined),
                                  no_rows=no_rows)
-        rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
+        rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows, judged=judged)
         judged.unpersist()  # what reads it next is cached: the latest changes and the quarantined rows
+        rejected_check = rejected_rows_result(rejected, asset_key=key, table=table,
+                                              max_rejected_share=changes.max_rejected_share)
+        tag_failed_checks(context, [*outcome.check_results, rejected_check])
         try:
             yield from outcome.check_results
             if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
@@ -139,7 +159,7 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
             for frame in (quarantined, latest):
                 frame.unpersist()
             outcome.release()
-        yield rejected_rows_result(rejected, asset_key=key, table=table, max_rejected_share=changes.max_rejected_share)
+        yield rejected_check
 
     return _apply_changes
 
@@ -149,23 +169,29 @@ def _history_asset(feed: Feed) -> AssetsDefinition:
 
     @asset(
         key=["silver", table],
-        ins={"bronze_rows": AssetIn(key=feed.bronze_key)},
+        ins={"bronze_rows": AssetIn(key=feed.bronze_key), "silver": AssetIn(key=feed.silver_key)},
         group_name="silver",
         kinds=DELTA_KINDS,
         description=(
-            f"Type-2 history of {feed.silver.table} (valid_from, valid_to, is_current, is_deleted), PII masked. "
-            "Each run rebuilds the history of the keys bronze gained changes of, from every bronze change of "
-            "those keys, and replaces their rows: a change arriving in a later run closes the row before it "
-            "(and a late, older change slots in between); other keys' rows are not rewritten."
+            f"Type-2 history of {feed.silver.table} (valid_from, valid_to, is_current, is_deleted), PII masked: "
+            "the changes that passed the parse and the drop/fail expectations, up to the one silver adopted "
+            "for the key, so a key's current row is silver's. Each run rebuilds the history of the keys bronze "
+            "gained changes of, from every bronze change of those keys, and replaces their rows: a change "
+            "arriving in a later run closes the row before it (and a late, older change slots in between); "
+            "other keys' rows are not rewritten."
         ),
         metadata=delta_table(write_mode="replace_keys", merge_keys=list(feed.silver.keys), schema_mode="merge",
                              column_descriptions={**silver_descriptions(feed), **_HISTORY_DESCRIPTIONS}),
     )
-    def _history(bronze_rows: ChangesWithTable) -> DataFrame:
-        # Rejects are quarantined by the change step.
+    def _history(bronze_rows: ChangesWithTable, silver: DataFrame, spark: SparkResource,
+                 lake: LakeResource) -> DataFrame:
+        # Rejects are quarantined by the change step; silver and its tombstones say what it adopted.
         records, _ = T.parse_changes(bronze_rows.table, feed)
         changed, _ = T.parse_changes(bronze_rows.changes, feed)
-        return T.history_of_changed_keys(records, changed, feed)
+        client = DeltaTableClient(spark.session_by_path, spark.delta_engine_in_use)
+        tombstones = DeltaTableClient.tombstone_path(lake.table_path(feed.silver_key.path))
+        deleted = client.read(tombstones) if client.exists(tombstones) else None
+        return T.history_of_changed_keys(records, changed, feed, T.adopted_sequences(silver, deleted, feed))
 
     return _history
 

@@ -28,6 +28,12 @@ independently for the TPC-H feeds):
   then the other fields in declared order, e.g. ``missing payment_id``,
   ``amount is not a decimal: 'abc'``, ``op is not I, U or D: 'X'``,
   ``not valid JSON``, ``malformed CSV line``.
+- A CSV file's header must name the declared fields, in declared order
+  (names after them are schema drift): otherwise every row of the file is
+  rejected, first of all, with ``header does not match the declaration:
+  expected (a, b), found (b, a)`` (:func:`header_mismatch`), since Spark reads
+  the fields by position. Rows of bronze tables older than bronze's
+  ``_header`` column are judged without it.
 - Fields a feed does not declare are ignored: unknown JSON keys, and CSV
   fields past the declared ones, provided the declared fields of the line are
   valid (else the line is ``malformed CSV line``).
@@ -53,10 +59,15 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from medallion_assets.expectations import MESSAGE_ORIGIN_PREFIX, meets_dropping_expectations
 from medallion_assets.feeds import ApplyChanges, Feed, KafkaTopic, LandingFiles, MaskDigits
+from medallion_assets.transforms.bronze import HEADER_COLUMN
 
 #: The reason of a line that held bytes that are not UTF-8.
 NOT_VALID_UTF8 = "not valid UTF-8"
+
+#: How the reason of every row of a CSV file whose header is not the declaration's starts.
+HEADER_MISMATCH = "header does not match the declaration"
 
 #: What bronze turns bytes that are not UTF-8 into (U+FFFD REPLACEMENT CHARACTER).
 REPLACEMENT_CHARACTER = "\ufffd"
@@ -83,7 +94,8 @@ def text_schema(names: Iterable[str]) -> StructType:
 
 
 def validated(
-    text: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True
+    text: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True,
+    quoted: Column | None = None,
 ) -> tuple[Column, Column]:
     """Validate one text value against its column type.
 
@@ -94,6 +106,7 @@ def validated(
         prefix: Prepended to the reason (``lineitem <n>: ``), if given.
         required: a missing or empty value is a reason (``missing <name>``);
             otherwise it is a null.
+        quoted: what the reason quotes as the value (default ``text``; a masked field's masked text).
 
     Returns:
         (reason: null when valid, typed value: null when invalid or missing).
@@ -102,7 +115,7 @@ def validated(
         >>> reason, typed = validated(F.col("amount"), "amount", DecimalType(12, 2))
     """
     converted = typed_value(text, kind)
-    return invalid_reason(text, converted, name, kind, prefix, required=required), converted
+    return invalid_reason(text, converted, name, kind, prefix, required=required, quoted=quoted), converted
 
 
 def _pattern(kind: DataType) -> tuple[str, str]:
@@ -143,7 +156,8 @@ def is_present_and_valid(converted: Column, kind: DataType) -> Column:
 
 
 def invalid_reason(
-    text: Column, converted: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True
+    text: Column, converted: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True,
+    quoted: Column | None = None,
 ) -> Column:
     """Why ``text`` is not a valid ``kind`` (null when it is), given its :func:`typed_value` ``converted``.
 
@@ -155,7 +169,7 @@ def invalid_reason(
     if isinstance(kind, StringType):
         return missing_reason if missing_reason is not None else F.lit(None).cast("string")
     _, what = _pattern(kind)
-    wrong = F.concat(lead, F.lit(f"{name} is not {what}: '"), text, F.lit("'"))
+    wrong = F.concat(lead, F.lit(f"{name} is not {what}: '"), text if quoted is None else quoted, F.lit("'"))
     if missing_reason is None:
         return F.when(~missing & converted.isNull(), wrong)
     return missing_reason.when(converted.isNull(), wrong)
@@ -197,7 +211,7 @@ def kafka_lines(messages: DataFrame) -> DataFrame:
     treats both sources alike.
     """
     origin = F.concat(
-        F.lit("kafka://"), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
+        F.lit(MESSAGE_ORIGIN_PREFIX), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
         F.lit("/"), F.col("offset").cast("string"),
     )
     return messages.select("value", origin.alias("_source_file"), "_ingested_at")
@@ -231,10 +245,12 @@ def _judge_fields(feed: Feed, text_of) -> tuple[Column, dict[str, Column]]:
     typed: dict[str, Column] = {}
     for f in feed.fields:
         text = text_of(f.name)
-        reason, value = validated(text, f.name, f.type, required=not f.nullable or f.name in first)
+        # A reason quotes a masked field's value masked: the quarantine holds no text the declaration masks.
+        quoted = masked_column(text, f.mask) if f.mask is not None else text
+        reason, value = validated(text, f.name, f.type, required=not f.nullable or f.name in first, quoted=quoted)
         if f.values:
             allowed = f.values[0] if len(f.values) == 1 else f"{', '.join(f.values[:-1])} or {f.values[-1]}"
-            out_of_domain = F.when(~text.isin(*f.values), F.concat(F.lit(f"{f.name} is not {allowed}: '"), text, F.lit("'")))
+            out_of_domain = F.when(~text.isin(*f.values), F.concat(F.lit(f"{f.name} is not {allowed}: '"), quoted, F.lit("'")))
             reason = F.coalesce(reason, out_of_domain)
         reasons[f.name] = reason
         # A delete carries its key; whatever else it holds is not state.
@@ -256,7 +272,9 @@ def parse_changes(bronze_rows: DataFrame, feed: Feed) -> tuple[DataFrame, DataFr
         ``(records, rejects)``. Records: the declared fields typed (a delete
         keeps only its marker, keys and sequence), ``_source_file``,
         ``_ingested_at``. Rejects: ``value`` (the line as delivered, made
-        valid UTF-8), ``_source_file``, ``_ingested_at``, ``reason``. Both
+        valid UTF-8; for a feed with masked fields, its declared fields with
+        those masked, or ``sha256:<hex>`` of a line that cannot be split:
+        :func:`judge_changes`), ``_source_file``, ``_ingested_at``, ``reason``. Both
         read every row; to parse once, cache :func:`judge_changes` and take
         :func:`typed_changes` and :func:`rejected_changes` of it.
     """
@@ -269,7 +287,12 @@ def judge_changes(bronze_rows: DataFrame, feed: Feed) -> DataFrame:
 
     Returns:
         ``_reject_reason`` (null for a good row), ``_rejected_value`` (the row
-        as delivered, made valid UTF-8, for rejects only), ``_typed_<field>``
+        as delivered, made valid UTF-8, for rejects only; for a feed with
+        masked fields, nothing it masks: a line split into its fields (a JSON
+        object, a CSV line with the declared field count) as those fields'
+        text with the masked ones masked by :func:`masked_column`, as a JSON
+        object or a CSV line; any other line, or one not valid UTF-8, as
+        :func:`line_digest` of its text), ``_typed_<field>``
         per declared field, ``_source_file`` and ``_ingested_at``.
     """
     if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
@@ -299,12 +322,20 @@ def _parse_json(lines: DataFrame, feed: Feed) -> DataFrame:
     record = F.from_json("value", text_schema([*feed.field_names, "_corrupt_record"]), JSON_OPTIONS)
     parsed = lines.select("*", record.alias("_record"))
     field_reason, typed = _judge_fields(feed, lambda name: F.col("_record").getField(name))
-    reason = F.coalesce(
-        F.when(not_valid_utf8(F.col("value")), F.lit(NOT_VALID_UTF8)),
-        not_a_json_object_reason(F.col("value"), F.col("_record")),
-        field_reason,
-    )
-    return _judged(parsed, feed, reason, typed, F.make_valid_utf8("value"))
+    encoding_reason = F.when(not_valid_utf8(F.col("value")), F.lit(NOT_VALID_UTF8))
+    object_reason = not_a_json_object_reason(F.col("value"), F.col("_record"))
+    reason = F.coalesce(encoding_reason, object_reason, field_reason)
+    delivered = F.make_valid_utf8("value")
+    if not masked_fields(feed):
+        return _judged(parsed, feed, reason, typed, delivered)
+    # A JSON object: its declared fields as read, the masked ones masked; else no text of it.
+    split = encoding_reason.isNull() & object_reason.isNull() & ~not_json_object(F.col("value"))
+    record = F.to_json(F.struct(*(
+        masked_column(F.col("_record").getField(f.name), f.mask).alias(f.name) if f.mask is not None
+        else F.col("_record").getField(f.name).alias(f.name)
+        for f in feed.fields
+    )))
+    return _judged(parsed, feed, reason, typed, F.when(split, record).otherwise(line_digest(delivered)))
 
 
 def _parse_csv(rows: DataFrame, feed: Feed) -> DataFrame:
@@ -323,8 +354,49 @@ def _parse_csv(rows: DataFrame, feed: Feed) -> DataFrame:
         .when(F.col("_corrupt_record").isNotNull() & field_reason.isNotNull(), F.lit("malformed CSV line"))
         .otherwise(field_reason)
     )
+    if HEADER_COLUMN in rows.columns:  # bronze tables from before bronze kept the header have none
+        reason = F.coalesce(header_mismatch(F.col(HEADER_COLUMN), names), reason)
     value = F.make_valid_utf8(F.coalesce(F.col("_corrupt_record"), F.to_csv(F.struct(*names))))
-    return _judged(rows, feed, reason, typed, value)
+    if not masked_fields(feed):
+        return _judged(rows, feed, reason, typed, value)
+    # Split into the declared fields: the masked ones masked; a line whose field count is
+    # off (positions unreliable) or that was not UTF-8 keeps no text, only its digest.
+    split = F.col("_corrupt_record").isNull() & ~not_valid_utf8(line_text)
+    record = F.to_csv(F.struct(*(
+        masked_column(F.col(f.name), f.mask).alias(f.name) if f.mask is not None else F.col(f.name)
+        for f in feed.fields
+    )))
+    return _judged(rows, feed, reason, typed, F.when(split, record).otherwise(line_digest(value)))
+
+
+def masked_fields(feed: Feed) -> tuple[str, ...]:
+    """The fields the declaration masks (``Field.mask``), in declared order."""
+    return tuple(f.name for f in feed.fields if f.mask is not None)
+
+
+def line_digest(text: Column) -> Column:
+    """``sha256:<hex>``: the SHA-256 of the text's UTF-8 bytes, what a masked feed's quarantine keeps of a line it
+    cannot split into its fields (the line's text itself could hold a masked value)."""
+    return F.concat(F.lit("sha256:"), F.sha2(text, 256))
+
+
+def header_mismatch(header: Column, names: list[str]) -> Column:
+    """The reason of a row whose file's header (an array of names) is not the declared
+    fields in order, else null; a null header (unknown) matches.
+
+    Names past the declared ones are schema drift and match, as fields past the
+    declared ones of a line do: ``header does not match the declaration:
+    expected (key, email, plan), found (id, name, favourite_colour)``.
+    """
+    declared = F.array(*(F.lit(name) for name in names))
+    return F.when(
+        header.isNotNull() & ~F.coalesce(F.slice(header, 1, len(names)) == declared, F.lit(False)),
+        F.concat(
+            F.lit(f"{HEADER_MISMATCH}: expected ({', '.join(names)}), found ("),
+            F.array_join(header, ", "),
+            F.lit(")"),
+        ),
+    )
 
 
 def _judged(rows: DataFrame, feed: Feed, reason: Column, typed: dict[str, Column], value: Column) -> DataFrame:
@@ -388,8 +460,8 @@ def silver_rows(latest: DataFrame, feed: Feed) -> DataFrame:
 
 
 def deleted_keys(latest: DataFrame, feed: Feed) -> DataFrame:
-    """The keys the changes delete, with their ``_sequence``."""
-    return latest.where(F.col("_deleted")).select(*feed.silver.keys, "_sequence")
+    """The keys the changes delete, with their ``_sequence`` (a masked key masked, as silver holds it)."""
+    return mask_pii(latest.where(F.col("_deleted")).select(*feed.silver.keys, "_sequence"), feed)
 
 
 def rows_to_merge(kept: DataFrame, deleted: DataFrame) -> DataFrame:
@@ -411,45 +483,89 @@ def mask_pii(frame: DataFrame, feed: Feed) -> DataFrame:
         The same columns in the same order.
     """
     masks = {f.name: f.mask for f in feed.fields if f.mask is not None and f.name in frame.columns}
-
-    def masked(name: str, mask) -> Column:
-        column = F.col(name)
-        if isinstance(mask, MaskDigits):
-            rest = column.substr(F.lit(mask.keep + 1), F.greatest(F.length(column), F.lit(1)))
-            return F.concat(column.substr(F.lit(1), F.lit(mask.keep)), F.regexp_replace(rest, r"[0-9]", "*"))
-        return F.sha2(column, 256)
-
-    return frame.select(*(masked(n, masks[n]).alias(n) if n in masks else F.col(n) for n in frame.columns))
+    return frame.select(*(masked_column(F.col(n), masks[n]).alias(n) if n in masks else F.col(n) for n in frame.columns))
 
 
-def history_rows(records: DataFrame, feed: Feed) -> DataFrame:
-    """Type-2 history: one row per distinct change of a key, PII masked.
+def masked_column(column: Column, mask) -> Column:
+    """One value masked by its declared mask, the rule :func:`mask_pii` applies (null stays null)."""
+    if isinstance(mask, MaskDigits):
+        rest = column.substr(F.lit(mask.keep + 1), F.greatest(F.length(column), F.lit(1)))
+        return F.concat(column.substr(F.lit(1), F.lit(mask.keep)), F.regexp_replace(rest, r"[0-9]", "*"))
+    return F.sha2(column, 256)
 
-    Each change is valid from its first sequence field until the key's next
-    change; the last one is current. A delete is kept as a row with
-    ``is_deleted`` so the history shows when the key went away.
+
+def adopted_sequences(silver: DataFrame, tombstones: DataFrame | None, feed: Feed) -> DataFrame:
+    """Per key, the ``_sequence`` of the change silver adopted last, as ``_adopted``.
+
+    A key silver holds: its row's ``_sequence``. A key silver does not hold:
+    its newest delete in the tombstones (``<table>__tombstones``), if any.
+    Keys are as silver stores them (masked when declared masked).
+
+    Args:
+        silver: the silver table (its keys and ``_sequence``).
+        tombstones: the silver table's tombstones (keys, ``_sequence``), None before any delete.
+    """
+    keys = list(feed.silver.keys)
+    held = silver.select(*keys, F.col("_sequence").alias("_held"))
+    if tombstones is None:
+        return held.select(*keys, F.col("_held").alias("_adopted"))
+    deleted = tombstones.groupBy(*keys).agg(F.max("_sequence").alias("_deleted_at"))
+    return held.join(deleted, keys, "full_outer").select(
+        *keys, F.coalesce(F.col("_held"), F.col("_deleted_at")).alias("_adopted")
+    )
+
+
+def adopted_in_one_run(records: DataFrame, feed: Feed) -> DataFrame:
+    """:func:`adopted_sequences` of a silver built by one run of all ``records``: each key's winning
+    change when it is a delete or meets the drop/fail expectations (masked, as silver judges it)."""
+    latest = mask_pii(latest_changes(records, feed), feed)
+    adopted = latest.where(F.col("_deleted") | meets_dropping_expectations(feed.expectations))
+    return adopted.select(*feed.silver.keys, F.col("_sequence").alias("_adopted"))
+
+
+def history_rows(records: DataFrame, feed: Feed, adopted: DataFrame) -> DataFrame:
+    """Type-2 history of silver: one row per distinct change silver's rules let in, PII masked.
+
+    A change enters when it parsed (``records`` are typed changes), meets
+    every ``drop``/``fail`` expectation of the feed judged on the change
+    itself, masked, as silver judges a run's winner (a delete is not judged),
+    and its ``_sequence`` (:func:`change_sequence`) is at most the one silver
+    adopted for its key (:func:`adopted_sequences`): a key without an
+    adopted change has no history. So the current row of a key is silver's
+    row (or the delete that removed it from silver); a change that silver
+    refused, or that lost its run to a refused change, is not current, while
+    a late, older change slots in between two rows. Each change is valid from
+    its first sequence field until the key's next change; a delete is a row
+    with ``is_deleted`` and null fields but its keys, sequence and marker.
 
     Returns:
         The silver fields, ``valid_from``, ``valid_to`` (null while current),
         ``is_current``, ``is_deleted``.
     """
     changes = feed.silver
+    keys = list(changes.keys)
     since = changes.sequence_by[0]
-    distinct = records.dropDuplicates(list(feed.field_names))
+    staged = mask_pii(
+        records.select(*feed.field_names, "_source_file", change_sequence(feed), _is_delete(feed, F.col).alias("_deleted")),
+        feed,
+    )
+    entered = staged.where(F.col("_deleted") | meets_dropping_expectations(feed.expectations)).join(
+        adopted, keys, "inner"
+    ).where(F.col("_sequence") <= F.col("_adopted"))
+    distinct = entered.dropDuplicates(list(feed.field_names))
     marker = [changes.delete_when[0]] if changes.delete_when else []
-    by_key = Window.partitionBy(*changes.keys).orderBy(*changes.sequence_by, "_source_file", *marker)
+    by_key = Window.partitionBy(*keys).orderBy(*changes.sequence_by, "_source_file", *marker)
     valid_to = F.lead(since).over(by_key)
-    history = distinct.select(
+    return distinct.select(
         *(F.col(f.name) for f in feed.silver_fields),
         F.col(since).alias("valid_from"),
         valid_to.alias("valid_to"),
         valid_to.isNull().alias("is_current"),
-        _is_delete(feed, F.col).alias("is_deleted"),
+        F.col("_deleted").alias("is_deleted"),
     )
-    return mask_pii(history, feed)
 
 
-def history_of_changed_keys(records: DataFrame, changed: DataFrame, feed: Feed) -> DataFrame:
+def history_of_changed_keys(records: DataFrame, changed: DataFrame, feed: Feed, adopted: DataFrame) -> DataFrame:
     """The type-2 history (:func:`history_rows`) of the keys ``changed`` names, from all their records.
 
     A change can close the row before it or, arriving late and older, slot in
@@ -459,12 +575,13 @@ def history_of_changed_keys(records: DataFrame, changed: DataFrame, feed: Feed) 
     Args:
         records: every typed record of the feed (its whole bronze table, parsed).
         changed: the typed records that arrived since the history was last written.
+        adopted: :func:`adopted_sequences` of silver as the same run left it.
 
     Returns:
         The history rows of the changed keys only, columns as :func:`history_rows`.
     """
     keys = list(feed.silver.keys)
-    return history_rows(records.join(changed.select(*keys).distinct(), keys, "left_semi"), feed)
+    return history_rows(records.join(changed.select(*keys).distinct(), keys, "left_semi"), feed, adopted)
 
 
 def conform_snapshot(snapshot: DataFrame, feed: Feed) -> DataFrame:

@@ -118,6 +118,37 @@ def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, 
             contract_reference.parse_customer_row(fields)
 
 
+def test_a_csv_file_whose_header_is_not_the_declaration_is_rejected_whole(spark, tmp_path):
+    """Spark reads CSV fields by position: a file with two columns swapped, or other columns,
+    must not parse as the declared fields; the other files go through."""
+    good = ["I", "7", "Customer#7", "1 Main St", "3", "13-111-222-3333", "10.00", "BUILDING", "c", "2024-01-01T00:00:00Z"]
+    swapped = list(CUSTOMER_CSV_COLUMNS)
+    swapped[2], swapped[8] = swapped[8], swapped[2]  # c_name and c_comment: both text, valid either way
+    folder = tmp_path / "customers"
+    folder.mkdir()
+    for name, header, rows in (("a.csv", CUSTOMER_CSV_COLUMNS, [good]),
+                               ("b.csv", swapped, [good, [*good[:1], "8", *good[2:]]]),
+                               ("c.csv", ["id", "name", "favourite_colour"], [["1", "x", "blue"]])):
+        with (folder / name).open("w", newline="", encoding="utf-8") as handle:
+            # Python's csv defaults: lines end with \r\n; a.csv's header quoted too, which must still match.
+            quoting = csv.QUOTE_ALL if name == "a.csv" else csv.QUOTE_MINIMAL
+            csv.writer(handle, quoting=quoting).writerows([header, *rows])
+    reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
+
+    changes, rejects = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(folder))))
+
+    assert [(row.c_custkey, row._source_file.rsplit("/", 1)[1]) for row in changes.collect()] == [(7, "a.csv")]
+    expected = ", ".join(CUSTOMER_CSV_COLUMNS)
+    assert sorted(_file_and_reason(rejects)) == [
+        ("customers/b.csv", f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})"),
+        ("customers/b.csv", f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})"),
+        ("customers/c.csv", f"header does not match the declaration: expected ({expected}), found (id, name, favourite_colour)"),
+    ]
+    # Bronze rows from before bronze kept the header (no _header column) are judged as before.
+    older, _ = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(folder / "b.csv"))).drop("_header"))
+    assert older.count() == 2
+
+
 def test_reference_snapshots_conform_to_the_contract(spark, landing):
     for table in REFERENCE_TABLES:
         files = [str(p) for p in (landing / "reference" / table).iterdir()]
@@ -333,7 +364,7 @@ def test_kept_drift_fields_become_text_columns_and_the_rest_is_ignored(spark):
 
 def _cdc(spark, rows):
     ingested = dt.datetime(2026, 1, 1, tzinfo=UTC)
-    padded = [(*row, None, f"file:/x/customers/{file}", ingested) for file, row in rows]
+    padded = [(*row, None, f"file:/x/customers/{file}", ingested, list(CUSTOMER_CSV_COLUMNS)) for file, row in rows]
     return spark.createDataFrame(padded, tpch.CUSTOMERS_CDC_SCHEMA)
 
 
@@ -472,6 +503,8 @@ def test_customer_rows_with_undecodable_bytes_are_rejected_first(spark, tmp_path
 
     assert sorted(row.c_custkey for row in changes.collect()) == [1, 6]
     assert _file_and_reason(rejects) == [("customers/batch-00001.csv", "not valid UTF-8")] * 4
+    # Customers mask c_phone and c_address: a line that was not UTF-8 is quarantined as its digest, no text of it.
+    assert [len(row.value) for row in rejects.collect() if row.value.startswith("sha256:")] == [71] * 4
     assert _file_and_reason(rejects) == contract_reference.expected_reject_reasons(landing)
     assertDataFrameEqual(
         silver.latest_customer_state(changes), spark.createDataFrame(contract_reference.expected_customers(landing))

@@ -17,7 +17,17 @@ out and take this step's variant that reads the landed files only
 from collections.abc import Collection, Sequence
 from typing import Literal
 
-from dagster import AssetIn, AssetKey, AssetOut, AssetsDefinition, Config, MetadataValue, Output, multi_asset
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetOut,
+    AssetsDefinition,
+    Config,
+    MetadataValue,
+    Output,
+    multi_asset,
+)
 from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -25,6 +35,7 @@ from pyspark.sql import functions as F
 from medallion_assets.assets.checks import reference_check, silver_freshness_checks, unique_key_check
 from medallion_assets.assets.silver import quarantine_out
 from medallion_assets.expectations import (
+    DEFAULT_MAX_REJECTED_SHARE,
     ObservedInput,
     apply_expectations,
     cache_rows,
@@ -38,6 +49,7 @@ from medallion_assets.expectations import (
     rejected_rows_result,
     rejects_to_quarantine,
     step_output,
+    tag_failed_checks,
 )
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
@@ -60,9 +72,9 @@ LINEITEM_EXPECTATIONS = [
     expect_or_drop("lineitem_quantity_positive", "l_quantity > 0"),
     expect("lineitem_ships_before_receipt", "l_shipdate <= l_receiptdate"),
 ]
-#: Share of a run's order lines past which ``orders_rejected_rows`` is an ERROR (as ``ApplyChanges.max_rejected_share``).
-#: None: the simulator's noisy batches reject some lines on purpose, so a reject is a WARN only.
-ORDERS_MAX_REJECTED_SHARE: float | None = None
+#: Share of a run's order lines past which ``orders_rejected_rows`` is an ERROR (as ``ApplyChanges.max_rejected_share``),
+#: as for any feed: the simulator's noisy batches reject about 0.3% of their lines on purpose, a WARN.
+ORDERS_MAX_REJECTED_SHARE: float | None = DEFAULT_MAX_REJECTED_SHARE
 
 
 def _sequence() -> F.Column:
@@ -122,10 +134,10 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
         ],
         can_subset=False,
     )
-    def orders_and_lineitem(config: OrdersSilverConfig, **order_events: DataFrame):
+    def orders_and_lineitem(context: AssetExecutionContext, config: OrdersSilverConfig, **order_events: DataFrame):
         """orders and lineitem: latest state per order (deletes applied), merged from new events of either source."""
         yield from _merge_order_events(
-            config, T.order_lines(order_events[ORDERS_RAW.name], order_events.get(ORDERS_KAFKA.name))
+            context, config, T.order_lines(order_events[ORDERS_RAW.name], order_events.get(ORDERS_KAFKA.name))
         )
 
     return orders_and_lineitem
@@ -143,7 +155,7 @@ def assets_without(left_out: Collection[AssetKey]) -> list[AssetsDefinition]:
     return [orders_step([feed for feed in ORDER_SOURCES if feed.bronze_key not in left_out])]
 
 
-def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
+def _merge_order_events(context: AssetExecutionContext, config: OrdersSilverConfig, lines: DataFrame):
     """The step's outputs and check results from order event lines (``value``, ``_source_file``, ``_ingested_at``)."""
     no_rows = has_no_rows(lines)
     # The lines are counted, and under 'ignore' their drifted fields found, as the parse
@@ -184,7 +196,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
         rejects_to_quarantine(rejects, "orders").unionByName(orders.quarantined).unionByName(lineitem.quarantined),
         no_rows=no_rows,
     )
-    rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows)
+    rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows, judged=judged)
     judged.unpersist()  # what reads it next is cached: the changes and the quarantined rows
     if config.schema_drift == "ignore":  # the parse observed them
         seen = [] if no_rows else observed.metric("drifted")
@@ -194,6 +206,7 @@ def _merge_order_events(config: OrdersSilverConfig, lines: DataFrame):
     drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
     rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
                                           max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
+    tag_failed_checks(context, [*orders.check_results, *lineitem.check_results, rejected_check])
     try:
         yield from orders.check_results
         yield from lineitem.check_results

@@ -41,6 +41,7 @@ from medallion_assets.transforms.bronze import bronze_schema, csv_options, csv_r
 from medallion_assets.transforms.silver import (
     JSON_OPTIONS,
     NOT_VALID_UTF8,
+    adopted_in_one_run,
     conform_snapshot,
     history_rows,
     invalid_reason,
@@ -523,8 +524,9 @@ def mask_customer_pii(customers: DataFrame) -> DataFrame:
 
 
 def customer_history_rows(changes: DataFrame) -> DataFrame:
-    """Type-2 history of customers, PII masked (:func:`~medallion_assets.transforms.silver.history_rows`)."""
-    return history_rows(changes, CUSTOMERS_CDC)
+    """Type-2 history of customers, PII masked, as one run of all ``changes`` leaves it
+    (:func:`~medallion_assets.transforms.silver.history_rows`)."""
+    return history_rows(changes, CUSTOMERS_CDC, adopted_in_one_run(changes, CUSTOMERS_CDC))
 
 
 def conform_reference(snapshot: DataFrame, table_name: str) -> DataFrame:
@@ -549,4 +551,4 @@ CUSTOMERS_CDC_SCHEMA = bronze_schema(CUSTOMERS_CDC)
 
 def customers_cdc(csv_rows: DataFrame) -> DataFrame:
     """``bronze.customers_cdc`` from a CSV source read with :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`."""
-    return csv_records(csv_rows, CUSTOMERS_CSV_READ_SCHEMA)
+    return csv_records(csv_rows, CUSTOMERS_CSV_READ_SCHEMA, CUSTOMERS_CSV_OPTIONS)
