@@ -15,7 +15,14 @@ Besides the expectations, every step with a quarantine reports what it set
 aside in the run, parse rejects included: :class:`RejectedRows`, as the
 ``<table>_rejected_rows`` check (:func:`rejected_rows_result`) and as numeric
 output metadata (``medallion/rejected_rows``, ``medallion/input_rows``) that
-Dagster plots over the runs.
+Dagster plots over the runs. The check is an ERROR when a landed file of the
+run was rejected whole (every line of it: garbage, a header that is not the
+declaration's) or more than ``max_rejected_share`` of the input was rejected
+(:data:`DEFAULT_MAX_REJECTED_SHARE` unless the feed says otherwise), else a
+WARN. Such a check is not blocking (silver already keeps the rows out), so a
+step that failed an ERROR check tags its run (:func:`tag_failed_checks`): the
+run is green for Dagster, and the tag says where the user looks first that
+its data checks failed.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, MetadataValue
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 Action = Literal["warn", "drop", "fail"]
@@ -75,6 +82,15 @@ def expect_or_drop(name: str, condition: str, description: str = "") -> Expectat
 def expect_or_fail(name: str, condition: str, description: str = "") -> Expectation:
     """Fail: any failing row blocks the table and everything downstream of it."""
     return Expectation(name, condition, "fail", description)
+
+
+def meets_dropping_expectations(expectations: Sequence[Expectation]) -> Column:
+    """True for rows that meet every ``drop`` and ``fail`` expectation: the rows :func:`apply_expectations` keeps."""
+    met = F.lit(True)
+    for e in expectations:
+        if e.action in ("drop", "fail"):
+            met = met & e.met
+    return met
 
 
 def check_specs(asset_key: AssetKey | Sequence[str], expectations: Sequence[Expectation]) -> list[AssetCheckSpec]:
@@ -223,6 +239,25 @@ def apply_expectations(
 #: Reasons listed in the rejected-rows check's metadata: the most frequent ones.
 TOP_REASONS = 10
 
+#: How a Kafka message's origin begins where a landed line has its file's URI
+#: (``kafka://<topic>/<partition>/<offset>``): a message is not a landed file,
+#: so the per-file accounting of the rejected-rows check leaves it out.
+MESSAGE_ORIGIN_PREFIX = "kafka://"
+
+#: Files listed in the rejected-rows check's metadata: those rejected whole first, then the most rejected.
+TOP_FILES = 10
+
+#: The share of a run's input rows past which the rejected-rows check is an ERROR, unless a
+#: feed's ``ApplyChanges(max_rejected_share=...)`` says otherwise: more than one row in twenty
+#: is not the noise of a healthy delivery (a few bad lines in a thousand) but a producer's
+#: change or a broken export, which someone should look at before the next delivery.
+DEFAULT_MAX_REJECTED_SHARE = 0.05
+
+#: The run tag set when a step's data check failed with severity ERROR (value ``failed``),
+#: and the one naming those checks (``<asset>:<check>``, comma-separated).
+DATA_CHECKS_TAG = "medallion/data_checks"
+FAILED_CHECKS_TAG = "medallion/failed_checks"
+
 #: Output metadata keys of the counts (numbers, so Dagster plots them over the runs).
 INPUT_ROWS_METADATA = "medallion/input_rows"
 REJECTED_ROWS_METADATA = "medallion/rejected_rows"
@@ -240,9 +275,10 @@ def rejected_rows_check_spec(
     """The rejected-rows check of the step that quarantines into ``quarantine.<table>``, on the table it guards."""
     key = AssetKey(list(asset_key)) if not isinstance(asset_key, AssetKey) else asset_key
     limit = (
-        f"ERROR above {max_rejected_share:.2%} of the input rows (max_rejected_share)"
+        f"ERROR when every line of a landed file was rejected or above {max_rejected_share:.2%} of the input "
+        "rows (max_rejected_share)"
         if max_rejected_share is not None
-        else "no ERROR threshold (max_rejected_share is not set)"
+        else "never ERROR (max_rejected_share is None)"
     )
     return AssetCheckSpec(
         name=rejected_rows_check_name(table),
@@ -342,6 +378,36 @@ class ObservedInput:
 
 
 @dataclass(frozen=True)
+class RejectedFile:
+    """What a step set aside from one landed file in one run.
+
+    Attributes:
+        file: the file's URI (``_source_file``).
+        rejected_rows: the file's quarantined rows (parse rejects and rows failing an expectation).
+        input_rows: the file's rows the step read (its lines; 0 when unknown).
+        unparsed_rows: the file's lines that did not parse (a header that is not the declaration's included).
+        reason: the file's most frequent reason kind (:func:`reason_kind`); for a file whose
+            header is not the declaration's, the expected and found columns.
+    """
+
+    file: str
+    rejected_rows: int
+    input_rows: int
+    unparsed_rows: int
+    reason: str
+
+    @property
+    def whole(self) -> bool:
+        """Whether every line of the file was rejected by the parse."""
+        return self.input_rows > 0 and self.unparsed_rows >= self.input_rows
+
+    @property
+    def share(self) -> float:
+        """Rejected rows per row the file brought (0 when unknown)."""
+        return self.rejected_rows / self.input_rows if self.input_rows else 0.0
+
+
+@dataclass(frozen=True)
 class RejectedRows:
     """What a step set aside in one run.
 
@@ -349,11 +415,15 @@ class RejectedRows:
         input_rows: the rows the step read (its new bronze rows).
         rejected_rows: the rows it quarantined: parse rejects and rows failing a drop or fail expectation.
         by_reason: ``(reason kind, rows)`` of the most frequent reasons (:func:`reason_kind`), most first.
+        by_file: the :data:`TOP_FILES` files with rejected rows, those rejected whole first, then most rejected.
+        files_rejected_whole: how many files of the run had every line rejected (all of them, not only the top).
     """
 
     input_rows: int
     rejected_rows: int
     by_reason: tuple[tuple[str, int], ...] = ()
+    by_file: tuple[RejectedFile, ...] = ()
+    files_rejected_whole: int = 0
 
     @property
     def share(self) -> float:
@@ -370,7 +440,9 @@ class RejectedRows:
         }
 
 
-def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int], no_rows: bool = False) -> RejectedRows:
+def count_rejected(
+    quarantined: DataFrame, *, input_rows: Callable[[], int], no_rows: bool = False, judged: DataFrame | None = None
+) -> RejectedRows:
     """Count a step's quarantined rows by reason kind, and read its input rows.
 
     ``quarantined`` must be cached by the caller: the one query here computes
@@ -387,9 +459,12 @@ def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int], no_
             input row, so the count is reported by the time it ends.
 
         no_rows: the caller knows the step's input had no row: nothing to count.
+        judged: every input line with its ``_source_file`` and ``_reject_reason`` (null when
+            it parsed), cached by the caller: with it, and when some row was rejected, one
+            more query counts each file's lines against its rejects (:class:`RejectedFile`).
 
     Returns:
-        The counts, the :data:`TOP_REASONS` most frequent reasons first.
+        The counts, the :data:`TOP_REASONS` most frequent reasons first, the files.
     """
     if no_rows:
         return RejectedRows(input_rows=0, rejected_rows=0)
@@ -403,8 +478,43 @@ def count_rejected(quarantined: DataFrame, *, input_rows: Callable[[], int], no_
         .collect()
     )
     rejected = int(counted[0]["rows"]) if counted else 0
+    by_file, whole = _rejected_files(quarantined, judged) if rejected and judged is not None else ((), 0)
     return RejectedRows(input_rows=input_rows(), rejected_rows=rejected,
-                        by_reason=tuple((row["kind"], int(row["rows"])) for row in counted[1:]))
+                        by_reason=tuple((row["kind"], int(row["rows"])) for row in counted[1:]),
+                        by_file=by_file, files_rejected_whole=whole)
+
+
+def _rejected_files(quarantined: DataFrame, judged: DataFrame) -> tuple[tuple[RejectedFile, ...], int]:
+    """The :data:`TOP_FILES` files with rejects, whole ones first, and how many were rejected whole.
+
+    Rows without a file, and Kafka messages (one line each, whose reject is
+    not a broken delivery), are left out.
+    """
+    landed = F.col("_source_file").isNotNull() & ~F.col("_source_file").startswith(MESSAGE_ORIGIN_PREFIX)
+    kinds = (
+        quarantined.where(landed)
+        .groupBy("_source_file", reason_kind(F.col("reason")).alias("kind"))
+        .agg(F.count(F.lit(1)).alias("rows"))
+        .groupBy("_source_file")
+        .agg(F.sum("rows").alias("rejected"), F.max_by("kind", F.struct("rows", "kind")).alias("kind"))
+    )
+    lines = judged.where(landed).groupBy("_source_file").agg(
+        F.count(F.lit(1)).alias("lines"), F.count("_reject_reason").alias("unparsed")
+    )
+    whole = (F.col("lines") > 0) & (F.col("unparsed") >= F.col("lines"))
+    picked = (
+        kinds.join(lines, "_source_file", how="left")
+        .select("*", whole.alias("whole"), F.sum(whole.cast("int")).over(Window.partitionBy()).alias("whole_files"))
+        .orderBy(F.desc("whole"), F.desc("rejected"), "_source_file")
+        .limit(TOP_FILES)
+        .collect()
+    )
+    files = tuple(
+        RejectedFile(file=row["_source_file"], rejected_rows=int(row["rejected"]), input_rows=int(row["lines"] or 0),
+                     unparsed_rows=int(row["unparsed"] or 0), reason=row["kind"])
+        for row in picked
+    )
+    return files, int(picked[0]["whole_files"] or 0) if picked else 0
 
 
 def _markdown_cell(text: str) -> str:
@@ -416,11 +526,17 @@ def rejected_rows_result(
 ) -> AssetCheckResult:
     """The ``<table>_rejected_rows`` check: passed when nothing was rejected, else failed.
 
-    Severity WARN, or ERROR when the rejected share of the input is above
-    ``max_rejected_share`` (a declaration's setting; None: never ERROR).
+    Severity ERROR when every line of some landed file of the run was rejected
+    or the rejected share of the input is above ``max_rejected_share`` (a
+    declaration's setting, :data:`DEFAULT_MAX_REJECTED_SHARE` by default;
+    1: the whole-file rule only; None: never ERROR), else WARN. The metadata
+    names the files with rejects (:class:`RejectedFile`), with each file's
+    main reason, which for a header that is not the declaration's gives the
+    expected and found columns.
     """
     key = AssetKey(list(asset_key)) if not isinstance(asset_key, AssetKey) else asset_key
     too_many = max_rejected_share is not None and rejected.share > max_rejected_share
+    whole_files = max_rejected_share is not None and rejected.files_rejected_whole > 0
     reasons = "\n".join(f"| {_markdown_cell(kind)} | {rows} |" for kind, rows in rejected.by_reason)
     metadata: dict = {
         "input_rows": rejected.input_rows,
@@ -432,16 +548,56 @@ def rejected_rows_result(
     }
     if max_rejected_share is not None:
         metadata["max_rejected_share"] = max_rejected_share
+    if rejected.by_file:
+        metadata["files_rejected_whole"] = rejected.files_rejected_whole
+        metadata["rejected_files"] = MetadataValue.md(
+            "| file | rejected rows | of the file's rows | share | every line rejected | main reason |\n"
+            "|---|---|---|---|---|---|\n"
+            + "\n".join(
+                f"| {_markdown_cell(f.file)} | {f.rejected_rows} | {f.input_rows} | {f.share:.2%} | "
+                f"{'yes' if f.whole else 'no'} | {_markdown_cell(f.reason)} |"
+                for f in rejected.by_file
+            )
+        )
+        metadata["rejected_by_file"] = MetadataValue.json([
+            {"file": f.file, "rejected_rows": f.rejected_rows, "input_rows": f.input_rows,
+             "share": round(f.share, 6), "rejected_whole": f.whole, "reason": f.reason}
+            for f in rejected.by_file
+        ])
+    whole = [f for f in rejected.by_file if f.whole]
     summary = (
         f"{rejected.rejected_rows} of {rejected.input_rows} input rows ({rejected.share:.2%}) "
         f"went to quarantine.{table}"
         + (f", above max_rejected_share {max_rejected_share:.2%}" if too_many else "")
+        + (f"; every line rejected of {rejected.files_rejected_whole} file(s): "
+           + "; ".join(f"{f.file} ({f.reason})" for f in whole[:3]) if whole else "")
     )
     return AssetCheckResult(
         asset_key=key,
         check_name=rejected_rows_check_name(table),
         passed=rejected.rejected_rows == 0,
-        severity=AssetCheckSeverity.ERROR if too_many else AssetCheckSeverity.WARN,
+        severity=AssetCheckSeverity.ERROR if too_many or whole_files else AssetCheckSeverity.WARN,
         description=summary,
         metadata=metadata,
     )
+
+
+def tag_failed_checks(context, results: Sequence[AssetCheckResult]) -> None:
+    """Tag the step's run when one of ``results`` failed with severity ERROR.
+
+    :data:`DATA_CHECKS_TAG` ``failed`` and :data:`FAILED_CHECKS_TAG` naming the
+    checks (with those an earlier step of the run named), so the Runs list and
+    the run's page show it: a non-blocking check leaves the run a success.
+
+    Args:
+        context: the step's execution context (its instance and run id).
+        results: the check results the step yields.
+    """
+    failed = {f"{r.asset_key.to_user_string()}:{r.check_name}" for r in results
+              if not r.passed and r.severity == AssetCheckSeverity.ERROR}
+    if not failed:
+        return
+    run = context.instance.get_run_by_id(context.run_id)
+    earlier = (run.tags.get(FAILED_CHECKS_TAG) or "") if run is not None else ""
+    named = sorted(failed | {name for name in earlier.split(", ") if name})
+    context.instance.add_run_tags(context.run_id, {DATA_CHECKS_TAG: "failed", FAILED_CHECKS_TAG: ", ".join(named)})

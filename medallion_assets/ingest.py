@@ -73,8 +73,9 @@ def bronze_stream_frame(
         # Lines stay text: parsing is silver's job, and bronze keeps bad lines as delivered.
         return bronze.landed_lines(reader.format("text").load(folder))
     read_schema = bronze.csv_read_schema(feed)
-    csv = reader.format("csv").schema(read_schema).options(**bronze.csv_options(feed.source))
-    return bronze.csv_records(csv.load(folder), read_schema)
+    options = bronze.csv_options(feed.source)
+    csv = reader.format("csv").schema(read_schema).options(**options)
+    return bronze.csv_records(csv.load(folder), read_schema, options)
 
 
 def start_bronze_stream(
@@ -173,14 +174,25 @@ def _start_bronze_sink(
     table_path = lake.table_path(["bronze", stream_name])
     engine = engine_for(spark)
     _create_bronze_table(spark, engine, table_path, schema)
+    options = engine.commit_metadata_options(commit_metadata or {})
+    if _lacks_columns(spark, engine, table_path, schema):
+        # A table from before a column was added to the bronze schema (a CSV file's
+        # header): its first batch adds it, and its older rows read as null.
+        options = {**options, "mergeSchema": "true"}
     return engine.start_append_stream(
         frame,
         table_path,
         checkpoint_location=lake.checkpoint_dir(stream_name),
         query_name=query_name or f"bronze_{stream_name}",
         trigger=trigger or {"availableNow": True},
-        options=engine.commit_metadata_options(commit_metadata or {}),
+        options=options,
     )
+
+
+def _lacks_columns(spark: SparkSession, engine: DeltaEngine, path: str, schema: StructType) -> bool:
+    """Whether the bronze table at ``path`` lacks some column of ``schema``."""
+    have = set(engine.schema(spark, path).fieldNames())
+    return any(name not in have for name in schema.fieldNames())
 
 
 class FullRefreshRefusedError(RuntimeError):

@@ -3,8 +3,10 @@
 On the simulator's sample every check of the definitions is in the JUnit file
 and none fails (in process, on the test session's Spark). A pipeline package
 the test writes (named by ``MEDALLION_PIPELINES``) adds a tiny gold table whose
-blocking ERROR check fails on the rows it stored; the real command, narrowed
-with ``--select`` to that table, exits 1 and its JUnit file names the check.
+blocking ERROR check fails on the rows it stored, and a tiny feed whose landed
+file of random bytes makes its non-blocking rejected-rows check an ERROR; the
+real command, narrowed with ``--select`` to them, exits 1 and its stderr and
+JUnit file name the checks (and the file).
 The JUnit files are read with ``xml.etree``, the writer under test being the
 command.
 """
@@ -12,6 +14,7 @@ command.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -31,6 +34,9 @@ PROBE_MODULE = '''
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetIn, AssetKey, asset, asset_check
 from pyspark.sql import DataFrame
 
+from pyspark.sql.types import TimestampType
+
+from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingFiles
 from medallion_assets.resources import SparkResource
 
 PROBE = AssetKey(["gold", "gate_probe"])
@@ -71,6 +77,14 @@ def ids_present(stored: DataFrame) -> AssetCheckResult:
 @asset_check(asset=TOTAL)
 def total_present(stored: DataFrame) -> AssetCheckResult:
     return _result(stored, "`sum(amount)` IS NULL", AssetCheckSeverity.ERROR)
+
+
+# A feed of landed NDJSON: a file of random bytes makes its (non-blocking) rejected-rows check an ERROR.
+GATE_PROBE_FEED = Feed(
+    name="gate_probe_raw", description="Probe items.", source=LandingFiles(folder="gate_probe", format="ndjson"),
+    fields=(Field("item_id", description="The item."), Field("updated_at", TimestampType(), description="When.")),
+    silver=ApplyChanges(table="gate_probe_items", keys=("item_id",), sequence_by=("updated_at",)),
+)
 '''
 
 
@@ -118,8 +132,9 @@ def test_a_failed_error_check_fails_the_gate_and_is_named(tmp_path):
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "probe.py").write_text(textwrap.dedent(PROBE_MODULE))
-    landing = tmp_path / "landing"  # the probe needs no landed files
-    landing.mkdir()
+    landing = tmp_path / "landing"  # the probe's feed gets a file of random bytes, written with plain Python
+    (landing / "gate_probe").mkdir(parents=True)
+    (landing / "gate_probe" / "batch-00001.json").write_bytes(random.Random(72).randbytes(3000))
     temp = tmp_path / "temp"
     temp.mkdir()
     junit = tmp_path / "checks.xml"
@@ -130,16 +145,23 @@ def test_a_failed_error_check_fails_the_gate_and_is_named(tmp_path):
         "TMPDIR": str(temp),
     }
     finished = subprocess.run(
-        [sys.executable, "-m", "medallion_assets.cli", "check", "--select", 'key:"gold/gate_probe"+',
+        [sys.executable, "-m", "medallion_assets.cli", "check", "--select",
+         'key:"gold/gate_probe"+ or key:"bronze/gate_probe_raw" or key:"silver/gate_probe_items"',
          "--landing", str(landing), "--junit-xml", str(junit)],
         env=env, capture_output=True, text=True, timeout=600,
     )
 
     assert finished.returncode == check_gate.EXIT_CHECK_FAILED, finished.stderr[-3000:]
     assert "ERROR check gold/gate_probe amounts_non_negative failed: failing_rows=1" in finished.stderr
+    # The non-blocking rejected-rows check of a file rejected whole fails the gate too, the file named.
+    rejected = [line for line in finished.stderr.splitlines()
+                if line.startswith("medallion-assets check: ERROR check silver/gate_probe_items gate_probe_items_rejected_rows")]
+    assert rejected and "files_rejected_whole=1" in rejected[0] and "gate_probe/batch-00001.json" in rejected[0]
     cases = junit_cases(junit)
-    assert set(cases) == {("gold/gate_probe", "amounts_non_negative"), ("gold/gate_probe", "amounts_below_five"),
-                          ("gold/gate_probe", "ids_present"), ("gold/gate_probe_total", "total_present")}
+    assert {("gold/gate_probe", "amounts_non_negative"), ("gold/gate_probe", "amounts_below_five"),
+            ("gold/gate_probe", "ids_present"), ("gold/gate_probe_total", "total_present"),
+            ("silver/gate_probe_items", "gate_probe_items_rejected_rows")} <= set(cases)
+    assert cases[("silver/gate_probe_items", "gate_probe_items_rejected_rows")].find("failure") is not None
     failure = cases[("gold/gate_probe", "amounts_non_negative")].find("failure")
     assert failure is not None and "failing_rows=1" in failure.get("message") and "passing_rows=1" in failure.get("message")
     warned = cases[("gold/gate_probe", "amounts_below_five")]

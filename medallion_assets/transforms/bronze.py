@@ -22,12 +22,23 @@ same file. Silver rejects a line holding U+FFFD as ``not valid UTF-8`` (see
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Iterable
 from pathlib import PurePath
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles
 
@@ -67,12 +78,22 @@ def csv_options(source: LandingFiles) -> dict[str, str]:
     return {**CSV_OPTIONS, **dict(source.options)}
 
 
+#: The column of a bronze CSV row holding its file's header, as the file's first
+#: record's fields; after the ingestion columns, where an older table gains it.
+HEADER_COLUMN = "_header"
+
+_HEADER_FIELD = StructField(HEADER_COLUMN, ArrayType(StringType(), True), True)
+
+#: How much of a CSV file is read for its header: the header is its first record.
+_HEADER_BYTES = 1 << 20
+
+
 def bronze_schema(feed: Feed) -> StructType:
     """The bronze table of a streamed feed: lines, CSV fields as text, or Kafka messages."""
     if isinstance(feed.source, KafkaTopic):
         return KAFKA_SCHEMA
     if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
-        return StructType([*csv_read_schema(feed).fields, *_INGESTION_FIELDS])
+        return StructType([*csv_read_schema(feed).fields, *_INGESTION_FIELDS, _HEADER_FIELD])
     return LINES_SCHEMA
 
 
@@ -125,17 +146,71 @@ def landed_lines(text_lines: DataFrame) -> DataFrame:
     return with_ingestion_columns(text_lines).select(*_as_valid_utf8(LINES_SCHEMA))
 
 
-def csv_records(csv_rows: DataFrame, read_schema: StructType) -> DataFrame:
+def csv_records(csv_rows: DataFrame, read_schema: StructType, options: dict[str, str] | None = None) -> DataFrame:
     """A bronze table of CSV records, from a CSV source read with ``read_schema``
-    (:func:`csv_read_schema`) and :func:`csv_options`.
+    (:func:`csv_read_schema`) and ``options`` (:func:`csv_options`, the default
+    :data:`CSV_OPTIONS`).
+
+    Spark reads the fields by position and does not compare the header with
+    the schema (with ``enforceSchema`` false it would fail the whole batch), so
+    each row also carries its file's header, :data:`HEADER_COLUMN`, and silver
+    rejects the rows of a file whose header is not the declaration's.
 
     Returns:
-        The read columns, then the ingestion columns; the CSV fields and
-        ``_corrupt_record`` are valid UTF-8 (bytes that are not UTF-8 replaced
-        by U+FFFD, which Spark's CSV reader has already done).
+        The read columns, the ingestion columns, then ``_header``; the CSV
+        fields and ``_corrupt_record`` are valid UTF-8 (bytes that are not
+        UTF-8 replaced by U+FFFD, which Spark's CSV reader has already done).
     """
     schema = StructType([*read_schema.fields, *_INGESTION_FIELDS])
-    return with_ingestion_columns(csv_rows).select(*_as_valid_utf8(schema))
+    header = _file_header_udf(dict(options or CSV_OPTIONS))
+    return with_ingestion_columns(csv_rows).select(
+        *_as_valid_utf8(schema), header(F.col("_source_file")).alias(HEADER_COLUMN)
+    )
+
+
+def read_csv_header(uri: str, *, sep: str = ",", quote: str = '"') -> list[str] | None:
+    """The first record of the CSV file at ``uri`` (a path or a URI as Spark's
+    ``_metadata.file_path`` gives it): its header's column names.
+
+    Read with Python's ``csv`` module, one record only, decoded as UTF-8 (bytes
+    that are not replaced by U+FFFD, a leading byte order mark dropped).
+
+    Returns:
+        The names, or None when the file cannot be read (treated as matching:
+        the rows are still judged field by field).
+    """
+    try:
+        parsed = urlparse(uri)
+        if parsed.scheme in ("", "file"):
+            with open(unquote(parsed.path) if parsed.scheme else uri, "rb") as handle:
+                head = handle.read(_HEADER_BYTES)
+        else:
+            from pyarrow import fs
+
+            filesystem, path = fs.FileSystem.from_uri(uri)
+            with filesystem.open_input_stream(path) as handle:
+                head = handle.read(_HEADER_BYTES)
+    except (OSError, ValueError):
+        return None
+    text = head.decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return next(csv.reader(io.StringIO(text, newline=""), delimiter=sep, quotechar=quote, doublequote=True), [])
+
+
+def _file_header_udf(options: dict[str, str]):
+    """A vectorized UDF: each row's file path -> that file's header (:func:`read_csv_header`).
+
+    A batch of rows comes from few files, so each file is read once per batch.
+    """
+    from pyspark.sql.functions import pandas_udf
+
+    sep, quote = options.get("sep", ","), options.get("quote", '"')
+
+    @pandas_udf(ArrayType(StringType(), True))
+    def file_header(paths):  # a pandas Series of file URIs
+        headers = {path: read_csv_header(path, sep=sep, quote=quote) for path in paths.unique()}
+        return paths.map(headers)
+
+    return file_header
 
 
 #: A bronze table of Kafka messages: one row per message of the topic, the
@@ -234,4 +309,6 @@ def bronze_column_descriptions(feed: Feed) -> dict[str, str]:
                  for name, text in feed.descriptions.items()}
     if isinstance(feed.source, LandingFiles):
         described["_corrupt_record"] = "The whole line when its field count differs from the header's, else null."
+        return {**described, **_INGESTION_DESCRIPTIONS,
+                HEADER_COLUMN: "The column names of the header of the file the row came from."}
     return {**described, **_INGESTION_DESCRIPTIONS}
