@@ -80,13 +80,20 @@ def table_maintenance():
     optimize_and_vacuum()
 
 
-ingest_schedule = ScheduleDefinition(job=ingest_job, cron_schedule="0 * * * *", name="ingest_hourly")
-@schedule(job=refresh_job, cron_schedule="30 2 * * *", name="refresh_daily")
+ingest_schedule = ScheduleDefinition(
+    job=ingest_job, cron_schedule="0 * * * *", name="ingest_hourly",
+    description="Hourly, on the hour: the ingest job, newly landed files into bronze and merged into silver.",
+)
+@schedule(job=refresh_job, cron_schedule="30 2 * * *", name="refresh_daily",
+          description="Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run.")
 def refresh_schedule(context: ScheduleEvaluationContext) -> RunRequest:
     """Daily: silver and gold, every partition of the partitioned gold table in one run."""
     partitions = context.repository_def.get_job(refresh_job.name).partitions_def
     return RunRequest(tags=all_partitions_tags(partitions) if partitions is not None else {})
-maintenance_schedule = ScheduleDefinition(job=table_maintenance, cron_schedule="0 4 * * 0", name="maintenance_weekly")
+maintenance_schedule = ScheduleDefinition(
+    job=table_maintenance, cron_schedule="0 4 * * 0", name="maintenance_weekly",
+    description="Weekly, Sunday 04:00: OPTIMIZE then VACUUM of every Delta table of the lake.",
+)
 
 jobs = [ingest_job, refresh_job, table_maintenance]
 schedules = [ingest_schedule, refresh_schedule, maintenance_schedule]

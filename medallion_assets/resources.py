@@ -460,11 +460,12 @@ class LakeResource(ConfigurableResource):
         """Checks, when a run (or sensor tick) starts, that the lake root can be written.
 
         Dagster sets resources up before any step runs, and the Spark resource starts
-        its session only when an asset first asks for it: a read-only lake stops the
-        run here, naming the setting, instead of after Spark's start-up.
+        its session only when an asset first asks for it: a lake root that cannot be
+        created or written stops the run here, naming the setting, instead of after
+        Spark's start-up.
 
         Raises:
-            LakeRootError: the root is a file, is not writable, or cannot be created.
+            LakeRootError: the root is a file, cannot be created, or cannot be written.
         """
         problem = self.write_problem()
         if problem:
@@ -473,11 +474,12 @@ class LakeResource(ConfigurableResource):
     def write_problem(self) -> str | None:
         """Why the lake root cannot be written, naming ``MEDALLION_LAKE_ROOT`` when it came from there; else ``None``.
 
-        An existing local root is written to (a temporary file, removed again), so
-        permissions the mode bits do not show (a read-only mount, ACLs, NFS) count.
-        A missing root is not created: its nearest existing parent must be a writable
-        folder. An object-store URI (``s3://``) is not probed: its permissions are
-        the store's, known only to a real write, and asking would be a network call.
+        A local root is created when missing (with its parents), then written to: a
+        temporary file is written and removed in it. Whether that works decides, not
+        the mode bits, so a read-only mount, ACLs, NFS or a pseudo file system such as
+        ``/proc`` count, whatever the user's privileges (root too). An object-store URI
+        (``s3://``) is not probed: its permissions are the store's, known only to a real
+        write, and asking would be a network call.
         """
         import tempfile
 
@@ -487,16 +489,21 @@ class LakeResource(ConfigurableResource):
             return None
         variable = "MEDALLION_LAKE_ROOT" if os.environ.get("MEDALLION_LAKE_ROOT") == self.root else None
         problem = lake_root_problem(self.root, variable=variable)
-        path = Path(self.root).expanduser().absolute()
-        if problem or not path.is_dir():
+        if problem:
             return problem
+        path = Path(self.root).expanduser().absolute()
+        named = f"{variable}={self.root!r}" if variable else f"the lake root {self.root!r}"
+        fix = f"point {variable or 'MEDALLION_LAKE_ROOT'} at a folder this user can write"
         try:
-            with tempfile.TemporaryFile(dir=path, prefix=".medallion-write-check-"):
-                pass
+            path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            named = f"{variable}={self.root!r}" if variable else f"the lake root {self.root!r}"
-            return (f"{named} is not writable ({path}: {error.strerror or error}): point "
-                    f"{variable or 'MEDALLION_LAKE_ROOT'} at a folder this user can write, or make it writable")
+            return f"{named} cannot be created ({path}: {error.strerror or error}): {fix}, or create it"
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".medallion-write-check-") as probe:
+                probe.write(b"medallion")
+                probe.flush()
+        except OSError as error:
+            return f"{named} is not writable ({path}: {error.strerror or error}): {fix}, or make it writable"
         return None
 
 

@@ -103,3 +103,9 @@ def test_dagster_definitions_validate_passes(tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_every_schedule_says_what_it_runs_and_when():
+    from medallion_assets.jobs import schedules
+
+    assert [schedule.name for schedule in schedules if not (schedule.description or "").strip()] == []

@@ -174,6 +174,15 @@ def test_a_lake_root_under_a_file_is_refused_at_load_and_at_run_start(monkeypatc
     _assert_run_stops_before_spark(monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created")
 
 
+def test_a_lake_root_that_cannot_be_created_stops_the_run_before_spark_whatever_the_mode_bits_say(monkeypatch):
+    # /proc's mode bits let root (and os.access) write, and the definitions load; no folder can be made there.
+    root = f"/proc/medallion-lake-{os.getpid()}/lake"
+    assert read_settings({"MEDALLION_LAKE_ROOT": root}) is not None  # the look-only check at load passes
+    _assert_run_stops_before_spark(monkeypatch, LakeResource(root=root),
+                                   f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
+                                   "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it")
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
                     reason="running as root: chmod does not stop root from writing (the file case covers root)")
 def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, tmp_path):
@@ -210,7 +219,7 @@ def _assert_run_stops_before_spark(monkeypatch, lake: LakeResource, expected: st
 def test_a_writable_lake_root_passes(tmp_path):
     lake = LakeResource(root=str(tmp_path / "new" / "lake"))
     assert lake.write_problem() is None
-    (tmp_path / "new" / "lake").mkdir(parents=True)
+    assert (tmp_path / "new" / "lake").is_dir()  # a missing root is created, then written to
     assert lake.write_problem() is None
     assert list((tmp_path / "new" / "lake").iterdir()) == []  # the probe leaves nothing behind
     assert LakeResource(root="s3://bucket/lake").write_problem() is None  # object stores are not probed
