@@ -53,6 +53,10 @@ def test_pipeline_on_a_standalone_cluster(tmp_path, engine):
         # The suite's time budget: test_engine_switch.py's delta-spark run is on a standalone cluster.
         pytest.skip("budget: delta-spark on the cluster runs in test_engine_switch.py; "
                     "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it here too")
+    if engine == "delta-rs" and _delta_spark_jars() is not None and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
+        # The suite's time budget: with delta-spark's jars, test_engine_switch.py runs the cluster deployment.
+        pytest.skip("budget: the cluster deployment runs in test_engine_switch.py (delta-spark); "
+                    "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it on delta-rs too")
     engine_env = {"MEDALLION_DELTA_ENGINE": engine, **({"DELTA_SPARK_JARS": _delta_spark_jars()} if engine == "delta-spark" else {})}
     with standalone_cluster(tmp_path) as master:
         report = _run_pipeline(
