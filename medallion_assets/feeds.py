@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import pkgutil
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -414,14 +413,12 @@ def feeds_in(modules: Iterable[ModuleType]) -> tuple[Feed, ...]:
 #: Packages of pipelines besides the project's own, comma-separated (read when the feeds are first looked up).
 PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
 
-#: The project's own pipelines.
-PROJECT_PIPELINES = "medallion_assets.pipelines"
-
 
 def pipeline_packages() -> tuple[str, ...]:
-    """:data:`PROJECT_PIPELINES` and the packages named in ``MEDALLION_PIPELINES``."""
-    extra = [name.strip() for name in os.environ.get(PIPELINES_VARIABLE, "").split(",") if name.strip()]
-    return tuple(dict.fromkeys([PROJECT_PIPELINES, *extra]))
+    """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
+    from medallion_assets.settings import pipeline_packages as of_environment
+
+    return of_environment()
 
 
 def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType, ...]:
@@ -450,9 +447,13 @@ def _feeds_of(packages: tuple[str, ...]) -> tuple[Feed, ...]:
     return feeds_in(pipeline_modules(packages))
 
 
-def project_feeds() -> tuple[Feed, ...]:
-    """The feeds the pipelines declare (each package read once, on first use)."""
-    return _feeds_of(pipeline_packages())
+def project_feeds(packages: Iterable[str] | None = None) -> tuple[Feed, ...]:
+    """The feeds the pipelines declare (each package read once).
+
+    Args:
+        packages: the pipeline packages (default: :func:`pipeline_packages`, from the environment).
+    """
+    return _feeds_of(tuple(pipeline_packages() if packages is None else packages))
 
 
 def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:
