@@ -64,7 +64,8 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
     """The project's Definitions for ``deployment``.
 
     Bronze, silver, quarantine, their checks and the stream sensors are built
-    from the feeds declared in the pipeline packages; the pipelines' own assets and checks (gold,
+    from the feeds declared in the pipeline packages (Python modules and
+    ``defs.yaml`` feed components); the pipelines' own assets and checks (gold,
     TPC-H's order step) are loaded from the same modules. The jobs and
     schedules select by asset group, so they hold whatever feeds are there.
 
