@@ -59,7 +59,7 @@ def resources_for(deployment: str) -> dict[str, Any]:
     return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
 
 
-def build_definitions(deployment: str = "local", *, simulator: bool = True, kafka: bool = True,
+def build_definitions(deployment: str = "local", *, simulator: bool | None = None, kafka: bool = True,
                       pipelines: Sequence[str] | None = None) -> Definitions:
     """The project's Definitions for ``deployment``.
 
@@ -74,6 +74,7 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
         simulator: include ``landing/simulated_batch``, the demo feed, upstream of
             the feeds it lands. No job or schedule selects it; a deployment with
             a real landing zone leaves it out, and then nothing shows it.
+            ``None`` (the default): included when TPC-H's pipelines are.
         kafka: include the feeds read from Kafka (``KafkaTopic``): their bronze
             asset, checkpoint sensor and ``stream_health`` check. Without them a
             pipeline asset that reads their bronze table is swapped for its
@@ -83,7 +84,7 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
         pipelines: the pipeline packages (default: the environment's,
             :func:`~medallion_assets.settings.pipeline_packages`). Without
             ``medallion_assets.pipelines`` (``MEDALLION_DEMO=off``) TPC-H is left
-            out, and ``simulator`` must be False: it lands TPC-H's files.
+            out, and with it the simulator, which lands TPC-H's files.
 
     Raises:
         ValueError: ``simulator`` without the project's own pipelines.
@@ -98,6 +99,8 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
     from medallion_assets.settings import PROJECT_PIPELINES, pipeline_packages
 
     packages = tuple(pipeline_packages() if pipelines is None else pipelines)
+    if simulator is None:
+        simulator = PROJECT_PIPELINES in packages
     if simulator and PROJECT_PIPELINES not in packages:
         raise ValueError(f"the simulator lands TPC-H's files, and the pipelines {', '.join(packages) or '(none)'} "
                          f"leave out {PROJECT_PIPELINES}, whose feeds read them: pass simulator=False")

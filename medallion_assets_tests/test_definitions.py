@@ -168,6 +168,11 @@ def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, mo
         with build_schedule_context(repository_def=repo) as context:
             assert repo.get_schedule_def("refresh_daily").evaluate_tick(context).run_requests
         assert ContinuousStreamsConfig().streams == ["subscriptions_raw"]
+        # Built directly, the simulator follows TPC-H's pipelines, and is refused without them.
+        direct = build_definitions("local", pipelines=("team_feeds",)).resolve_asset_graph()
+        assert {k.to_user_string() for k in direct.get_all_asset_keys()} == feed_assets
+        with pytest.raises(ValueError, match="the simulator lands TPC-H's files"):
+            build_definitions("local", simulator=True, pipelines=("team_feeds",))
         # The check gate's default sample is TPC-H's: without the demo it asks for the team's landing.
         with pytest.raises(CheckGateUsageError, match="MEDALLION_DEMO=off .* give --landing DIR"):
             gate(lake_root=tmp_path / "lake")
