@@ -340,12 +340,14 @@ def gate(
     Args:
         lake_root: An empty or missing folder for the lake; left as the run leaves it.
         select: Dagster asset selection text; everything when ``None``.
-        landing: A landing folder to copy, instead of the simulator's sample.
+        landing: A landing folder to copy, instead of the simulator's sample (required with
+            ``MEDALLION_DEMO=off``: the sample is TPC-H's).
         scale_factor: TPC-H scale factor of the simulator's sample.
         seed: Seed of the sample's noise.
 
     Raises:
-        CheckGateUsageError: ``select`` selects nothing or cannot run in one run.
+        CheckGateUsageError: ``select`` selects nothing or cannot run in one run; no ``landing``
+            with ``MEDALLION_DEMO=off``.
     """
     from medallion_assets.definitions import build_definitions
     from medallion_assets.settings import read_settings
@@ -354,7 +356,13 @@ def gate(
         # The settings checked as the definitions check them (SettingsError names a wrong one);
         # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
         settings = read_settings()
-        definitions = build_definitions(settings.deployment, simulator=False, kafka=settings.kafka)
+        if landing is None and not settings.demo:
+            raise CheckGateUsageError(
+                "MEDALLION_DEMO=off leaves out TPC-H, the only feeds the simulator's sample feeds: give --landing DIR, "
+                "a landing folder your feeds' files are in"
+            )
+        definitions = build_definitions(settings.deployment, simulator=False, kafka=settings.kafka,
+                                        pipelines=settings.pipeline_packages)
         selection = resolve_selection(definitions, select=select)
         partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
         lake_root.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,9 @@ environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
 ``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
 (:mod:`medallion_assets.engine`). ``MEDALLION_SIMULATOR=off`` leaves the demo
-feed (``landing/simulated_batch``) out. Without
+feed (``landing/simulated_batch``) out; ``MEDALLION_DEMO=off`` leaves out the
+project's own pipelines too (TPC-H), so only the ``MEDALLION_PIPELINES``
+packages' feeds and assets are there. Without
 ``MEDALLION_KAFKA_BOOTSTRAP_SERVERS`` the feeds read from Kafka are left out too
 (their bronze asset, checkpoint sensor and ``stream_health`` check; a pipeline
 step that also reads them loads in its variant without them), and one INFO
@@ -57,25 +59,35 @@ def resources_for(deployment: str) -> dict[str, Any]:
     return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
 
 
-def build_definitions(deployment: str = "local", *, simulator: bool = True, kafka: bool = True) -> Definitions:
+def build_definitions(deployment: str = "local", *, simulator: bool | None = None, kafka: bool = True,
+                      pipelines: Sequence[str] | None = None) -> Definitions:
     """The project's Definitions for ``deployment``.
 
     Bronze, silver, quarantine, their checks and the stream sensors are built
-    from the feeds declared in :mod:`medallion_assets.pipelines`; the
-    pipelines' own assets and checks (gold, TPC-H's order step) are loaded
-    from the same modules.
+    from the feeds declared in the pipeline packages (Python modules and
+    ``defs.yaml`` feed components); the pipelines' own assets and checks (gold,
+    TPC-H's order step) are loaded from the same modules. The jobs and
+    schedules select by asset group, so they hold whatever feeds are there.
 
     Args:
         deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`).
         simulator: include ``landing/simulated_batch``, the demo feed, upstream of
             the feeds it lands. No job or schedule selects it; a deployment with
             a real landing zone leaves it out, and then nothing shows it.
+            ``None`` (the default): included when TPC-H's pipelines are.
         kafka: include the feeds read from Kafka (``KafkaTopic``): their bronze
             asset, checkpoint sensor and ``stream_health`` check. Without them a
             pipeline asset that reads their bronze table is swapped for its
             module's variant (:data:`VARIANT_HOOK`); a module without one keeps
             the Kafka feed it reads. ``defs()`` sets it from
             ``MEDALLION_KAFKA_BOOTSTRAP_SERVERS``.
+        pipelines: the pipeline packages (default: the environment's,
+            :func:`~medallion_assets.settings.pipeline_packages`). Without
+            ``medallion_assets.pipelines`` (``MEDALLION_DEMO=off``) TPC-H is left
+            out, and with it the simulator, which lands TPC-H's files.
+
+    Raises:
+        ValueError: ``simulator`` without the project's own pipelines.
     """
     from medallion_assets.assets.bronze import bronze_assets
     from medallion_assets.assets.checks import feed_checks, freshness_sensor
@@ -84,9 +96,16 @@ def build_definitions(deployment: str = "local", *, simulator: bool = True, kafk
     from medallion_assets.feeds import KafkaTopic, pipeline_modules, project_feeds
     from medallion_assets.jobs import ingest_job
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
+    from medallion_assets.settings import PROJECT_PIPELINES, pipeline_packages
 
-    modules = list(pipeline_modules())
-    declared = project_feeds()
+    packages = tuple(pipeline_packages() if pipelines is None else pipelines)
+    if simulator is None:
+        simulator = PROJECT_PIPELINES in packages
+    if simulator and PROJECT_PIPELINES not in packages:
+        raise ValueError(f"the simulator lands TPC-H's files, and the pipelines {', '.join(packages) or '(none)'} "
+                         f"leave out {PROJECT_PIPELINES}, whose feeds read them: pass simulator=False")
+    modules = list(pipeline_modules(packages))
+    declared = project_feeds(packages)
     left_out = {} if kafka else {f.bronze_key: f.name for f in declared if isinstance(f.source, KafkaTopic)}
     pipeline_assets = _pipeline_assets(modules, left_out)
     feeds = tuple(f for f in declared if f.bronze_key not in left_out)
@@ -174,4 +193,5 @@ def defs() -> Definitions:
     from medallion_assets.settings import read_settings
 
     settings = read_settings()
-    return build_definitions(settings.deployment, simulator=settings.simulator, kafka=settings.kafka)
+    return build_definitions(settings.deployment, simulator=settings.simulator, kafka=settings.kafka,
+                             pipelines=settings.pipeline_packages)

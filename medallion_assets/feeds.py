@@ -383,45 +383,50 @@ class Feed:
 # ---- the project's feeds -----------------------------------------------------------
 
 
-def feeds_in(modules: Iterable[ModuleType]) -> tuple[Feed, ...]:
-    """Every :class:`Feed` defined at the top level of ``modules``, each once, names unique.
+def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) -> tuple[Feed, ...]:
+    """Every :class:`Feed` defined at the top level of ``modules``, then in the ``defs.yaml`` files under
+    ``yaml_folders`` (:func:`medallion_assets.components.yaml_feeds`), each once, names unique.
 
     Raises:
-        FeedDeclarationError: two feeds share a name, or two silver tables do.
+        FeedDeclarationError: two feeds share a name, or two silver tables do; a ``defs.yaml``
+            feed that cannot be read (:class:`~medallion_assets.components.FeedYamlError`).
     """
+    declared = [(module.__name__, value) for module in modules for value in vars(module).values()
+                if isinstance(value, Feed)]
+    if yaml_folders:
+        from medallion_assets.components import yaml_feeds
+
+        declared += [found for folder in yaml_folders for found in yaml_feeds(folder)]
     found: dict[str, Feed] = {}
     tables: dict[str, str] = {}
-    for module in modules:
-        for value in vars(module).values():
-            if not isinstance(value, Feed) or found.get(value.name) is value:
-                continue
-            if value.name in found:
+    for origin, value in declared:
+        if found.get(value.name) is value:
+            continue
+        if value.name in found:
+            raise FeedDeclarationError(
+                f"two feeds are named {value.name!r} (one in {origin}): rename one; "
+                "the name is its bronze table and checkpoint"
+            )
+        found[value.name] = value
+        if value.silver_table is not None:
+            if value.silver_table in tables:
                 raise FeedDeclarationError(
-                    f"two feeds are named {value.name!r} (one in {module.__name__}): rename one; "
-                    "the name is its bronze table and checkpoint"
+                    f"feeds {tables[value.silver_table]!r} and {value.name!r} both declare silver.{value.silver_table}: "
+                    "give each feed its own silver table"
                 )
-            found[value.name] = value
-            if value.silver_table is not None:
-                if value.silver_table in tables:
-                    raise FeedDeclarationError(
-                        f"feeds {tables[value.silver_table]!r} and {value.name!r} both declare silver.{value.silver_table}: "
-                        "give each feed its own silver table"
-                    )
-                tables[value.silver_table] = value.name
+            tables[value.silver_table] = value.name
     return tuple(found.values())
 
 
 #: Packages of pipelines besides the project's own, comma-separated (read when the feeds are first looked up).
 PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
 
-#: The project's own pipelines.
-PROJECT_PIPELINES = "medallion_assets.pipelines"
-
 
 def pipeline_packages() -> tuple[str, ...]:
-    """:data:`PROJECT_PIPELINES` and the packages named in ``MEDALLION_PIPELINES``."""
-    extra = [name.strip() for name in os.environ.get(PIPELINES_VARIABLE, "").split(",") if name.strip()]
-    return tuple(dict.fromkeys([PROJECT_PIPELINES, *extra]))
+    """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
+    from medallion_assets.settings import pipeline_packages as of_environment
+
+    return of_environment()
 
 
 def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType, ...]:
@@ -445,14 +450,26 @@ def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType,
     return tuple(modules)
 
 
+def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
+    """The folders of the packages among ``modules`` that are not inside another's: where ``defs.yaml`` feeds are found."""
+    folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
+    return tuple(f for f in dict.fromkeys(folders)
+                 if not any(f != other and f.startswith(other.rstrip(os.sep) + os.sep) for other in folders))
+
+
 @cache
 def _feeds_of(packages: tuple[str, ...]) -> tuple[Feed, ...]:
-    return feeds_in(pipeline_modules(packages))
+    modules = pipeline_modules(packages)
+    return feeds_in(modules, package_folders(modules))
 
 
-def project_feeds() -> tuple[Feed, ...]:
-    """The feeds the pipelines declare (each package read once, on first use)."""
-    return _feeds_of(pipeline_packages())
+def project_feeds(packages: Iterable[str] | None = None) -> tuple[Feed, ...]:
+    """The feeds the pipelines declare, in Python modules and in ``defs.yaml`` files (each package read once).
+
+    Args:
+        packages: the pipeline packages (default: :func:`pipeline_packages`, from the environment).
+    """
+    return _feeds_of(tuple(pipeline_packages() if packages is None else packages))
 
 
 def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:

@@ -71,10 +71,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("MEDALLION_LAKE_ROOT", "The lake's root folder (landing, layers, checkpoints); must be writable.",
              "a local folder (relative: to the working directory) or an object-store URI (s3://...)",
              "./lakehouse"),
-    Variable("MEDALLION_SIMULATOR", "Include the demo feed landing/simulated_batch.",
+    Variable("MEDALLION_DEMO", "Include the project's own pipelines (medallion_assets.pipelines: TPC-H) and the "
+             "simulator; off: only the MEDALLION_PIPELINES packages (which it then requires).",
              "on/off (also true/false, yes/no, 1/0)", "on"),
-    Variable("MEDALLION_PIPELINES", "More pipeline packages besides medallion_assets.pipelines.",
-             "a comma list of importable Python packages", "none"),
+    Variable("MEDALLION_SIMULATOR", "Include the demo feed landing/simulated_batch.",
+             "on/off (also true/false, yes/no, 1/0)", "on (off with MEDALLION_DEMO=off)"),
+    Variable("MEDALLION_PIPELINES", "Pipeline packages besides medallion_assets.pipelines (instead of it with "
+             "MEDALLION_DEMO=off).", "a comma list of importable Python packages", "none"),
     Variable("MEDALLION_CATALOG", "Where the lake's tables are registered by name: the session's own catalog "
              "(filled from the lake when a session starts), a shared Hive metastore, or nowhere.",
              "session, hive, none", "session"),
@@ -132,6 +135,9 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 DEFAULT_LAKE_ROOT = "./lakehouse"
 
+#: The project's own pipelines (TPC-H, the demo), read unless ``MEDALLION_DEMO=off``.
+PROJECT_PIPELINES = "medallion_assets.pipelines"
+
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 _SPELLINGS = ("true/false", "yes/no", "on/off", "1/0")
@@ -153,7 +159,8 @@ class Settings:
         kafka_maven: fetch Spark's Kafka connector from Maven.
         simulator: include the demo feed.
         kafka: a Kafka broker is configured (the Kafka feeds are in the definitions).
-        pipelines: the extra pipeline packages.
+        pipelines: the packages ``MEDALLION_PIPELINES`` names.
+        demo: include the project's own pipelines (:data:`PROJECT_PIPELINES`, TPC-H).
     """
 
     deployment: str = "local"
@@ -163,6 +170,12 @@ class Settings:
     simulator: bool = True
     kafka: bool = False
     pipelines: tuple[str, ...] = ()
+    demo: bool = True
+
+    @property
+    def pipeline_packages(self) -> tuple[str, ...]:
+        """The packages whose modules declare the deployment's feeds and assets (:func:`pipeline_packages`)."""
+        return ((PROJECT_PIPELINES,) if self.demo else ()) + tuple(p for p in self.pipelines if p != PROJECT_PIPELINES)
 
 
 def switch(name: str, environ: Mapping[str, str] | None = None, *, unset: bool | None,
@@ -277,7 +290,14 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
                     meaning="true (fetch delta-spark from Maven without probing) or false (never)",
                     unset_means="to probe Maven under auto")
     kafka_maven = boolean("MEDALLION_KAFKA_MAVEN", unset=False)
-    simulator = boolean("MEDALLION_SIMULATOR", unset=True, meaning="on or off", unset_means="for on")
+    demo = boolean("MEDALLION_DEMO", unset=True, meaning="on or off", unset_means="for on")
+    # The simulator lands TPC-H's files: without the demo's feeds nothing would read them.
+    simulator = boolean("MEDALLION_SIMULATOR", unset=demo, meaning="on or off",
+                        unset_means="for on" if demo is not False else "for off (MEDALLION_DEMO=off)")
+    if simulator and not demo and env.get("MEDALLION_SIMULATOR", "").strip():
+        problems.append(f"MEDALLION_SIMULATOR={env['MEDALLION_SIMULATOR']!r} lands TPC-H's demo files, and "
+                        "MEDALLION_DEMO=off leaves out the feeds that read them: unset MEDALLION_SIMULATOR, or "
+                        "unset MEDALLION_DEMO")
 
     if deployment == "cluster":
         _check_endpoint(env, problems, "SPARK_MASTER_URL", _SPARK_MASTER, deployment,
@@ -305,7 +325,11 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             if problem:
                 problems.append(problem)
 
-    pipelines = tuple(name.strip() for name in env.get("MEDALLION_PIPELINES", "").split(",") if name.strip())
+    pipelines = _named_pipelines(env)
+    if demo is False and not pipelines:
+        problems.append(f"MEDALLION_DEMO={env['MEDALLION_DEMO']!r} leaves out the project's own pipelines, and "
+                        "MEDALLION_PIPELINES names none of yours: set MEDALLION_PIPELINES to your pipeline packages "
+                        "(e.g. my_feeds), or unset MEDALLION_DEMO")
     for package in pipelines:
         problem = _package_problem(package)
         if problem:
@@ -329,8 +353,27 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError("\n".join(problems))
     return Settings(
         deployment=deployment, delta_engine=engine, delta_spark_maven=maven, kafka_maven=bool(kafka_maven),
-        simulator=bool(simulator), kafka=kafka, pipelines=pipelines,
+        simulator=bool(simulator), kafka=kafka, pipelines=pipelines, demo=demo is not False,
     )
+
+
+def _named_pipelines(env: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name.strip() for name in env.get("MEDALLION_PIPELINES", "").split(",") if name.strip()))
+
+
+def pipeline_packages(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The pipeline packages of the environment: :data:`PROJECT_PIPELINES` unless ``MEDALLION_DEMO=off``,
+    then those ``MEDALLION_PIPELINES`` names, each once.
+
+    Reads only these two variables (the feeds are looked up outside a definitions load too, by
+    sensors and the command line); :func:`read_settings` checks them, and everything else, at load.
+
+    Raises:
+        SettingsError: ``MEDALLION_DEMO`` is not a switch.
+    """
+    env = os.environ if environ is None else environ
+    demo = switch("MEDALLION_DEMO", env, unset=True, meaning="on or off", unset_means="for on")
+    return Settings(demo=bool(demo), pipelines=_named_pipelines(env)).pipeline_packages
 
 
 #: Variables of the project's own test harness, not settings of a deployment.

@@ -1,19 +1,22 @@
-"""docs/adding-a-feed.md, followed literally: its Python block is the new pipeline file, its claims are checked.
+"""docs/adding-a-feed.md, followed literally in both its forms: its blocks are the new pipeline's files.
 
-The page's one Python block is written, as it is, to a package of pipelines
-named in ``MEDALLION_PIPELINES`` (the test must not write into the checkout,
-which other workers read at the same time; the page offers both places).
-Files land as the page says: its two example lines, a correction, bad lines
-of each kind the page names, and a line with a field the declaration does
-not name, written with plain Python (the writer under test is the bronze
-stream). Then the project's own definitions are built and the feed is
-materialized with TPC-H's orders upstream of its gold table. Bronze, silver
-and gold are read back with delta-rs and DuckDB.
+The Python form is the page's two Python blocks as one file; the YAML form is
+its YAML block as ``payments/defs.yaml`` and the gold block as a module of its
+own. Each is written, as it is, to a package of pipelines named in
+``MEDALLION_PIPELINES`` (the test must not write into the checkout, which other
+workers read at the same time; the page offers both places). Files land as the
+page says: its two example lines, a correction, bad lines of each kind the page
+names, and a line with a field the declaration does not name, written with
+plain Python (the writer under test is the bronze stream). Then the project's
+own definitions are built and the feed is materialized with TPC-H's orders
+upstream of its gold table. Bronze, silver, its history and gold are read back
+with delta-rs and DuckDB. That both forms declare the very same feed is
+``test_feed_component.py``'s (cheap); this run, the expensive part, follows the
+whole page once per form.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import sys
@@ -30,28 +33,44 @@ from medallion_assets_tests.order_events import order_event_line
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
-PACKAGE = "doc_pipelines"
 BRONZE, SILVER = AssetKey(["bronze", "payments_raw"]), AssetKey(["silver", "payments"])
 QUARANTINE, GOLD = AssetKey(["quarantine", "payments"]), AssetKey(["gold", "order_payments"])
+HISTORY = AssetKey(["silver", "payments_history"])
 
 
 def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.S)
 
 
-@pytest.fixture
-def page_pipeline(tmp_path, monkeypatch):
-    """The page's Python block as ``doc_pipelines/payments.py``, found through ``MEDALLION_PIPELINES``."""
-    [code] = blocks("python")
-    folder = tmp_path / "pipelines" / PACKAGE
+def write_page_pipeline(root: Path, package: str, form: str) -> None:
+    """The page's blocks as the package ``package`` under ``root``, in the ``python`` or ``yaml`` form."""
+    declaration, gold = blocks("python")
+    [component] = blocks("yaml")
+    folder = root / package
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text("")
-    (folder / "payments.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path / "pipelines"))
-    monkeypatch.setenv("MEDALLION_PIPELINES", PACKAGE)
-    yield importlib.import_module(f"{PACKAGE}.payments")
-    for name in [m for m in sys.modules if m == PACKAGE or m.startswith(f"{PACKAGE}.")]:
+    if form == "python":
+        (folder / "payments.py").write_text(f"{declaration}\n\n{gold}")
+    else:
+        (folder / "payments").mkdir()
+        (folder / "payments" / "defs.yaml").write_text(component)
+        (folder / "payments_gold.py").write_text(gold)
+
+
+def forget(package: str) -> None:
+    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
         del sys.modules[name]
+
+
+@pytest.fixture(params=["python", "yaml"])
+def page_pipeline(request, tmp_path, monkeypatch):
+    """The page's feed in one form, as the package ``doc_pipelines_<form>``, found through ``MEDALLION_PIPELINES``."""
+    package = f"doc_pipelines_{request.param}"
+    write_page_pipeline(tmp_path / "pipelines", package, request.param)
+    monkeypatch.syspath_prepend(str(tmp_path / "pipelines"))
+    monkeypatch.setenv("MEDALLION_PIPELINES", package)
+    yield request.param
+    forget(package)
 
 
 def land(folder: Path, name: str, lines: list[str]) -> None:
@@ -100,7 +119,8 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert {(BRONZE, "stream_health"), (SILVER, "payments_amount_positive"), (SILVER, "payments_key_unique"),
             (SILVER, "freshness_check")} <= check_keys
 
-    wanted = {BRONZE, SILVER, QUARANTINE, GOLD, AssetKey(["bronze", "orders_raw"]), AssetKey(["bronze", "orders_kafka"]),
+    assert HISTORY in keys
+    wanted = {BRONZE, SILVER, QUARANTINE, GOLD, HISTORY, AssetKey(["bronze", "orders_raw"]), AssetKey(["bronze", "orders_kafka"]),
               AssetKey(["silver", "orders"])}
     assets = list({id(a): a for a in defs.assets if set(getattr(a, "keys", ())) & wanted}.values())
     checks = [c for c in defs.asset_checks if {k.asset_key for k in c.check_keys} <= {BRONZE, SILVER}]
@@ -119,6 +139,20 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert silver["pay-0001"]["amount"] == Decimal("100.50") and silver["pay-0001"]["order_key"] == 1
     assert silver["pay-0002"]["amount"] == Decimal("80.00")
     assert "card_brand" not in read_with_duckdb(str(lake_root / "silver" / "payments")).column_names
+    # Each row's _sequence: the sequence fields as sortable text, then the change's file as bronze names it.
+    [landed_file] = set(bronze.column("_source_file").to_pylist())
+    assert landed_file.endswith("payments/batch-00001.json")
+    assert silver["pay-0001"]["_sequence"] == f"2026-11-02T11:00:00.000000|{landed_file}"
+
+    # The history: both versions of the corrected payment, nothing of the refused ones.
+    history = read_with_duckdb(str(lake_root / "silver" / "payments_history")).to_pylist()
+    assert sorted(history[0]) == sorted(["payment_id", "order_key", "amount", "paid_at", "valid_from", "valid_to",
+                                         "is_current", "is_deleted"])
+    versions = sorted((r["payment_id"], r["amount"], r["is_current"], r["is_deleted"]) for r in history)
+    assert versions == [("pay-0001", Decimal("100.50"), True, False), ("pay-0001", Decimal("120.50"), False, False),
+                        ("pay-0002", Decimal("80.00"), True, False), ("pay-0006", Decimal("20.00"), True, False)]
+    [closed] = [r for r in history if not r["is_current"]]
+    assert closed["valid_to"] == silver["pay-0001"]["paid_at"] and closed["valid_from"] == closed["paid_at"]
 
     # Quarantine: each bad line with the reason the page names, and its file.
     quarantine = read_with_deltalake(str(lake_root / "quarantine" / "payments")).to_pylist()
@@ -165,6 +199,8 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert batch.metadata["schema_drift_rows"].value == 1
     assert ticked.run_requests, "a batch with rows requests silver and gold"
 
+    if page_pipeline == "yaml":
+        return  # continuous mode takes the feed by its name: the same Feed, the same stream (the Python run shows it)
     # Continuous mode runs the new stream by its name.
     land(landing / "payments", "batch-00002.json", [payment("pay-0007", 1, "1.00", "2026-11-03T09:00:00Z")])
     table = str(lake_root / "bronze" / "payments_raw")

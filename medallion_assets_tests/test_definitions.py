@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DefaultSensorStatus
+from dagster import AssetKey, DefaultSensorStatus, Definitions
 
 from medallion_assets.definitions import build_definitions, resources_for
 
@@ -109,3 +109,74 @@ def test_every_schedule_says_what_it_runs_and_when():
     from medallion_assets.jobs import schedules
 
     assert [schedule.name for schedule in schedules if not (schedule.description or "").strip()] == []
+
+
+TEAM_FEED = '''
+from pyspark.sql.types import LongType, TimestampType
+
+from medallion_assets.expectations import expect_or_drop
+from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingFiles
+
+SUBSCRIPTIONS = Feed(
+    name="subscriptions_raw",
+    description="Subscription changes as CSV.",
+    source=LandingFiles(folder="subscriptions", format="csv"),
+    fields=(Field("key", description="The subscription."), Field("seats", LongType(), description="Seats."),
+            Field("changed_at", TimestampType(), description="When it changed.")),
+    silver=ApplyChanges(table="subscriptions", keys=("key",), sequence_by=("changed_at",)),
+    expectations=(expect_or_drop("subscriptions_seats_positive", "seats > 0"),),
+)
+'''
+
+
+def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, monkeypatch):
+    from dagster import build_schedule_context
+
+    from medallion_assets.check_gate import CheckGateUsageError, gate
+    from medallion_assets.continuous import ContinuousStreamsConfig
+    from medallion_assets.definitions import defs
+
+    (tmp_path / "team_feeds").mkdir()
+    (tmp_path / "team_feeds" / "__init__.py").write_text("")
+    (tmp_path / "team_feeds" / "subscriptions.py").write_text(TEAM_FEED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MEDALLION_DEMO", "off")
+    monkeypatch.setenv("MEDALLION_PIPELINES", "team_feeds")
+    for name in ("MEDALLION_SIMULATOR", "MEDALLION_KAFKA_BOOTSTRAP_SERVERS"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        loaded = defs()
+        Definitions.validate_loadable(loaded)
+        repo = loaded.get_repository_def()
+        graph = repo.asset_graph
+        feed_assets = {"bronze/subscriptions_raw", "silver/subscriptions", "quarantine/subscriptions"}
+        assert {k.to_user_string() for k in graph.get_all_asset_keys()} == feed_assets
+        assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
+            ("bronze/subscriptions_raw", "stream_health"), ("silver/subscriptions", "subscriptions_seats_positive"),
+            ("silver/subscriptions", "subscriptions_key_unique"), ("silver/subscriptions", "subscriptions_rejected_rows"),
+            ("silver/subscriptions", "freshness_check")}
+        assert {s.name for s in repo.sensor_defs} == {
+            "subscriptions_raw_checkpoint_sensor", "landing_sensor", "freshness_checks_sensor"}
+
+        # The jobs and schedules hold the team's assets and still run.
+        def selected(job):
+            return {k.to_user_string() for k in repo.get_job(job).asset_layer.executable_asset_keys}
+
+        assert selected("ingest") == feed_assets
+        assert selected("refresh") == feed_assets - {"bronze/subscriptions_raw"}
+        assert {s.name for s in repo.schedule_defs} == {"ingest_hourly", "refresh_daily", "maintenance_weekly"}
+        with build_schedule_context(repository_def=repo) as context:
+            assert repo.get_schedule_def("refresh_daily").evaluate_tick(context).run_requests
+        assert ContinuousStreamsConfig().streams == ["subscriptions_raw"]
+        # Built directly, the simulator follows TPC-H's pipelines, and is refused without them.
+        direct = build_definitions("local", pipelines=("team_feeds",)).resolve_asset_graph()
+        assert {k.to_user_string() for k in direct.get_all_asset_keys()} == feed_assets
+        with pytest.raises(ValueError, match="the simulator lands TPC-H's files"):
+            build_definitions("local", simulator=True, pipelines=("team_feeds",))
+        # The check gate's default sample is TPC-H's: without the demo it asks for the team's landing.
+        with pytest.raises(CheckGateUsageError, match="MEDALLION_DEMO=off .* give --landing DIR"):
+            gate(lake_root=tmp_path / "lake")
+        assert not (tmp_path / "lake").exists()
+    finally:
+        for name in [m for m in sys.modules if m == "team_feeds" or m.startswith("team_feeds.")]:
+            del sys.modules[name]

@@ -309,3 +309,26 @@ def test_dagster_definitions_validate_prints_the_setting(tmp_path):
     assert ("SettingsError: MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
             "(or unset it for auto)\nMEDALLION_SIMULATOR='of' is not a switch") in output
     assert "ValidationError" not in output and "pydantic" not in output
+
+
+# ---------------------------------------------------------------- the demo
+
+
+def test_the_demo_is_on_unless_switched_off_and_then_needs_the_teams_pipelines():
+    assert read_settings({}).pipeline_packages == ("medallion_assets.pipelines",)
+    assert read_settings({"MEDALLION_PIPELINES": "medallion_assets_tests"}).pipeline_packages == (
+        "medallion_assets.pipelines", "medallion_assets_tests")
+    own = read_settings({"MEDALLION_DEMO": "off", "MEDALLION_PIPELINES": "medallion_assets_tests"})
+    assert (own.demo, own.simulator, own.pipeline_packages) == (False, False, ("medallion_assets_tests",))
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_DEMO": "off"})
+    assert str(caught.value) == ("MEDALLION_DEMO='off' leaves out the project's own pipelines, and MEDALLION_PIPELINES "
+                                 "names none of yours: set MEDALLION_PIPELINES to your pipeline packages (e.g. "
+                                 "my_feeds), or unset MEDALLION_DEMO")
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_DEMO": "no", "MEDALLION_PIPELINES": "medallion_assets_tests",
+                       "MEDALLION_SIMULATOR": "on"})
+    assert str(caught.value).startswith("MEDALLION_SIMULATOR='on' lands TPC-H's demo files, and MEDALLION_DEMO=off "
+                                        "leaves out the feeds that read them: unset MEDALLION_SIMULATOR")
+    with pytest.raises(SettingsError, match="MEDALLION_DEMO='of' is not a switch"):
+        read_settings({"MEDALLION_DEMO": "of"})
