@@ -314,8 +314,8 @@ class Feed:
                                "leave it out: a key absent from a newer snapshot is deleted")
                 reserved = [n for n in names if n in SNAPSHOT_CHANGE_COLUMNS]
                 if reserved:
-                    self._fail("fields", reserved,
-                               f"rename them: {', '.join(SNAPSHOT_CHANGE_COLUMNS)} are the columns of a snapshot's changes")
+                    self._fail("fields", reserved, f"rename them: {', '.join(SNAPSHOT_CHANGE_COLUMNS)} are "
+                           "the columns of a snapshot's changes")
             elif not changes.sequence_by:
                 self._fail("silver.sequence_by", changes.sequence_by, "name the field(s) that order a key's changes")
             for setting, used in (("silver.keys", changes.keys), ("silver.sequence_by", changes.sequence_by),

@@ -449,7 +449,8 @@ class LakeResource(ConfigurableResource):
 
         filesystem, base = fs.FileSystem.from_uri(folder) if "://" in folder else (fs.LocalFileSystem(), folder)
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
-        return {f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0 for info in sorted(infos, key=lambda i: i.base_name)
+        return {f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0
+                for info in sorted(infos, key=lambda info: info.base_name)
                 if info.type == fs.FileType.File and info.base_name.endswith(suffix)}
 
     @staticmethod

@@ -1,7 +1,8 @@
 """A snapshot feed with keys is a change feed: each new snapshot applied as inserts, updates and deletes.
 
-One declared feed, ``plans`` (Parquet snapshots written by pyarrow, keys,
-``history=True``, a masked field, an ``expect_or_drop``), two Dagster runs:
+One declared feed, ``plans``, as ``docs/adding-a-feed.md`` declares it
+(Parquet snapshots written by pyarrow, keys, ``history=True``, a masked
+field, an ``expect_or_drop``), two Dagster runs:
 run 1 takes two snapshots in one go, run 2 a third, plus a late snapshot (its
 name sorts before the last applied one) and a replayed one (an applied name
 landed again), both ignored. Silver, its history and the quarantine are read
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,26 +22,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
-from pyspark.sql.types import DecimalType, LongType
 
-from medallion_assets.expectations import expect_or_drop
-from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingSnapshots
+from medallion_assets.feeds import Feed
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 
-PLANS = Feed(
-    name="plans_raw",
-    description="Price plans, a full Parquet snapshot per file.",
-    source=LandingSnapshots(folder="plans"),
-    fields=(
-        Field("plan_id"),
-        Field("name"),
-        Field("price", DecimalType(10, 2)),
-        Field("seats", LongType()),
-        Field("owner", mask="sha256"),
-    ),
-    silver=ApplyChanges(table="plans", keys=("plan_id",), history=True),
-    expectations=(expect_or_drop("plans_seats_positive", "seats > 0"),),
-)
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
+
+
+def _page_declaration() -> Feed:
+    """The snapshot feed the adding-a-feed page declares (its ``py`` block with ``LandingSnapshots``)."""
+    [code] = [block for block in re.findall(r"```py\n(.*?)```", PAGE.read_text(), flags=re.S)
+              if "LandingSnapshots(" in block]
+    namespace: dict = {}
+    exec(compile(code, str(PAGE), "exec"), namespace)
+    [feed] = [value for value in namespace.values() if isinstance(value, Feed)]
+    return feed
 
 COLUMNS = ("plan_id", "name", "price", "seats", "owner")
 ARROW_SCHEMA = pa.schema([("plan_id", pa.string()), ("name", pa.string()), ("price", pa.decimal128(10, 2)),
@@ -80,12 +77,12 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _expected(applied_at: dict[str, object]):
+def _expected(applied_at: dict[str, object], runs: list[list[str]] = RUNS):
     """Silver, history and dropped rows by the rules, in plain Python: each snapshot diffed with the one
     before; per run, each key's last change applied unless it is an upsert with seats <= 0."""
     changes = []  # (snapshot, key, row or None for a delete)
     before: dict[str, tuple] = {}
-    for name in [n for run in RUNS for n in run]:
+    for name in [n for run in runs for n in run]:
         now = {row[0]: row for row in SNAPSHOTS[name]}
         changes += [(name, k, row) for k, row in now.items() if before.get(k) != row]
         changes += [(name, k, None) for k in before if k not in now]
@@ -93,7 +90,7 @@ def _expected(applied_at: dict[str, object]):
     silver: dict[str, tuple] = {}
     adopted: dict[str, str] = {}
     dropped = []
-    for run in RUNS:
+    for run in runs:
         last = {k: (name, row) for name, k, row in changes if name in run}
         for k, (name, row) in last.items():
             if row is not None and row[3] <= 0:
@@ -123,14 +120,18 @@ def test_snapshots_become_changes_with_history_and_late_ones_are_ignored(spark, 
     lake = tmp_path / "lake"
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
     folder = lake / "landing" / "plans"
-    assets = [*bronze_assets([PLANS]), *silver_assets([PLANS])]
+    plans = _page_declaration()
+    assets = [*bronze_assets([plans]), *silver_assets([plans])]
     resources, instance = resources_for("local"), DagsterInstance.ephemeral()
 
     for name in RUNS[0]:
         _land(folder, name, SNAPSHOTS[name])
     assert materialize(assets, resources=resources, instance=instance).success
-    first = {r["plan_id"] for r in read_with_deltalake(lake / "silver" / "plans").to_pylist()}
-    assert first == {"P1", "P2", "P4"}  # P3 deleted by snapshot 2, applied after snapshot 1 in the same run
+    first = {r["plan_id"]: r["price"] for r in read_with_deltalake(lake / "silver" / "plans").to_pylist()}
+    # Snapshot 2 applied after snapshot 1 in the same run: P3 deleted, P2 updated.
+    run1_expected, _, _ = _expected(dict.fromkeys(SNAPSHOTS), RUNS[:1])
+    assert first == {k: row[2] for k, row in run1_expected.items()}
+    assert "P3" not in first and first["P2"] == Decimal("25.00")
 
     for name, rows in LATE.items():
         _land(folder, name, rows)
@@ -155,7 +156,8 @@ def test_snapshots_become_changes_with_history_and_late_ones_are_ignored(spark, 
     assert {r["plan_id"]: (r["name"], r["price"], r["seats"], r["owner"]) for r in silver} == {
         k: (row[1], row[2], row[3], _sha(row[4])) for k, row in silver_expected.items()
     }
-    assert sorted(r["plan_id"] for r in read_with_duckdb(lake / "silver" / "plans").to_pylist()) == sorted(silver_expected)
+    by_duckdb = read_with_duckdb(lake / "silver" / "plans").to_pylist()
+    assert sorted((r["plan_id"], r["price"]) for r in by_duckdb) == sorted((k, row[2]) for k, row in silver_expected.items())
     assert silver_expected["P1"][2] == Decimal("10.00") and "P3" in silver_expected and "P4" not in silver_expected
 
     # History: type 2, a delete as a row of its own, P3 back after its delete.
