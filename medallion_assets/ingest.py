@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -289,6 +290,8 @@ def _ensure_folder(folder: str) -> None:
 APPLIED_SNAPSHOT = "applied_snapshot"
 LANDED_UNTIL = "landed_until"
 
+_MICROSECOND = timedelta(microseconds=1)
+
 
 @dataclass(frozen=True)
 class AppliedSnapshots:
@@ -345,22 +348,30 @@ def apply_snapshots(
     seen = str(max(landed.values(), default=landed_until))
     client = DeltaTableClient(spark, engine)
     applied: dict[str, dict[str, int]] = {}
-    before = bronze.snapshot_state(client.read(path), feed) if newer else None
+    if newer:
+        table = client.read(path)
+        before = bronze.snapshot_state(table, feed)
+        # Silver orders a key's changes by (_ingested_at, snapshot name): each snapshot is taken in
+        # strictly after the one before it, whatever the clock did, so that order is the names'.
+        [[taken_until]] = table.agg(F.max("_ingested_at")).collect()
     for file in newer:
         name = PurePath(file).name
+        now = datetime.now(timezone.utc)
+        taken_at = now if taken_until is None else max(now, taken_until.astimezone(timezone.utc) + _MICROSECOND)
         snapshot = bronze.snapshot_text(spark.read.parquet(file), feed)
         changes = bronze.snapshot_changes(snapshot, before, feed).select(
             *feed.field_names, bronze.CHANGE, F.lit(name).alias(bronze.SNAPSHOT), F.lit(file).alias("_source_file"),
-            F.current_timestamp().alias("_ingested_at"),
+            F.lit(taken_at).cast("timestamp").alias("_ingested_at"),
         ).cache()
         try:
             counts = {kind: count for kind, count in changes.groupBy(bronze.CHANGE).count().collect()}
-            # One transaction per table version: a write that lost a race to another writer is not retried here.
+            # Versioned by the table's next version: another run applying the same snapshot at the same
+            # time, from the same table version, commits nothing.
             transaction = (f"medallion:snapshots:{feed.name}", client.latest_version(path) + 1)
             client.write(changes, path, WriteSpec(mode="append"), transaction=transaction, empty_commit=transaction,
                          commit_metadata={**(commit_metadata or {}), APPLIED_SNAPSHOT: name, LANDED_UNTIL: seen})
         finally:
             changes.unpersist()
         applied[name] = {"upsert": counts.get("upsert", 0), "delete": counts.get("delete", 0)}
-        before, last = snapshot, name
+        before, last, taken_until = snapshot, name, taken_at
     return AppliedSnapshots(applied=applied, ignored=ignored, last=last)
