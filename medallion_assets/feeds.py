@@ -5,11 +5,11 @@ NDJSON or CSV, a Kafka topic, or Parquet snapshots), its typed fields with
 their descriptions, and what silver does with it (:class:`ApplyChanges`: keys,
 sequence, deletes, history, PII masks, expectations, for change feeds and
 for snapshots with keys, whose snapshots are diffed into changes; or
-:class:`Replace`, a snapshot overwriting silver). Everything else is built from the declaration by the layers:
-the bronze stream asset and its checkpoint, the checkpoint sensor, the
-``stream_health`` check, the landing sensor's coverage, continuous mode, the
-schema-drift rule, the silver parse -> validate -> quarantine -> merge step
-and its checks. No code outside a pipeline module branches on a feed's name.
+:class:`Replace`, a snapshot overwriting silver). Everything else is built
+from the declaration by the layers: the bronze stream asset and its
+checkpoint, the checkpoint sensor, the ``stream_health`` check, the landing
+sensor's coverage, continuous mode, the schema-drift rule, the silver parse
+-> validate -> quarantine -> merge step and its checks. No code outside a pipeline module branches on a feed's name.
 
 Pipelines live in :mod:`medallion_assets.pipelines`: every module there is
 read by :func:`project_feeds` (its :class:`Feed` objects) and by the

@@ -323,9 +323,10 @@ def apply_snapshots(
     its name (:data:`APPLIED_SNAPSHOT`), even without a change. The last
     applied snapshot is read from that record, so a run killed anywhere
     resumes after the last snapshot whose commit landed, and a snapshot is
-    applied once. A snapshot landed after that record (per its modification
-    time) whose name sorts at or before it is late or replayed: ignored, and
-    returned as such.
+    applied once (without a retained record, the newest snapshot among its
+    rows is the last applied one). A snapshot landed after that record (per
+    its modification time) whose name sorts at or before it is late or
+    replayed: ignored, and returned as such.
 
     Raises:
         ValueError: the feed is not a snapshot feed declared with ApplyChanges.
@@ -338,7 +339,12 @@ def apply_snapshots(
     engine = engine_for(spark)
     path = lake.table_path(feed.bronze_key.path)
     _create_bronze_table(spark, engine, path, bronze.bronze_schema(feed))
+    client = DeltaTableClient(spark, engine)
     last = engine.newest_commit_value(spark, path, APPLIED_SNAPSHOT)
+    if last is None:
+        # No retained commit names one (a first run, or the log cleaned up behind maintenance commits):
+        # the newest snapshot among the rows.
+        [[last]] = client.read(path).agg(F.max(bronze.SNAPSHOT)).collect()
     landed_until = int(engine.newest_commit_value(spark, path, LANDED_UNTIL) or -1)
     landed = {file: modified for file, modified in lake.files_modified(lake.landing_folder(feed), ".parquet").items()
               if bronze.is_visible_data_file(PurePath(file).name)}
@@ -346,7 +352,6 @@ def apply_snapshots(
     ignored = sorted(PurePath(f).name for f, modified in landed.items()
                      if f not in newer and modified > landed_until)
     seen = str(max(landed.values(), default=landed_until))
-    client = DeltaTableClient(spark, engine)
     applied: dict[str, dict[str, int]] = {}
     if newer:
         table = client.read(path)

@@ -174,5 +174,16 @@ def test_a_snapshots_values_become_the_text_silver_validates_and_its_changes_are
          ("D", "1", "3.00", "2026-03-02", "2026-03-02T00:00:00.000000Z", None)],
         text.schema,
     )
-    changes = {(r["sku"], r["_change"], r["count"]) for r in bronze.snapshot_changes(after, before, feed).collect()}
+    diff = bronze.snapshot_changes(after, before, feed)
+    changes = {(r["sku"], r["_change"], r["count"]) for r in diff.collect()}
     assert changes == {("B", "upsert", "80"), ("D", "upsert", "1"), ("C", "delete", None)}
+
+    # Silver judges the changes' text: a value that does not fit is a reason; a delete needs only its key.
+    bad = spark.createDataFrame([("E", "ten", "1.00", "2026-03-01", "2026-03-01T00:00:00.000000Z", None)], text.schema)
+    bronze_rows = diff.unionByName(bronze.snapshot_changes(bad, before.limit(0), feed)).select(
+        "*", F.lit("snap-2.parquet").alias("_snapshot"), F.lit("file:/snap-2.parquet").alias("_source_file"),
+        F.current_timestamp().alias("_ingested_at"),
+    )
+    judged = {r["sku"]: r["reason"] for r in silver.judge_changes(bronze_rows, feed).select(
+        F.col("_typed_sku").alias("sku"), F.col("_reject_reason").alias("reason")).collect()}
+    assert judged == {"B": None, "C": None, "D": None, "E": "count is not an integer: 'ten'"}
