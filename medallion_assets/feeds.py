@@ -3,12 +3,13 @@
 A :class:`Feed` names its source (files landed under ``landing/<folder>`` as
 NDJSON or CSV, a Kafka topic, or Parquet snapshots), its typed fields with
 their descriptions, and what silver does with it (:class:`ApplyChanges`: keys,
-sequence, deletes, history, PII masks, expectations; or :class:`Replace` for a
-snapshot). Everything else is built from the declaration by the layers:
-the bronze stream asset and its checkpoint, the checkpoint sensor, the
-``stream_health`` check, the landing sensor's coverage, continuous mode, the
-schema-drift rule, the silver parse -> validate -> quarantine -> merge step
-and its checks. No code outside a pipeline module branches on a feed's name.
+sequence, deletes, history, PII masks, expectations, for change feeds and
+for snapshots with keys, whose snapshots are diffed into changes; or
+:class:`Replace`, a snapshot overwriting silver). Everything else is built
+from the declaration by the layers: the bronze stream asset and its
+checkpoint, the checkpoint sensor, the ``stream_health`` check, the landing
+sensor's coverage, continuous mode, the schema-drift rule, the silver parse
+-> validate -> quarantine -> merge step and its checks. No code outside a pipeline module branches on a feed's name.
 
 Pipelines live in :mod:`medallion_assets.pipelines`: every module there is
 read by :func:`project_feeds` (its :class:`Feed` objects) and by the
@@ -33,14 +34,15 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import os
 import pkgutil
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
-from functools import cache
+from dataclasses import KW_ONLY, dataclass, field, replace
+from functools import cache, cached_property
 from types import ModuleType
 from typing import Literal
 
@@ -153,7 +155,15 @@ class KafkaTopic:
 
 @dataclass(frozen=True, kw_only=True)
 class LandingSnapshots:
-    """Full Parquet snapshots under ``landing/<folder>/``; the greatest file name is the current state."""
+    """Full Parquet snapshots under ``landing/<folder>/``; the greatest file name is the current state.
+
+    With :class:`Replace`, silver is the newest snapshot. With
+    :class:`ApplyChanges` (keys needed), each snapshot newer than the last
+    applied one is diffed, in name order, against the state before it
+    (inserts, updates, deletes of the keys it lacks) and applied as changes;
+    a snapshot whose name sorts at or before the last applied one is ignored
+    and named in the bronze materialization's metadata.
+    """
 
     folder: str
 
@@ -170,8 +180,11 @@ class ApplyChanges:
         table: the silver table (``silver.<table>``; its rejects go to ``quarantine.<table>``).
         keys: the fields that identify a row.
         sequence_by: the fields that order a key's changes; the greatest wins, ties
-            go to the later landed file.
+            go to the later landed file. A snapshot feed (:class:`LandingSnapshots`)
+            declares none: its changes are ordered by their snapshot, and the
+            history's ``valid_from`` is when bronze took that snapshot in.
         delete_when: ``(field, value)``: a change with that value deletes its key.
+            A snapshot feed declares none: a key absent from a snapshot is deleted.
         except_fields: fields kept out of the silver table (the change marker, the sequence).
         history: also keep ``silver.<table>_history``, type 2 (valid_from, valid_to,
             is_current, is_deleted), the history of silver: a key's changes that
@@ -201,7 +214,7 @@ class ApplyChanges:
 
     table: str
     keys: tuple[str, ...]
-    sequence_by: tuple[str, ...]
+    sequence_by: tuple[str, ...] = ()
     delete_when: tuple[str, str] | None = None
     except_fields: tuple[str, ...] = ()
     history: bool = False
@@ -225,6 +238,13 @@ class Replace:
 
 Source = LandingFiles | KafkaTopic | LandingSnapshots
 
+#: The columns a snapshot feed's bronze table adds to its fields: when bronze took the snapshot in,
+#: its file name, and the change (see :attr:`Feed.change_feed`).
+SNAPSHOT_AT, SNAPSHOT, CHANGE = "_snapshot_at", "_snapshot", "_change"
+SNAPSHOT_CHANGE_COLUMNS = (SNAPSHOT_AT, SNAPSHOT, CHANGE)
+#: The values of ``_change``.
+UPSERT, DELETE = "upsert", "delete"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Feed:
@@ -236,7 +256,9 @@ class Feed:
         source: :class:`LandingFiles`, :class:`KafkaTopic` or :class:`LandingSnapshots`.
         fields: the delivered fields, in delivery (CSV header) order.
         silver: :class:`ApplyChanges`, :class:`Replace`, or None when the
-            pipeline's own code builds silver from the bronze table.
+            pipeline's own code builds silver from the bronze table. Snapshots
+            declare :class:`Replace` or :class:`ApplyChanges` (then with keys,
+            and no ``sequence_by`` or ``delete_when``).
         expectations: checked on silver's rows before the merge (warn / drop / fail).
         allow_full_refresh: a run may drop the stream's checkpoint and table and re-ingest landing/.
         unknown_fields: the drift rule for one NDJSON line, for nested records
@@ -282,7 +304,19 @@ class Feed:
                 self._fail("silver.table", changes.table, "name the silver table with a plain identifier")
             if not changes.keys:
                 self._fail("silver.keys", changes.keys, "name the field(s) that identify a row")
-            if not changes.sequence_by:
+            snapshots = isinstance(self.source, LandingSnapshots)
+            if snapshots:
+                if changes.sequence_by:
+                    self._fail("silver.sequence_by", changes.sequence_by,
+                               "leave it out: a snapshot feed's changes are ordered by their snapshot's file name")
+                if changes.delete_when is not None:
+                    self._fail("silver.delete_when", changes.delete_when,
+                               "leave it out: a key absent from a newer snapshot is deleted")
+                reserved = [n for n in names if n in SNAPSHOT_CHANGE_COLUMNS]
+                if reserved:
+                    self._fail("fields", reserved, f"rename them: {', '.join(SNAPSHOT_CHANGE_COLUMNS)} are "
+                           "the columns of a snapshot's changes")
+            elif not changes.sequence_by:
                 self._fail("silver.sequence_by", changes.sequence_by, "name the field(s) that order a key's changes")
             for setting, used in (("silver.keys", changes.keys), ("silver.sequence_by", changes.sequence_by),
                                   ("silver.except_fields", changes.except_fields),
@@ -294,7 +328,8 @@ class Feed:
             dropped = [n for n in changes.filtered_by or () if n in changes.except_fields]
             if dropped:
                 self._fail("silver.filtered_by", dropped, "filter on fields the silver table keeps (not except_fields)")
-            if changes.history and not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
+            if changes.history and not snapshots and \
+                    not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
                 self._fail("silver.history", True, "history's valid_from is the first sequence field: make it a timestamp or date")
             share = changes.max_rejected_share
             if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1):
@@ -308,10 +343,14 @@ class Feed:
             unknown = [n for n in self.silver.keys if n not in names]
             if unknown:
                 self._fail("silver.keys", unknown, f"use declared fields: {', '.join(names)}")
+            if not isinstance(self.source, LandingSnapshots):
+                self._fail("silver", self.silver, "Replace(...) is for snapshots (LandingSnapshots); "
+                           "a change feed declares ApplyChanges(...)")
         elif self.silver is not None:
             self._fail("silver", self.silver, "declare ApplyChanges(...), Replace(...) or None")
-        if isinstance(self.silver, Replace) != isinstance(self.source, LandingSnapshots):
-            self._fail("silver", self.silver, "snapshots (LandingSnapshots) go with Replace(...), change feeds with ApplyChanges(...)")
+        elif isinstance(self.source, LandingSnapshots):
+            self._fail("silver", None, "snapshots (LandingSnapshots) declare Replace(...) (silver is the newest "
+                       "snapshot) or ApplyChanges(...) with keys (each snapshot applied as changes)")
         checks = [e.name for e in self.expectations]
         if len(set(checks)) != len(checks):
             self._fail("expectations", checks, "give each expectation its own name")
@@ -320,6 +359,40 @@ class Feed:
         raise FeedDeclarationError(f"feed {getattr(self, 'name', '?')!r}: {setting} = {value!r} cannot work: {fix}")
 
     # ---- what the layers build from it -----------------------------------------
+    @property
+    def applies_snapshots(self) -> bool:
+        """Whether each new snapshot is diffed into changes that silver applies (snapshots with ApplyChanges)."""
+        return isinstance(self.source, LandingSnapshots) and isinstance(self.silver, ApplyChanges)
+
+    @cached_property
+    def change_feed(self) -> Feed:
+        """The declaration the silver change step applies: this feed, or for :attr:`applies_snapshots` the
+        feed of its bronze table, the snapshots' changes.
+
+        That feed has the declared fields and :data:`SNAPSHOT_CHANGE_COLUMNS`
+        (kept out of silver): ``_snapshot_at`` (when bronze took the snapshot
+        in, the history's ``valid_from``) and ``_snapshot`` (its file name)
+        order the changes, and ``_change = 'delete'`` deletes a key. It is
+        the machinery's reading of a validated declaration, so it is not
+        validated again (a user may not declare those columns).
+        """
+        if not self.applies_snapshots or CHANGE in self.field_names:  # a change feed already
+            return self
+        changes: ApplyChanges = self.silver
+        derived = copy.copy(self)
+        object.__setattr__(derived, "fields", (
+            *self.fields,
+            Field(SNAPSHOT_AT, TimestampType(), description="When bronze took in the snapshot, UTC."),
+            Field(SNAPSHOT, description="The file name of the snapshot the change came from."),
+            Field(CHANGE, values=(UPSERT, DELETE), description="upsert: the key's row is new or changed; "
+                  "delete: the snapshot lacks the key."),
+        ))
+        object.__setattr__(derived, "silver", replace(
+            changes, sequence_by=(SNAPSHOT_AT, SNAPSHOT), delete_when=(CHANGE, DELETE),
+            except_fields=(*changes.except_fields, *SNAPSHOT_CHANGE_COLUMNS),
+        ))
+        return derived
+
     @property
     def is_stream(self) -> bool:
         """Whether bronze takes it in with a checkpointed stream (landed files or Kafka)."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -24,6 +26,7 @@ from pyspark.sql.types import StructType
 from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
+from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 from medallion_assets.resources import LakeResource
 
@@ -280,3 +283,100 @@ def _ensure_folder(folder: str) -> None:
         import os
 
         os.makedirs(folder, exist_ok=True)
+
+
+#: Commit metadata of a snapshot feed's bronze commit: the snapshot it applied (its file name), and the
+#: newest modification time (ns) of the landing folder's files when it was applied.
+APPLIED_SNAPSHOT = "applied_snapshot"
+LANDED_UNTIL = "landed_until"
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class AppliedSnapshots:
+    """What :func:`apply_snapshots` did.
+
+    Attributes:
+        applied: each snapshot applied, in order: its file name -> change rows appended by kind
+            (``upsert``, ``delete``).
+        ignored: snapshots landed since the last one was applied whose name sorts at or before it
+            (late or replayed), by file name: not applied.
+        last: the newest applied snapshot's file name, None while none was.
+    """
+
+    applied: dict[str, dict[str, int]]
+    ignored: list[str]
+    last: str | None
+
+
+def apply_snapshots(
+    spark: SparkSession, lake: LakeResource, feed: Feed | str, *, commit_metadata: Mapping[str, str] | None = None
+) -> AppliedSnapshots:
+    """Append to a snapshot feed's bronze table the changes of each snapshot newer than the last applied one.
+
+    Each snapshot whose file name sorts after the last applied one's is, in
+    name order, diffed against the state before it
+    (:func:`~medallion_assets.transforms.bronze.snapshot_changes`; the first
+    against the rows bronze's changes leave, the next ones against the
+    snapshot before them) and appended in a commit of its own that records
+    its name (:data:`APPLIED_SNAPSHOT`), even without a change. The last
+    applied snapshot is read from that record, so a run killed anywhere
+    resumes after the last snapshot whose commit landed, and a snapshot is
+    applied once (without a retained record, the newest snapshot among its
+    rows is the last applied one). A snapshot landed after that record (per
+    its modification time) whose name sorts at or before it is late or
+    replayed: ignored, and returned as such.
+
+    Raises:
+        ValueError: the feed is not a snapshot feed declared with ApplyChanges.
+    """
+    from medallion_assets.transforms import bronze
+
+    feed = feed_named(feed)
+    if not feed.applies_snapshots:
+        raise ValueError(f"bronze.{feed.name} is not a snapshot feed applied as changes (declare ApplyChanges)")
+    engine = engine_for(spark)
+    path = lake.table_path(feed.bronze_key.path)
+    _create_bronze_table(spark, engine, path, bronze.bronze_schema(feed))
+    client = DeltaTableClient(spark, engine)
+    last = engine.newest_commit_value(spark, path, APPLIED_SNAPSHOT)
+    if last is None:
+        # No retained commit names one (a first run, or the log cleaned up behind maintenance commits):
+        # the newest snapshot among the rows.
+        [[last]] = client.read(path).agg(F.max(bronze.SNAPSHOT)).collect()
+    landed_until = int(engine.newest_commit_value(spark, path, LANDED_UNTIL) or -1)
+    landed = {file: modified for file, modified in lake.files_modified(lake.landing_folder(feed), ".parquet").items()
+              if bronze.is_visible_data_file(PurePath(file).name)}
+    newer = sorted((f for f in landed if last is None or PurePath(f).name > last), key=lambda f: PurePath(f).name)
+    ignored = sorted(PurePath(f).name for f, modified in landed.items()
+                     if f not in newer and modified > landed_until)
+    seen = str(max(landed.values(), default=landed_until))
+    applied: dict[str, dict[str, int]] = {}
+    if newer:
+        table = client.read(path)
+        before = bronze.snapshot_state(table, feed)
+        # Silver orders a key's changes by (_ingested_at, snapshot name): each snapshot is taken in
+        # strictly after the one before it, whatever the clock did, so that order is the names'.
+        [[taken_until]] = table.agg(F.max("_ingested_at")).collect()
+    for file in newer:
+        name = PurePath(file).name
+        now = datetime.now(timezone.utc)
+        taken_at = now if taken_until is None else max(now, taken_until.astimezone(timezone.utc) + _MICROSECOND)
+        snapshot = bronze.snapshot_text(spark.read.parquet(file), feed)
+        changes = bronze.snapshot_changes(snapshot, before, feed).select(
+            *feed.field_names, bronze.CHANGE, F.lit(name).alias(bronze.SNAPSHOT), F.lit(file).alias("_source_file"),
+            F.lit(taken_at).cast("timestamp").alias("_ingested_at"),
+        ).cache()
+        try:
+            counts = {kind: count for kind, count in changes.groupBy(bronze.CHANGE).count().collect()}
+            # Versioned by the table's next version: another run applying the same snapshot at the same
+            # time, from the same table version, commits nothing.
+            transaction = (f"medallion:snapshots:{feed.name}", client.latest_version(path) + 1)
+            client.write(changes, path, WriteSpec(mode="append"), transaction=transaction, empty_commit=transaction,
+                         commit_metadata={**(commit_metadata or {}), APPLIED_SNAPSHOT: name, LANDED_UNTIL: seen})
+        finally:
+            changes.unpersist()
+        applied[name] = {"upsert": counts.get("upsert", 0), "delete": counts.get("delete", 0)}
+        before, last, taken_until = snapshot, name, taken_at
+    return AppliedSnapshots(applied=applied, ignored=ignored, last=last)

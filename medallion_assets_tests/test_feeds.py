@@ -10,7 +10,16 @@ from dagster import AssetKey
 from pyspark.sql.types import DecimalType, TimestampType
 
 import medallion_assets
-from medallion_assets.feeds import ApplyChanges, Feed, FeedDeclarationError, Field, LandingFiles, feeds_in
+from medallion_assets.feeds import (
+    ApplyChanges,
+    Feed,
+    FeedDeclarationError,
+    Field,
+    LandingFiles,
+    LandingSnapshots,
+    Replace,
+    feeds_in,
+)
 
 PACKAGE = Path(medallion_assets.__file__).parent
 #: What is not machinery: the pipelines, the TPC-H landing contract and its simulated producer (the demo).
@@ -119,6 +128,20 @@ def _payments(**changes) -> Feed:
         ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
                                  except_fields=("paid_at",), filtered_by=("paid_at",))},
          "silver.filtered_by = ['paid_at'] cannot work: filter on fields the silver table keeps"),
+        ({"silver": Replace(table="payments")}, "silver = Replace(table='payments', keys=()) cannot work: "
+         "Replace(...) is for snapshots"),
+        ({"source": LandingSnapshots(folder="payments")},
+         "silver.sequence_by = ('paid_at',) cannot work: leave it out: a snapshot feed's changes are ordered by"),
+        ({"source": LandingSnapshots(folder="payments"),
+          "silver": ApplyChanges(table="payments", keys=("payment_id",), delete_when=("amount", "0"))},
+         "silver.delete_when = ('amount', '0') cannot work: leave it out: a key absent from a newer snapshot"),
+        ({"source": LandingSnapshots(folder="payments"), "fields": (Field("payment_id"), Field("_snapshot")),
+          "silver": ApplyChanges(table="payments", keys=("payment_id",))},
+         "fields = ['_snapshot'] cannot work: rename them"),
+        ({"source": LandingSnapshots(folder="payments"), "silver": ApplyChanges(table="payments", keys=())},
+         "silver.keys = () cannot work"),
+        ({"source": LandingSnapshots(folder="payments"), "silver": None},
+         "silver = None cannot work: snapshots (LandingSnapshots) declare Replace(...)"),
     ],
 )
 def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(changes, says):
@@ -126,6 +149,18 @@ def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(c
         _payments(**changes)
     assert str(raised.value).startswith("feed ")
     assert says in str(raised.value)
+
+
+def test_a_snapshot_feed_with_keys_is_applied_as_changes_ordered_by_its_snapshots():
+    snapshots = _payments(source=LandingSnapshots(folder="payments"),
+                          silver=ApplyChanges(table="payments", keys=("payment_id",), history=True))
+    assert snapshots.applies_snapshots and not _payments().applies_snapshots
+    changes = snapshots.change_feed
+    assert changes.field_names == (*snapshots.field_names, "_snapshot_at", "_snapshot", "_change")
+    assert changes.silver.sequence_by == ("_snapshot_at", "_snapshot")
+    assert changes.silver.delete_when == ("_change", "delete")
+    assert [f.name for f in changes.silver_fields] == list(snapshots.field_names)
+    assert changes.change_feed is changes and _payments().change_feed.field_names == snapshots.field_names
 
 
 def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_with_them():

@@ -5,7 +5,10 @@ landed files streams them in (``availableNow``: each run takes the files its
 checkpoint has not seen); a Kafka feed streams the topic's messages into a
 table of its own (each run takes the offsets its checkpoint has not
 committed, and the table exists, empty, where the deployment has no Kafka);
-a snapshot feed loads its newest landed Parquet file.
+a snapshot feed loads its newest landed Parquet file, or, declared with
+``ApplyChanges``, appends the changes of each snapshot newer than the last
+applied one and names the late or replayed ones it ignored
+(:func:`~medallion_assets.ingest.apply_snapshots`).
 """
 
 
@@ -25,6 +28,7 @@ from pydantic import Field
 
 from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
 from medallion_assets.ingest import (
+    apply_snapshots,
     ensure_bronze_table,
     full_refresh_stream,
     load_snapshot,
@@ -154,6 +158,40 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     return _bronze_snapshot
 
 
+def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
+    @asset(
+        key=feed.bronze_key,
+        group_name="bronze",
+        kinds=DELTA_KINDS,
+        description=feed.description,
+        deps=list(deps),
+        metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
+    )
+    def _bronze_snapshot_changes(context: AssetExecutionContext, spark: SparkResource,
+                                 lake: LakeResource) -> MaterializeResult:
+        session = spark.session_by_path
+        done = apply_snapshots(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
+        if done.ignored:
+            context.log.warning(
+                f"bronze.{feed.name}: ignored {len(done.ignored)} snapshot(s) whose name sorts at or before the "
+                f"last applied one, {done.last} (late or replayed; deliver a correction as a newer snapshot): "
+                f"{', '.join(done.ignored)}"
+            )
+        client = DeltaTableClient(session)
+        path = lake.table_path(feed.bronze_key.path)
+        return MaterializeResult(metadata={
+            **table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed),
+                             earlier=latest_materialization_metadata(context.instance, context.asset_key)),
+            **_catalog_entry(spark, client, feed, path),
+            "applied_snapshots": MetadataValue.json(done.applied),
+            "ignored_snapshots": MetadataValue.json(done.ignored),
+            "last_applied_snapshot": done.last or "",
+            "new_rows": sum(sum(counts.values()) for counts in done.applied.values()),
+        })
+
+    return _bronze_snapshot_changes
+
+
 def bronze_assets(feeds: Iterable[Feed], *, landed_by: Mapping[str, Sequence[AssetKey]] | None = None) -> list[AssetsDefinition]:
     """The bronze asset of each feed.
 
@@ -169,6 +207,8 @@ def bronze_assets(feeds: Iterable[Feed], *, landed_by: Mapping[str, Sequence[Ass
         deps = landed_by.get(feed.name, ())
         if isinstance(feed.source, KafkaTopic):
             built.append(_kafka_stream_asset(feed, deps))
+        elif feed.applies_snapshots:
+            built.append(_snapshot_changes_asset(feed, deps))
         elif isinstance(feed.source, LandingSnapshots):
             built.append(_snapshot_asset(feed, deps))
         else:

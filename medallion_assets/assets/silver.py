@@ -10,7 +10,9 @@ with the reason. With ``history=True`` it also keeps ``silver.<table>_history``
 :class:`~medallion_assets.io_manager.ChangesWithTable`), downstream of
 ``silver.<table>``: it reads silver and its tombstones to take in only the
 changes silver's rules let in (:func:`~medallion_assets.transforms.silver.history_rows`). A snapshot feed
-(``Replace``) gets a table with exactly its declared fields and types.
+with ``ApplyChanges`` gets the same step and history, applied to the changes
+its bronze table derives from each new snapshot (``Feed.change_feed``); one
+with ``Replace`` gets a table with exactly its declared fields and types.
 
 Each run the step also reports what it set aside: the
 ``<table>_rejected_rows`` check on ``silver.<table>`` (failed WARN when any row
@@ -96,13 +98,20 @@ _HISTORY_DESCRIPTIONS = {
     "is_deleted": "Whether this change deleted the key.",
 }
 
+_SNAPSHOT_HISTORY = {
+    "valid_from": "When this version of the row became current: when bronze took in the first snapshot showing it.",
+    "valid_to": "When bronze took in the snapshot that changed or lacked the row; null while current.",
+}
+
 
 def silver_descriptions(feed: Feed) -> dict[str, str]:
     """The declared descriptions of the columns silver stores."""
     return {f.name: f.description for f in feed.silver_fields if f.description}
 
 
-def _change_feed_step(feed: Feed) -> AssetsDefinition:
+def _change_feed_step(declared: Feed) -> AssetsDefinition:
+    # A snapshot feed's bronze table holds its snapshots' changes: the step applies those.
+    feed = declared.change_feed
     changes: ApplyChanges = feed.silver
     table, key, quarantine_key = changes.table, feed.silver_key, feed.quarantine_key
     quarantine_output = f"quarantine_{table}"
@@ -164,7 +173,8 @@ def _change_feed_step(feed: Feed) -> AssetsDefinition:
     return _apply_changes
 
 
-def _history_asset(feed: Feed) -> AssetsDefinition:
+def _history_asset(declared: Feed) -> AssetsDefinition:
+    feed = declared.change_feed
     table = f"{feed.silver.table}_history"
 
     @asset(
@@ -181,7 +191,8 @@ def _history_asset(feed: Feed) -> AssetsDefinition:
             "other keys' rows are not rewritten."
         ),
         metadata=delta_table(write_mode="replace_keys", merge_keys=list(feed.silver.keys), schema_mode="merge",
-                             column_descriptions={**silver_descriptions(feed), **_HISTORY_DESCRIPTIONS}),
+                             column_descriptions={**silver_descriptions(feed), **_HISTORY_DESCRIPTIONS,
+                                                  **(_SNAPSHOT_HISTORY if declared.applies_snapshots else {})}),
     )
     def _history(bronze_rows: ChangesWithTable, silver: DataFrame, spark: SparkResource,
                  lake: LakeResource) -> DataFrame:

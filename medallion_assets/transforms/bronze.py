@@ -28,19 +28,22 @@ from collections.abc import Iterable
 from pathlib import PurePath
 from urllib.parse import unquote, urlparse
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    AtomicType,
+    DateType,
     IntegerType,
     LongType,
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
-from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles
+from medallion_assets.feeds import CHANGE, DELETE, SNAPSHOT, UPSERT, Feed, KafkaTopic, LandingFiles
 
 _INGESTION_FIELDS = [
     StructField("_source_file", StringType(), True),
@@ -89,9 +92,12 @@ _HEADER_BYTES = 1 << 20
 
 
 def bronze_schema(feed: Feed) -> StructType:
-    """The bronze table of a streamed feed: lines, CSV fields as text, or Kafka messages."""
+    """The bronze table of a streamed feed (lines, CSV fields as text, or Kafka messages), or of a
+    snapshot feed applied as changes (:func:`snapshot_changes_schema`)."""
     if isinstance(feed.source, KafkaTopic):
         return KAFKA_SCHEMA
+    if feed.applies_snapshots:
+        return snapshot_changes_schema(feed)
     if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
         return StructType([*csv_read_schema(feed).fields, *_INGESTION_FIELDS, _HEADER_FIELD])
     return LINES_SCHEMA
@@ -305,10 +311,90 @@ def bronze_column_descriptions(feed: Feed) -> dict[str, str]:
     if isinstance(feed.source, LandingFiles) and feed.source.format == "ndjson":
         return {"value": "One delivered line, as text (bytes that were not UTF-8 replaced by U+FFFD).",
                 **_INGESTION_DESCRIPTIONS}
-    described = {name: f"{text} As delivered (text)." if isinstance(feed.source, LandingFiles) else text
+    as_text = isinstance(feed.source, LandingFiles) or feed.applies_snapshots
+    described = {name: f"{text} As delivered (text)." if as_text else text
                  for name, text in feed.descriptions.items()}
+    if feed.applies_snapshots:
+        return {**described, CHANGE: "upsert: the snapshot's row of a new or changed key; delete: a key the "
+                "snapshot lacks (its other fields null).", SNAPSHOT: "The file name of the snapshot.",
+                "_source_file": _INGESTION_DESCRIPTIONS["_source_file"],
+                "_ingested_at": "When the snapshot was taken in, UTC (the history's valid_from)."}
     if isinstance(feed.source, LandingFiles):
         described["_corrupt_record"] = "The whole line when its field count differs from the header's, else null."
         return {**described, **_INGESTION_DESCRIPTIONS,
                 HEADER_COLUMN: "The column names of the header of the file the row came from."}
     return {**described, **_INGESTION_DESCRIPTIONS}
+
+
+# ---- snapshots applied as changes ---------------------------------------------------
+
+#: The text of a snapshot's timestamp: what silver validates a timestamp against (UTC, the session's time zone).
+_SNAPSHOT_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
+
+
+def snapshot_changes_schema(feed: Feed) -> StructType:
+    """The bronze table of a snapshot feed applied as changes (``Feed.applies_snapshots``).
+
+    One row per change a snapshot made: every declared field as text,
+    ``_change`` (``upsert``: the key's row is new or changed; ``delete``: the
+    snapshot lacks the key, whose other fields are null), ``_snapshot`` (the
+    snapshot's file name), ``_source_file`` and ``_ingested_at`` (when the
+    snapshot was taken in, the history's ``valid_from``).
+    """
+    return StructType([
+        *(StructField(name, StringType(), True) for name in feed.field_names),
+        StructField(CHANGE, StringType(), True),
+        StructField(SNAPSHOT, StringType(), True),
+        *_INGESTION_FIELDS,
+    ])
+
+
+def _as_text(column: Column, kind) -> Column:
+    """A snapshot value as the text silver validates: timestamps ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, dates
+    ``YYYY-MM-DD``, numbers and strings as Spark writes them, anything nested as JSON."""
+    if isinstance(kind, (TimestampType, TimestampNTZType)):
+        return F.date_format(column, _SNAPSHOT_TIMESTAMP)
+    if isinstance(kind, DateType):
+        return F.date_format(column, "yyyy-MM-dd")
+    if isinstance(kind, AtomicType):
+        return F.make_valid_utf8(column.cast("string")) if isinstance(kind, StringType) else column.cast("string")
+    return F.to_json(column)
+
+
+def snapshot_text(snapshot: DataFrame, feed: Feed) -> DataFrame:
+    """A snapshot's declared fields as text (:func:`_as_text`), a field it lacks as null; other columns dropped.
+
+    Silver validates the text as it validates a CSV field's, so a value that
+    does not fit its declared type is quarantined with its reason, as in a
+    change feed, rather than failing the load.
+    """
+    types = {field.name: field.dataType for field in snapshot.schema.fields}
+    return snapshot.select(*(
+        (_as_text(F.col(f"`{name}`"), types[name]) if name in types else F.lit(None).cast("string")).alias(name)
+        for name in feed.field_names
+    ))
+
+
+def snapshot_state(changes: DataFrame, feed: Feed) -> DataFrame:
+    """The rows of the last snapshot a snapshot feed's bronze table (``changes``) was built from, as
+    :func:`snapshot_text`: per key, its newest snapshot's rows unless that deleted the key."""
+    keys = list(feed.silver.keys)
+    newest = F.max(SNAPSHOT).over(Window.partitionBy(*keys))
+    return (changes.select("*", newest.alias("_newest"))
+            .where((F.col(SNAPSHOT) == F.col("_newest")) & (F.col(CHANGE) == UPSERT))
+            .select(*feed.field_names))
+
+
+def snapshot_changes(snapshot: DataFrame, before: DataFrame, feed: Feed) -> DataFrame:
+    """What a snapshot changed, both as :func:`snapshot_text`: its rows that ``before`` lacks
+    (``_change = 'upsert'``: new or changed), and the keys of ``before`` it lacks (``'delete'``,
+    other fields null). A row that did not change is no change. Keys compare null-safe."""
+    keys = list(feed.silver.keys)
+    upserts = snapshot.exceptAll(before).withColumn(CHANGE, F.lit(UPSERT))
+    kept = snapshot.select(*(F.col(k).alias(f"_kept_{k}") for k in keys)).distinct()
+    gone = before.select(*keys).distinct().join(
+        kept, [F.col(k).eqNullSafe(F.col(f"_kept_{k}")) for k in keys], "left_anti"
+    )
+    deletes = gone.select(*(F.col(n) if n in keys else F.lit(None).cast("string").alias(n)
+                            for n in feed.field_names), F.lit(DELETE).alias(CHANGE))
+    return upserts.unionByName(deletes)

@@ -39,6 +39,10 @@ independently for the TPC-H feeds):
   valid (else the line is ``malformed CSV line``).
 - The state of a key is its change with the greatest sequence (ties: the
   greater source file name). A delete removes the key.
+- A snapshot feed applied as changes (``Feed.applies_snapshots``) is judged
+  by its bronze table's changes, each field as text, with the rules above:
+  a snapshot's value that does not fit its declared type is a reason, not a
+  failed load.
 """
 
 from __future__ import annotations
@@ -60,7 +64,16 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.expectations import MESSAGE_ORIGIN_PREFIX, meets_dropping_expectations
-from medallion_assets.feeds import ApplyChanges, Feed, KafkaTopic, LandingFiles, MaskDigits
+from medallion_assets.feeds import (
+    SNAPSHOT_AT,
+    SNAPSHOT_CHANGE_COLUMNS,
+    ApplyChanges,
+    Feed,
+    KafkaTopic,
+    LandingFiles,
+    LandingSnapshots,
+    MaskDigits,
+)
 from medallion_assets.transforms.bronze import HEADER_COLUMN
 
 #: The reason of a line that held bytes that are not UTF-8.
@@ -80,6 +93,7 @@ _INTEGER_PATTERN = r"^-?[0-9]+$"
 _DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 _TIMESTAMP_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z$"
 _TIMESTAMP_SORTABLE = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+_TIMESTAMP_TEXT = _TIMESTAMP_SORTABLE + "'Z'"
 
 
 def _decimal_pattern(kind: DecimalType) -> str:
@@ -297,6 +311,8 @@ def judge_changes(bronze_rows: DataFrame, feed: Feed) -> DataFrame:
     """
     if isinstance(feed.source, LandingFiles) and feed.source.format == "csv":
         return _parse_csv(bronze_rows, feed)
+    if isinstance(feed.source, LandingSnapshots):
+        return _parse_snapshot_changes(bronze_rows, feed.change_feed)
     lines = kafka_lines(bronze_rows) if isinstance(feed.source, KafkaTopic) else bronze_rows
     return _parse_json(lines.select("value", "_source_file", "_ingested_at"), feed)
 
@@ -367,6 +383,23 @@ def _parse_csv(rows: DataFrame, feed: Feed) -> DataFrame:
         for f in feed.fields
     )))
     return _judged(rows, feed, reason, typed, F.when(split, record).otherwise(line_digest(value)))
+
+
+def _parse_snapshot_changes(rows: DataFrame, feed: Feed) -> DataFrame:
+    """The changes of a snapshot feed's bronze table (``Feed.change_feed``'s fields as text), judged as a
+    CSV line's fields are; ``_snapshot_at`` is when the snapshot was taken in. A rejected change is
+    quarantined as a JSON object of its declared fields, the masked ones masked."""
+    def text_of(name: str) -> Column:
+        return F.date_format("_ingested_at", _TIMESTAMP_TEXT) if name == SNAPSHOT_AT else F.col(name)
+
+    field_reason, typed = _judge_fields(feed, text_of)
+    delivered = [f for f in feed.fields if f.name not in SNAPSHOT_CHANGE_COLUMNS]
+    encoding = F.when(not_valid_utf8(F.concat_ws(",", *(f.name for f in delivered))), F.lit(NOT_VALID_UTF8))
+    record = F.to_json(F.struct(*(
+        (masked_column(F.col(f.name), f.mask) if f.mask is not None else F.col(f.name)).alias(f.name)
+        for f in delivered
+    )))
+    return _judged(rows, feed, F.coalesce(encoding, field_reason), typed, record)
 
 
 def masked_fields(feed: Feed) -> tuple[str, ...]:

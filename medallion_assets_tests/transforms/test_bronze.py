@@ -128,3 +128,62 @@ def test_making_text_valid_keeps_the_bronze_schemas_nullability_included(spark, 
     # The header column is the one bronze adds after them (an older table gains it, nullable).
     assert tpch.customers_cdc(csv_rows).drop(bronze.HEADER_COLUMN).schema == as_read.schema
     assert tpch.customers_cdc(csv_rows).schema[bronze.HEADER_COLUMN].nullable
+
+
+def test_a_snapshots_values_become_the_text_silver_validates_and_its_changes_are_what_differs(spark, tmp_path):
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import DateType, DecimalType, LongType
+
+    from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingSnapshots
+    from medallion_assets.transforms import silver
+
+    feed = Feed(
+        name="stock_raw", description="Stock.", source=LandingSnapshots(folder="stock"),
+        fields=(Field("sku"), Field("count", LongType()), Field("price", DecimalType(10, 2)),
+                Field("day", DateType()), Field("at", TimestampType()), Field("absent", nullable=True)),
+        silver=ApplyChanges(table="stock", keys=("sku",)),
+    )
+    at = dt.datetime(2026, 3, 1, 12, 34, 56, 1, tzinfo=dt.timezone.utc)
+    rows = pa.table({
+        "sku": ["A", "B", "C"], "count": pa.array([7, 8, 9], pa.int64()),
+        "price": pa.array([Decimal("12.50"), Decimal("1.00"), Decimal("2.00")], pa.decimal128(10, 2)),
+        "day": pa.array([dt.date(2026, 3, 1)] * 3, pa.date32()), "at": pa.array([at] * 3, pa.timestamp("us", "UTC")),
+    })
+    pq.write_table(rows, tmp_path / "snap-1.parquet")
+    text = bronze.snapshot_text(spark.read.parquet(str(tmp_path / "snap-1.parquet")), feed)
+
+    assert [f.dataType for f in text.schema.fields] == [StringType()] * len(feed.fields)
+    # Each text is what silver takes for its declared type.
+    typed = [silver.typed_value(F.col(f.name), f.type).alias(f"typed_{f.name}") for f in feed.fields[1:5]]
+    [first] = text.where(F.col("sku") == "A").select("*", *typed).collect()
+    got = first.asDict()
+    assert got.pop("typed_at") is not None  # the instant itself: Python shows it in the process's time zone
+    assert got == {"sku": "A", "count": "7", "price": "12.50", "day": "2026-03-01",
+                   "at": "2026-03-01T12:34:56.000001Z", "absent": None, "typed_count": 7,
+                   "typed_price": Decimal("12.50"), "typed_day": dt.date(2026, 3, 1)}
+
+    # B changed, C gone, D new, A the same: an upsert of B and D, a delete of C.
+    before = text
+    after = spark.createDataFrame(
+        [("A", "7", "12.50", "2026-03-01", "2026-03-01T12:34:56.000001Z", None),
+         ("B", "80", "1.00", "2026-03-01", "2026-03-01T12:34:56.000001Z", None),
+         ("D", "1", "3.00", "2026-03-02", "2026-03-02T00:00:00.000000Z", None)],
+        text.schema,
+    )
+    diff = bronze.snapshot_changes(after, before, feed)
+    changes = {(r["sku"], r["_change"], r["count"]) for r in diff.collect()}
+    assert changes == {("B", "upsert", "80"), ("D", "upsert", "1"), ("C", "delete", None)}
+
+    # Silver judges the changes' text: a value that does not fit is a reason; a delete needs only its key.
+    bad = spark.createDataFrame([("E", "ten", "1.00", "2026-03-01", "2026-03-01T00:00:00.000000Z", None)], text.schema)
+    bronze_rows = diff.unionByName(bronze.snapshot_changes(bad, before.limit(0), feed)).select(
+        "*", F.lit("snap-2.parquet").alias("_snapshot"), F.lit("file:/snap-2.parquet").alias("_source_file"),
+        F.current_timestamp().alias("_ingested_at"),
+    )
+    judged = {r["sku"]: r["reason"] for r in silver.judge_changes(bronze_rows, feed).select(
+        F.col("_typed_sku").alias("sku"), F.col("_reject_reason").alias("reason")).collect()}
+    assert judged == {"B": None, "C": None, "D": None, "E": "count is not an integer: 'ten'"}
