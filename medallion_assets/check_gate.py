@@ -95,8 +95,15 @@ class CheckOutcome:
         return self.status == "failed" and self.severity == "ERROR"
 
     def details(self) -> str:
-        """The metadata on one line, ``key=value, ...`` (a multi-line value, such as a Markdown table, joined by spaces)."""
-        return ", ".join(f"{key}={' '.join(value.split())}" for key, value in self.metadata.items())
+        """The single-line metadata on one line, ``key=value, ...``; multi-line values are :meth:`tables`."""
+        return ", ".join(f"{key}={value}" for key, value in self.metadata.items() if "\n" not in value.strip())
+
+    def tables(self) -> str:
+        """The multi-line metadata values (Markdown tables), each under its key, indented; empty if none."""
+        return "\n".join(
+            f"  {key}:\n" + "\n".join(f"    {line}" for line in value.strip().splitlines())
+            for key, value in self.metadata.items() if "\n" in value.strip()
+        )
 
 
 @dataclass(frozen=True)
@@ -246,6 +253,8 @@ def run_checks(definitions: Definitions, *, selection: AssetSelection) -> GateRe
             selection=selection,
             tags=tags,
             raise_on_error=False,
+            # The run's log on stderr from INFO up: what the steps say, not Dagster's every event.
+            run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
         )
     return report_of(result, planned=planned, seconds=time.monotonic() - started)
 
@@ -555,6 +564,9 @@ def _report(report: GateReport, *, junit_path: Path | None, kept_lake: Path | No
         print(f"JUnit XML: {junit_path}")
     if kept_lake is not None:
         print(f"lake kept in {kept_lake}")
+    for outcome in report.outcomes:
+        if outcome.status == "failed" and outcome.tables():
+            print(f"{outcome.asset} {outcome.check}:\n{outcome.tables()}")
     for outcome in report.outcomes:
         if outcome.fails_the_gate:
             print(f"medallion-assets check: ERROR check {outcome.asset} {outcome.check} failed: {outcome.details()}",

@@ -545,6 +545,9 @@ def rejected_rows_result(
         "quarantine": MetadataValue.asset(AssetKey(["quarantine", table])),
         "rejected_by_reason": MetadataValue.json({kind: rows for kind, rows in rejected.by_reason}),
         "top_reasons": MetadataValue.md("| reason | rows |\n|---|---|\n" + reasons if reasons else "no row rejected"),
+        # The same as plain text, shown in the check's row without opening the Markdown.
+        "reasons": MetadataValue.text("; ".join(f"{kind}: {rows}" for kind, rows in rejected.by_reason)
+                                      or "no row rejected"),
     }
     if max_rejected_share is not None:
         metadata["max_rejected_share"] = max_rejected_share

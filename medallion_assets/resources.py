@@ -9,8 +9,10 @@ working directory of the process that uses them.
 from __future__ import annotations
 
 import os
+import logging
 import re
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,8 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
 from medallion_assets.settings import SIZE_LIMITS
 
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -198,6 +202,16 @@ class SparkResource(LazyPySparkResource):
 
     _engine: Any = PrivateAttr(default=None)
     _lake_attached: bool = PrivateAttr(default=False)
+    _run_log: Any = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """Keeps the run's log, so the session's start and readiness show on the run's page.
+
+        The session itself still starts on first use (:meth:`_init_session`), inside the
+        first step that asks for it; outside a run (a script, a sensor tick) there is no
+        run log and the lines go to this module's Python logger.
+        """
+        self._run_log = context.log
 
     @field_validator("delta_engine", mode="before")
     @classmethod
@@ -285,13 +299,40 @@ class SparkResource(LazyPySparkResource):
             config["spark.pyspark.python"] = sys.executable
         for key, value in config.items():
             builder = builder.config(key, value)
+        # Only the resource that starts the process's session says so (Dagster builds this resource
+        # twice, and the second one's getOrCreate finds the first one's session).
+        starting = not _session_running(remote=bool(self.remote))
+        deployment = self._deployment(config)
+        if starting:
+            self._log(f"Spark session starting: {deployment}; Delta engine {_planned_engine(plan)} ({plan.reason}). "
+                      "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine).")
+        started = time.monotonic()
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
+        if starting:
+            self._log(f"Spark session ready after {time.monotonic() - started:.1f} s: Spark {session.version}, "
+                      f"{deployment}; Delta engine {self._engine.describe()}.")
         if self.catalog.kind == "hive" and self.catalog.lake_root:
             # The shared metastore's names serve other processes too (the Thrift server, other
             # sessions): a starting session adds the tables it lacks, such as a pandas asset's.
             self._attach_lake(session)
+
+    def _deployment(self, config: dict[str, str]) -> str:
+        """Where the session runs, for the run log: embedded, a cluster's master or a Connect server (no credentials)."""
+        if self.remote:
+            # A Connect URL may carry a token after ';' (sc://host:15002/;token=...): only the address is shown.
+            return f"Spark Connect server {_without_credentials(str(self.remote).split(';', 1)[0].rstrip('/'))}"
+        if str(self.master).startswith("local"):
+            memory = config.get("spark.driver.memory") or os.environ.get("SPARK_DRIVER_MEMORY") or "Spark's default"
+            return f"embedded in this process ({self.master}, driver memory {memory})"
+        return f"cluster at {_without_credentials(str(self.master))}"
+
+    def _log(self, message: str) -> None:
+        if self._run_log is not None:
+            self._run_log.info(message)
+        else:
+            _log.info(message)
 
     def _attach_lake(self, session: SparkSession) -> None:
         if self.catalog.enabled and self.catalog.lake_root and not self._lake_attached:
@@ -325,6 +366,29 @@ class SparkResource(LazyPySparkResource):
         """
         # dagster-pyspark's own property: starts the session on first use, never hands out None.
         return super().spark_session
+
+
+def _session_running(*, remote: bool) -> bool:
+    """Whether this process already holds a Spark session of that kind (a JVM's, or a Connect client's)."""
+    if remote:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        return ConnectSession._get_default_session() is not None
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+def _planned_engine(plan: Any) -> str:
+    """The engine a plan aims at: delta-spark (and where from), or delta-rs (the reason says when the platform could change that)."""
+    if plan.source:
+        return f"delta-spark ({plan.source})"
+    return "delta-rs"
+
+
+def _without_credentials(url: str) -> str:
+    """A URL without the ``user:password@`` part its authority may hold."""
+    return re.sub(r"//[^/@]*@", "//", url)
 
 
 def embedded_driver_memory() -> str:

@@ -43,6 +43,29 @@ def run_orders_step(run_id: str):
     return definitions.resolve_job_def("orders_step").execute_in_process(run_id=run_id)
 
 
+def first_minute_of(instance, run_id: str) -> list[str]:
+    """The run's event log up to its first materialization: the Spark session's lines, then ``ASSET_MATERIALIZATION``."""
+    from dagster import DagsterEventType
+
+    seen = []
+    for record in instance.all_logs(run_id):
+        if record.dagster_event is not None and record.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            return [*seen, "ASSET_MATERIALIZATION"]
+        if record.dagster_event is None and (record.user_message or "").startswith(("Spark session starting",
+                                                                                     "Spark session ready")):
+            seen.append(record.user_message)
+    return seen
+
+
+def assert_the_first_minute_is_explained(report: dict, *, engine: str, deployment: str) -> None:
+    """The run's log says, before its first table, that the session starts and is ready: engine, why, deployment."""
+    starting, ready, materialized = report["first_minute"]
+    assert materialized == "ASSET_MATERIALIZATION", report["first_minute"]
+    assert starting.startswith(f"Spark session starting: {deployment}") and "; Delta engine " in starting, starting
+    assert ready.startswith("Spark session ready after ") and f", {deployment}" in ready, ready
+    assert f"; Delta engine {engine} (" in ready, ready
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "orders_step":
         run_orders_step(argv[1])
@@ -70,7 +93,8 @@ def main(argv: list[str]) -> int:
         failed = [e.check_name for e in result.get_asset_check_evaluations()
                   if not e.passed and e.severity == AssetCheckSeverity.ERROR]
         warned = sorted({e.check_name for e in result.get_asset_check_evaluations() if not e.passed} - set(failed))
-    print(json.dumps({"engines": engines, "failed_checks": failed, "warned_checks": warned}))
+        first_minute = first_minute_of(instance, result.run_id)
+    print(json.dumps({"engines": engines, "failed_checks": failed, "warned_checks": warned, "first_minute": first_minute}))
     return 0
 
 

@@ -152,6 +152,8 @@ def test_a_failed_error_check_fails_the_gate_and_is_named(tmp_path):
     )
 
     assert finished.returncode == check_gate.EXIT_CHECK_FAILED, finished.stderr[-3000:]
+    # The run's log from INFO up: the session's start and readiness, none of Dagster's DEBUG events.
+    assert " - DEBUG - " not in finished.stderr and "Spark session ready after " in finished.stderr
     assert "ERROR check gold/gate_probe amounts_non_negative failed: failing_rows=1" in finished.stderr
     # The non-blocking rejected-rows check of a file rejected whole fails the gate too, the file named.
     rejected = [line for line in finished.stderr.splitlines()
@@ -190,8 +192,10 @@ def test_a_step_error_outranks_failed_checks_and_is_a_junit_error(tmp_path):
     cases = junit_cases(tmp_path / "checks.xml")
     error = cases[(check_gate.RUN_SUITE, "gold__t")].find("error")
     assert error.get("type") == "ValueError" and error.get("message") == "no such column"
-    assert cases[("silver/t", "key_unique")].find("failure").get("message") == (
-        "ERROR check failed: failing_rows=2, top_reasons=| reason | |---| | bad |")
+    # A Markdown table stays a table: out of the one-line message, whole in the body.
+    assert cases[("silver/t", "key_unique")].find("failure").get("message") == "ERROR check failed: failing_rows=2"
+    assert "top_reasons: | reason |\n|---|\n| bad |" in cases[("silver/t", "key_unique")].find("failure").text
+    assert failed.tables() == "  top_reasons:\n    | reason |\n    |---|\n    | bad |"
     root = ET.parse(tmp_path / "checks.xml").getroot()
     assert (root.get("failures"), root.get("errors"), root.get("skipped")) == ("1", "1", "1")
 

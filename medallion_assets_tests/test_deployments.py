@@ -21,6 +21,7 @@ import pytest
 
 from medallion_assets.engine import plan_engine
 from medallion_assets_tests.deployments import connect_server, standalone_cluster
+from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
 from medallion_assets_tests.test_engines import _delta_spark_jars
 
@@ -64,6 +65,7 @@ def test_pipeline_on_a_standalone_cluster(tmp_path, engine):
             engine_env,
         )
     assert set(report["engines"].values()) == {engine}
+    assert_the_first_minute_is_explained(report, engine=engine, deployment=f"cluster at {master}")
 
 
 @pytest.mark.parametrize("engine", ["delta-spark", "delta-rs"])
@@ -82,6 +84,7 @@ def test_pipeline_over_spark_connect(tmp_path, engine):
     with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
         report = _run_pipeline(tmp_path, {"MEDALLION_DEPLOYMENT": "connect", "SPARK_REMOTE": remote}, engine_env)
     assert set(report["engines"].values()) == {engine}
+    assert_the_first_minute_is_explained(report, engine=engine, deployment=f"Spark Connect server {remote.rstrip('/')}")
 
 
 # The Connect client runs in a process of its own: this test session's process already

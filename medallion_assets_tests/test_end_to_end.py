@@ -269,7 +269,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert stats_columns == {"orders": "o_orderkey,o_orderdate", "lineitem": "l_orderkey,l_shipdate"}
 
     bronze_v1 = deltalake.DeltaTable(str(bronze_path)).version()
-    consumed1 = _metadata(run1, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"]
+    consumed1 = int(_metadata(run1, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"])
     assert consumed1 == bronze_v1
 
     # ---- batch 2
@@ -301,7 +301,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert per_file == {**landed_lines(batch1.files), **batch2_lines}
     # Silver read only the bronze versions added by run 2, and they hold only batch 2's files.
     bronze_v2 = deltalake.DeltaTable(str(bronze_path)).version()
-    consumed2 = _metadata(run2, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"]
+    consumed2 = int(_metadata(run2, ["silver", "orders"])["medallion/consumed/bronze/orders_raw"])
     assert consumed2 == bronze_v2 > consumed1
     new_rows = deltalake.DeltaTable(str(bronze_path)).load_cdf(starting_version=consumed1 + 1, ending_version=consumed2)
     new_files = {Path(s.replace("file:", "")).name for s in new_rows.read_all().column("_source_file").to_pylist()}

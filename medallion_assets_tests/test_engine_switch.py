@@ -32,6 +32,7 @@ from medallion_assets.catalog import LakeCatalog
 from medallion_assets.engine import plan_engine
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.deployments import beeline, standalone_cluster, thrift_server
+from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
 from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
@@ -88,6 +89,8 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastor
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert report["engines"] and set(report["engines"].values()) == {engine}, report["engines"]
         assert report["failed_checks"] == [], f"run {run} on {engine}: {report['failed_checks']}"
+        assert_the_first_minute_is_explained(report, engine=engine,
+                                             deployment="cluster at spark://" if deployment == "cluster" else "embedded")
         assert_silver_matches_contract(lake)
         assert_gold_matches_duckdb(lake)
     assert_history_is_closed(lake)

@@ -143,6 +143,9 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
         "not valid UTF-8": 1, "not valid JSON": 1, "widgets_qty_positive: qty > 0": 1,
     }
     assert "| not valid JSON | 1 |" in metadata["top_reasons"]
+    # The same as plain text, readable in the check's row without opening the Markdown.
+    assert sorted(metadata["reasons"].split("; ")) == [
+        "not valid JSON: 1", "not valid UTF-8: 1", "widgets_qty_positive: qty > 0: 1"]
     assert metadata["files_rejected_whole"] == 0
     assert [(f["file"].rsplit("/", 1)[1], f["rejected_rows"], f["input_rows"], f["rejected_whole"])
             for f in metadata["rejected_by_file"]] == [("batch-00002.json", 2, 10, False), ("batch-00001.json", 1, 100, False)]
@@ -155,6 +158,14 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
         run = _run_of(result, key)
         assert (run["medallion/input_rows"], run["medallion/rejected_rows"]) == (110, 3), key
     assert len(read_with_deltalake(str(lake / "quarantine" / "widgets"))) == 3
+    # Every quarantine column, and silver's _sequence, is described in the column schema the UI shows.
+    quarantine_columns = {c.name: c.description for c in _run_of(result, AssetKey(["quarantine", "widgets"]))[
+        "dagster/column_schema"].columns}
+    assert set(quarantine_columns) == set(read_with_deltalake(str(lake / "quarantine" / "widgets")).column_names)
+    assert all(quarantine_columns.values()), quarantine_columns
+    silver_columns = {c.name: c.description for c in _run_of(result, AssetKey(["silver", "widgets"]))[
+        "dagster/column_schema"].columns}
+    assert "greater" in silver_columns["_sequence"]
 
     # gadgets: the file of random bytes is rejected whole: an ERROR (max_rejected_share=1: that rule only).
     over = checks[("silver/gadgets", "gadgets_rejected_rows")]

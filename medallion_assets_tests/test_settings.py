@@ -183,6 +183,39 @@ def test_a_lake_root_that_cannot_be_created_stops_the_run_before_spark_whatever_
                                    "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it")
 
 
+def test_an_existing_root_no_one_can_write_is_refused_whatever_the_mode_bits_say():
+    # /proc exists and its mode bits let root write; no file can be made in it, by root either.
+    assert LakeResource(root="/proc").write_problem() == (
+        "the lake root '/proc' is not writable (/proc: No such file or directory): "
+        "point MEDALLION_LAKE_ROOT at a folder this user can write, or make it writable")
+
+
+def test_dg_launch_with_a_lake_root_that_cannot_be_created_fails_the_run_before_spark(tmp_path):
+    # The README's command-line run, as the user types it: the run is failed (not a successful empty run),
+    # the error names the setting, and no Spark session started (the session's first log line is absent).
+    root = f"/proc/medallion-lake-{os.getpid()}/lake"
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k not in SETTING_NAMES}, "DAGSTER_HOME": str(home),
+           "MEDALLION_LAKE_ROOT": root, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([str(Path(sys.executable).with_name("dg")), "launch", "--assets", "bronze/nation"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    message = (f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
+               "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it")
+    assert done.returncode != 0 and message in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
+    from dagster import DagsterEventType, DagsterRunStatus
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        [run] = instance.get_runs()
+        assert run.status == DagsterRunStatus.FAILURE
+        records = instance.all_logs(run.run_id)
+    failures = [r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.RESOURCE_INIT_FAILURE]
+    assert failures and message in failures[0].dagster_event.engine_event_data.error.to_string()
+    assert not [r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION]
+    assert not [r for r in records if "Spark session starting" in (r.user_message or "")]
+    assert not Path("/proc", f"medallion-lake-{os.getpid()}").exists()
+
+
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
                     reason="running as root: chmod does not stop root from writing (the file case covers root)")
 def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, tmp_path):

@@ -63,8 +63,25 @@ from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms import silver as T
 
+#: The columns of every quarantine table (``medallion_assets.expectations.quarantine_rows`` writes them).
+QUARANTINE_DESCRIPTIONS = {
+    "table_name": "The silver table the row was meant for.",
+    "reason": "Why it was rejected: the parser's reason, or the drop or fail expectation it broke.",
+    "record": "The rejected row as JSON: the landed line, or the parsed row (declared PII masked).",
+    "_source_file": "URI of the landed file the row came from (null where the row had none).",
+    "_quarantined_at": "When the run that rejected it wrote it here, UTC.",
+}
+
 #: Every quarantine table: appended to, never merged.
-QUARANTINE = delta_table(write_mode="append")
+QUARANTINE = delta_table(write_mode="append", column_descriptions=QUARANTINE_DESCRIPTIONS)
+
+#: The columns a change feed's silver table adds to its fields.
+_CHANGE_DESCRIPTIONS = {
+    "_sequence": (
+        "The adopted change's position in the feed, as sortable text: its sequence fields, then its file. "
+        "A change replaces the row only when its _sequence is greater."
+    ),
+}
 
 #: The asset group of the quarantine tables (their silver tables stay in ``silver``).
 QUARANTINE_GROUP = "quarantine"
@@ -124,7 +141,7 @@ def _change_feed_step(declared: Feed) -> AssetsDefinition:
                 description=f"Latest state per ({', '.join(changes.keys)}) of {feed.name}, deletes applied.",
                 metadata=delta_table(write_mode="merge", merge_keys=list(changes.keys), sequence_column="_sequence",
                                      delete_column="_deleted", filtered_by=changes.filtered_by,
-                                     column_descriptions=silver_descriptions(feed),
+                                     column_descriptions={**silver_descriptions(feed), **_CHANGE_DESCRIPTIONS},
                                      table_properties={DELETION_VECTORS: "true"} if changes.deletion_vectors else None),
             ),
             quarantine_output: quarantine_out(key=quarantine_key, source=feed.name, guards=[key]),

@@ -29,7 +29,12 @@ from deltalake.exceptions import DeltaError
 
 from medallion_assets.delta.errors import UnsupportedFeatureError, map_values_grown_error
 from medallion_assets.engine import MergeClause, user_metadata, with_unacted_matches_kept
-from medallion_assets.io_manager.metadata import ENGINE_NAME, arrow_markdown_preview, check_column_descriptions
+from medallion_assets.io_manager.metadata import (
+    ENGINE_NAME,
+    arrow_markdown_preview,
+    check_column_descriptions,
+    version_metadata,
+)
 from medallion_assets.io_manager.spec import WriteSpec, check_engine_reads, declared_table_properties
 
 #: What delta-rs raises where it cannot read a location or a table (a Hadoop-only scheme, a lake only
@@ -423,7 +428,7 @@ class ArrowDeltaClient:
             "dagster/column_schema": arrow_table_schema(schema, descriptions),
             "dagster/row_count": rows,
             "dagster/uri": MetadataValue.path(path),
-            "delta/version": table.version(),
+            "delta/version": version_metadata(table.version()),
             "delta/operation": str(info.get("operation", "")),
             "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
             "delta/num_files": actions.num_rows,

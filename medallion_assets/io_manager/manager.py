@@ -48,6 +48,7 @@ from medallion_assets.io_manager.metadata import (
     latest_materialization_metadata,
     spark_table_schema,
     table_metadata,
+    version_metadata,
 )
 from medallion_assets.io_manager.spec import (
     COLUMNS,
@@ -468,7 +469,7 @@ class DeltaIOManager(ConfigurableIOManager):
             fingerprint["partition"] = [window.start.isoformat(), window.end.isoformat()]
         fingerprint_json = json.dumps(fingerprint, sort_keys=True)
 
-        step_metadata: dict[str, Any] = {_CONSUMED_PREFIX + k: v for k, v in reads.consumed.items()}
+        step_metadata: dict[str, Any] = {_CONSUMED_PREFIX + k: version_metadata(v) for k, v in reads.consumed.items()}
         read = reads.described()
         if read:
             step_metadata[_INPUTS] = MetadataValue.json(read)

@@ -95,7 +95,7 @@ def description_metadata(
         "dagster/column_schema": spark_table_schema(frame, descriptions),
         "dagster/row_count": description.rows,
         "dagster/uri": MetadataValue.path(description.path),
-        "delta/version": description.version,
+        "delta/version": version_metadata(description.version),
         "delta/operation": description.operation,
         "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
         "delta/num_files": description.num_files,
@@ -207,7 +207,7 @@ def _same_description(
     """
     if earlier is None or preview_rows != _PREVIEW_ROWS or any(key not in earlier for key in _DESCRIPTION_KEYS):
         return None
-    if getattr(earlier["delta/version"], "value", None) != version \
+    if str(getattr(earlier["delta/version"], "value", None)) != str(version) \
             or getattr(earlier["delta/engine"], "value", None) not in (engine, ENGINE_NAME):
         return None
     schema = getattr(earlier["dagster/column_schema"], "schema", None)
@@ -215,6 +215,16 @@ def _same_description(
     if described != dict(column_descriptions):
         return None
     return {key: earlier[key] for key in _DESCRIPTION_KEYS}
+
+
+def version_metadata(version: int) -> MetadataValue:
+    """A table version as metadata: text, so Dagster does not plot it as a metric; ``int(value)`` reads it back.
+
+    Dagster plots every integer and float entry of a materialization on the asset's
+    Plots tab. A Delta version (or the upstream version a step consumed) is an
+    identifier that only grows, not a quantity to chart.
+    """
+    return MetadataValue.text(str(version))
 
 
 def latest_materialization_metadata(instance: Any, asset_key: Any) -> Mapping[str, Any] | None:
