@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ from medallion_assets.kafka import (
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.stream_monitoring import kafka_lag
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.kafka_broker import free_port
+from medallion_assets_tests.kafka_broker import free_port, produce
 from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
 
 KAFKA_STREAM = ORDERS_KAFKA.name
@@ -103,17 +104,19 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
     assert latest_offsets(kafka) == {0: 2}
 
 
-def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
+def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_broker, tmp_path):
     from medallion_assets_tests.tpch_assets import orders_kafka
     from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
 
-    kafka = kafka_broker.topic(max_lag_messages=5, stall_after_seconds=2)
+    kafka = kafka_broker.topic(partitions=3, max_lag_messages=5, stall_after_seconds=2)
     lake = LakeResource(root=str(tmp_path / "lake"))
     lines = [json.dumps({"event_id": f"e{i}", "n": i}).encode() for i in range(30)] + [b"not json", b"\xff\xfe"]
-    publish_lines(kafka, lines)
+    for partition in range(3):  # every partition, several records per batch
+        produce(kafka.client_config(), kafka.topic, lines[partition::3], partition=partition)
 
     behind = kafka_lag(lake, kafka)
-    assert not behind.passed and sum(behind.lag.values()) == 32, behind
+    assert not behind.passed and behind.lag == {0: 11, 1: 11, 2: 10}, behind
+    assert behind.latest == kafka_broker.end_offsets(kafka.topic), "the broker's own ListOffsets answer"
     assert "consumer lag 32 messages" in behind.problems[0]
 
     instance = DagsterInstance.ephemeral()
@@ -134,26 +137,38 @@ def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
     for batch in ranges:
         for partition, (first, end) in batch.items():
             covered[int(partition)] += end - first
-    assert dict(covered) == {p: high for p, high in kafka_lag(lake, kafka).latest.items()}
+    assert dict(covered) == kafka_broker.end_offsets(kafka.topic)
     assert sum(m.metadata["rows"].value for m in materializations) == 32
     assert result.run_requests, "new batches request silver and gold"
 
+    # Two partitions added with the admin API between runs; messages go to a new one and an old one.
     # The stream stops committing: fewer messages than the lag limit, but older than the stall limit.
-    publish_lines(kafka, [b'{"late": 1}', b'{"late": 2}'])
+    kafka_broker.add_partitions(kafka.topic, 5)
+    produce(kafka.client_config(), kafka.topic, [b'{"late": 1}', b'{"late": 2}'], partition=4)
+    produce(kafka.client_config(), kafka.topic, [b'{"late": 3}'], partition=0)
     time.sleep(3)
     stalled = kafka_lag(lake, kafka)
     assert not stalled.passed and any("stopped committing" in p for p in stalled.problems), stalled
+    assert stalled.latest == kafka_broker.end_offsets(kafka.topic) == {0: 12, 1: 11, 2: 10, 3: 0, 4: 2}
+    assert stalled.lag == {0: 1, 1: 0, 2: 0, 3: 0, 4: 2}, "lag per partition, the new ones included"
     run = materialize([orders_kafka, check], resources=_resources(spark, lake, kafka), instance=instance)
-    assert run.get_asset_check_evaluations()[0].passed
-    # The sensor's next tick reports only the new batch, starting where the last one ended.
+    [evaluation] = run.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.metadata["consumer_lag"].value == 0, evaluation.description
+    published = _published_messages(kafka)
+    assert {p for p, _, _ in published} == {0, 1, 2, 4}
+    assert _bronze_messages(table, read_with_duckdb) == published, "every (partition, offset) once"
+    # The sensor's next tick reports only the new batch, starting where the last one ended (0 on a new partition).
     context = build_sensor_context(instance=instance, cursor=result.cursor, resources={"lake": lake, "kafka": kafka})
     later = [e for e in sensor(context).asset_events if type(e).__name__ == "AssetMaterialization"]
-    assert sum(m.metadata["rows"].value for m in later) == 2
-    for partition, (first, end) in later[0].metadata["offset_ranges"].value[kafka.topic].items():
-        assert first == max(b.get(partition, [0, 0])[1] for b in ranges)
+    assert sum(m.metadata["rows"].value for m in later) == 3
+    later_ranges = later[0].metadata["offset_ranges"].value[kafka.topic]
+    assert later_ranges["4"] == [0, 2] and later_ranges["0"] == [11, 12], later_ranges
+    for partition, (first, end) in later_ranges.items():
+        assert first == max((b.get(partition, [0, 0])[1] for b in ranges), default=0)
 
 
-def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_path):
+@pytest.mark.slow
+def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
     import threading
 
     from medallion_assets.continuous import ContinuousStreamsConfig, run_continuous
@@ -162,9 +177,10 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
     lake = LakeResource(root=str(tmp_path / "lake"))
     table = lake.table_path(["bronze", KAFKA_STREAM])
     config = ContinuousStreamsConfig(streams=[KAFKA_STREAM], trigger_interval="1 second", poll_seconds=0.5)
-    lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(12)]
+    lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(30)]
     stop = threading.Event()
     failures: list[BaseException] = []
+    restarted_in: list[float] = []
 
     def bronze_rows() -> int:
         try:
@@ -177,16 +193,25 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
     def batches_reported() -> int:
         return sum(line.startswith(f"{KAFKA_STREAM}: batch ") for line in list(logged))
 
+    def wait_for(total: int, reports: int) -> None:
+        # Spark commits a batch to the table before it reports the batch's progress,
+        # and a stop in between loses the report: wait for both.
+        deadline = time.monotonic() + 180
+        while (bronze_rows() < total or batches_reported() < reports) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
     def producer() -> None:
-        # Two bursts while the stream runs: each must arrive without a restart.
-        # Each burst waits for its batch's progress too: Spark commits a batch to the
-        # table before it reports the batch's progress, and a stop in between loses the report.
+        # A burst; the broker killed (SIGKILL) and started again on its log folder and port while
+        # the stream runs (its triggers keep firing); a burst across every partition after it.
         try:
-            for burst, total, reports in ((lines[:6], 6, 1), (lines[6:], 12, 2)):
-                publish_lines(kafka, burst)
-                deadline = time.monotonic() + 120
-                while (bronze_rows() < total or batches_reported() < reports) and time.monotonic() < deadline:
-                    time.sleep(0.5)
+            produce(kafka.client_config(), kafka.topic, lines[:12])
+            wait_for(12, 1)
+            kafka_broker.stop(signal.SIGKILL)
+            time.sleep(3)  # triggers fire against a broker that is gone
+            restarted_in.append(kafka_broker.start())
+            for partition in range(3):
+                produce(kafka.client_config(), kafka.topic, lines[12 + partition::3], partition=partition)
+            wait_for(30, 2)
         except BaseException as error:  # surfaced in the test's thread below
             failures.append(error)
         finally:
@@ -198,9 +223,12 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
                          log_progress=logged.append)
     thread.join()
     assert not failures, failures
-    assert run.stopped_by == "request"
+    assert run.stopped_by == "request", "the stream went on through the restart"
     assert len(run.progress[KAFKA_STREAM]) >= 2, "the bursts came in separate micro-batches"
-    assert _bronze_messages(table, read_with_deltalake) == _published_messages(kafka)
+    published = _published_messages(kafka)
+    assert sum(published.values()) == 30
+    assert _bronze_messages(table, read_with_deltalake) == published, "every (partition, offset) once"
+    assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
 
 
 # ---------------------------------------------------------------- end to end
