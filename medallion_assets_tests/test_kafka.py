@@ -1,17 +1,28 @@
-"""Order events from Kafka: a real broker on 127.0.0.1 (Tansu), Spark's Kafka connector, real Dagster runs.
+"""Order events from Kafka: Apache Kafka on 127.0.0.1 (KRaft, from Maven), Spark's Kafka connector, real Dagster runs.
 
 * A noisy TPC-H delivery published to a three-partition topic goes through
   the whole pipeline; silver equals the landing contract's state and gold
   equals DuckDB's TPC-H answers; a second publish and run takes only the new
   messages; bad messages are quarantined with their partition and offset.
 * The consumer-lag check goes red when the stream falls behind or stops
-  committing, and green when it catches up; the checkpoint sensor reports
-  each batch's offset ranges.
+  committing, and green when it catches up; its lag per partition matches the
+  broker's own ListOffsets answer, also after partitions are added with the
+  admin API between runs (the next run takes the new partitions from offset
+  0); the checkpoint sensor reports each batch's offset ranges.
+* Continuous mode rides a broker killed and started again mid-stream.
+* SASL_SSL with SCRAM: the credentials through ``EnvVar``, the broker's
+  certificate trusted through ``MEDALLION_KAFKA_SSL_CA_LOCATION``; the password
+  in no log, event, process list or file.
 * A broker that is down and a topic that does not exist are clear errors
   that leave the checkpoint untouched.
 * The Kafka ingest killed (SIGKILL) after a batch's Delta commit and before
   its checkpoint commit, and while a batch writes, ends with every message
   once.
+
+Every test checks bronze against what the broker holds: each (partition,
+offset) exactly once. The tests produce with confluent-kafka's producer
+directly (``kafka_broker.produce``), except where the project's publisher is
+what is tested (the simulator's delivery, a refused message).
 
 Skipped, saying why, where Spark's Kafka connector jars (``KAFKA_SPARK_JARS``)
 or the broker are missing (see the ``kafka_broker`` fixture).
@@ -180,7 +191,6 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
     lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(30)]
     stop = threading.Event()
     failures: list[BaseException] = []
-    restarted_in: list[float] = []
 
     def bronze_rows() -> int:
         try:
@@ -208,7 +218,7 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
             wait_for(12, 1)
             kafka_broker.stop(signal.SIGKILL)
             time.sleep(3)  # triggers fire against a broker that is gone
-            restarted_in.append(kafka_broker.start())
+            kafka_broker.start()
             for partition in range(3):
                 produce(kafka.client_config(), kafka.topic, lines[12 + partition::3], partition=partition)
             wait_for(30, 2)
@@ -229,6 +239,81 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
     assert sum(published.values()) == 30
     assert _bronze_messages(table, read_with_deltalake) == published, "every (partition, offset) once"
     assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
+
+
+@pytest.mark.slow
+def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tmp_path, monkeypatch, capfd, caplog):
+    import threading
+    import uuid
+
+    from dagster import AssetSelection, EnvVar, serialize_value
+
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets_tests.kafka_broker import SCRAM_MECHANISM, Broker
+
+    secured = Broker(kafka_broker.jars, tmp_path / "broker", sasl_ssl=True)
+    try:
+        password = f"pw-{uuid.uuid4().hex}"
+        secured.add_scram_user("ingest", password)
+        topic = f"orders-{uuid.uuid4().hex[:8]}"
+        secured.create_topic(topic, 2)
+        lines = [json.dumps({"event_id": f"s{i}"}).encode() for i in range(20)]
+        for partition in range(2):
+            produce({"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "SASL_SSL",
+                     "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": "ingest", "sasl.password": password,
+                     "ssl.ca.location": str(secured.ca_file)}, topic, lines[partition::2], partition=partition)
+
+        lake = tmp_path / "lake"
+        for name, value in (("MEDALLION_LAKE_ROOT", str(lake)),
+                            ("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", secured.sasl_bootstrap),
+                            ("MEDALLION_KAFKA_TOPIC", topic), ("MEDALLION_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+                            ("MEDALLION_KAFKA_SASL_MECHANISM", SCRAM_MECHANISM),
+                            ("MEDALLION_KAFKA_SASL_USERNAME", "ingest"), ("MEDALLION_KAFKA_SASL_PASSWORD", password),
+                            ("MEDALLION_KAFKA_SSL_CA_LOCATION", str(secured.ca_file))):
+            monkeypatch.setenv(name, value)
+        defs = build_definitions("local", kafka=True)
+        assert isinstance(defs.resources["kafka"].sasl_password, EnvVar), "the password reaches Dagster by name"
+
+        # The process list, sampled while the run goes: the password on no command line.
+        command_lines: list[str] = []
+        running = threading.Event()
+
+        def sample_processes() -> None:
+            while not running.wait(0.3):
+                command_lines.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+
+        sampler = threading.Thread(target=sample_processes)
+        sampler.start()
+        instance = DagsterInstance.ephemeral()
+        key = AssetKey(["bronze", KAFKA_STREAM])
+        try:
+            run = materialize([*defs.assets, *defs.asset_checks], selection=AssetSelection.assets(key),
+                              resources=defs.resources, instance=instance)
+        finally:
+            running.set()
+            sampler.join()
+        assert run.success
+        [evaluation] = run.get_asset_check_evaluations()  # the lag check, through librdkafka over SASL_SSL
+        assert evaluation.passed and evaluation.metadata["consumer_lag"].value == 0, evaluation.description
+        table = str(lake / "bronze" / KAFKA_STREAM)
+        read_back = {(r["partition"], r["offset"]): r["value"] for r in read_with_duckdb(table).to_pylist()}
+        assert len(read_back) == read_with_duckdb(table).num_rows == 20, "every (partition, offset) once"
+        assert read_back == {(p, o): lines[p + 2 * o].decode() for p in range(2) for o in range(10)}
+
+        captured = capfd.readouterr()
+        places = {
+            "the run's stdout": captured.out, "the run's stderr (Spark's log too)": captured.err,
+            "Python's log": caplog.text, "the process list": "\n".join(command_lines),
+            "the Dagster event log": "\n".join(serialize_value(e) for e in instance.all_logs(run.run_id)),
+            "the run's config": serialize_value(instance.get_run_by_id(run.run_id).run_config),
+            "the broker's log": secured.log.read_text(errors="replace"),
+        }
+        assert command_lines, "the process list was sampled during the run"
+        assert [where for where, text in places.items() if password in text] == []
+        in_files = [str(f) for f in lake.rglob("*") if f.is_file() and password.encode() in f.read_bytes()]
+        assert in_files == [], "nor in the lake or the stream's checkpoint"
+    finally:
+        secured.stop()
 
 
 # ---------------------------------------------------------------- end to end
