@@ -1,7 +1,7 @@
 """Apache Kafka on 127.0.0.1 for the Kafka tests: one KRaft node (broker and controller), from Maven's artifacts.
 
 The broker's jars are ``org.apache.kafka:kafka_2.13`` and its runtime
-dependencies, resolved by Maven (``mvn dependency:copy-dependencies`` on a
+dependencies, resolved by Maven (``mvn -U dependency:copy-dependencies`` on a
 generated POM, through the machine's own Maven settings) into the user's cache
 folder, once per machine and Kafka version (:func:`broker_jars`). A
 :class:`Broker` formats its log folder (``kafka.tools.StorageTool``), starts
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
 import signal
 import socket
@@ -74,14 +75,16 @@ def broker_jars(version: str = KAFKA_VERSION) -> tuple[Path | None, str]:
     work = Path(tempfile.mkdtemp(prefix=f".kafka-{version}-", dir=target.parent))
     try:
         (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+        # -U: an earlier attempt that failed (offline) is tried again rather than remembered by Maven.
         result = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+            [mvn, "-q", "-B", "-U", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
              "-DincludeScope=runtime", f"-DoutputDirectory={work / 'jars'}"],
             capture_output=True, text=True, timeout=600,
         )
         if result.returncode != 0 or not (work / "jars" / f"kafka_2.13-{version}.jar").is_file():
-            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-            return None, f"Maven could not resolve org.apache.kafka:kafka_2.13:{version}: {' / '.join(tail)}"
+            said = [line for line in (result.stdout + result.stderr).splitlines() if "[ERROR]" in line]
+            first = re.sub(r"\x1b\[[0-9;]*m", "", said[0] if said else f"mvn exited with {result.returncode}")
+            return None, f"Maven could not resolve org.apache.kafka:kafka_2.13:{version}: {first.strip()[:400]}"
         try:
             (work / "jars").rename(target)
         except OSError:  # another worker was first
