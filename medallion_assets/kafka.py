@@ -90,6 +90,11 @@ class KafkaResource(ConfigurableResource):
     sasl_password: str | None = Field(
         default=None, description="SASL password; set it through an EnvVar, never in code. It is not logged."
     )
+    ssl_ca_location: str | None = Field(
+        default=None,
+        description="PEM file of the certificates that signed the broker's (SSL, SASL_SSL). Spark's client trusts "
+        "it as a PEM truststore, the Python client as ssl.ca.location. None: the default trust.",
+    )
     starting_offsets: str = Field(
         default="earliest",
         description=(
@@ -118,8 +123,8 @@ class KafkaResource(ConfigurableResource):
     )
     extra_options: dict[str, str] = Field(
         default_factory=dict,
-        description="More Kafka client settings, e.g. {'ssl.truststore.location': ...}; passed to Spark as "
-        "kafka.<name> and to the Python client as is.",
+        description="More Kafka client settings that Java's client and librdkafka share, e.g. {'client.id': ...}; "
+        "passed to Spark as kafka.<name> and to the Python client as is.",
     )
     producer_options: dict[str, str] = Field(
         default_factory=dict,
@@ -165,6 +170,15 @@ class KafkaResource(ConfigurableResource):
             settings["sasl.mechanism"] = self.sasl_mechanism
         return settings
 
+    def _trust(self, *, java: bool) -> dict[str, str]:
+        # One PEM file for both clients: the Java client reads it as a truststore of type PEM,
+        # librdkafka as its CA file; neither knows the other's setting.
+        if not self.ssl_ca_location:
+            return {}
+        if java:
+            return {"ssl.truststore.type": "PEM", "ssl.truststore.location": self.ssl_ca_location}
+        return {"ssl.ca.location": self.ssl_ca_location}
+
     def spark_source_options(self) -> dict[str, str]:
         """Options of ``spark.readStream.format("kafka")`` for the topic."""
         options = {
@@ -173,6 +187,7 @@ class KafkaResource(ConfigurableResource):
             "startingOffsets": self.starting_offsets,
             "failOnDataLoss": str(self.fail_on_data_loss).lower(),
             **{f"kafka.{k}": v for k, v in self._security().items()},
+            **{f"kafka.{k}": v for k, v in self._trust(java=True).items()},
             **{f"kafka.{k}": v for k, v in self.extra_options.items()},
         }
         if self.max_offsets_per_trigger:
@@ -190,7 +205,8 @@ class KafkaResource(ConfigurableResource):
 
     def client_config(self) -> dict[str, str]:
         """The Python client's (librdkafka's) configuration for the same broker."""
-        config = {"bootstrap.servers": self.bootstrap_servers, **self._security(), **self.extra_options}
+        config = {"bootstrap.servers": self.bootstrap_servers, **self._security(), **self._trust(java=False),
+                  **self.extra_options}
         if self.sasl_username is not None:
             config["sasl.username"] = self.sasl_username
             config["sasl.password"] = self.sasl_password or ""

@@ -657,6 +657,7 @@ KAFKA_VARIABLES = {
     "MEDALLION_KAFKA_SASL_MECHANISM": "sasl_mechanism",
     "MEDALLION_KAFKA_SASL_USERNAME": "sasl_username",
     "MEDALLION_KAFKA_SASL_PASSWORD": "sasl_password",
+    "MEDALLION_KAFKA_SSL_CA_LOCATION": "ssl_ca_location",
     "MEDALLION_KAFKA_STARTING_OFFSETS": "starting_offsets",
 }
 

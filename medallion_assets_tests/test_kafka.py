@@ -1,17 +1,28 @@
-"""Order events from Kafka: a real broker on 127.0.0.1 (Tansu), Spark's Kafka connector, real Dagster runs.
+"""Order events from Kafka: Apache Kafka on 127.0.0.1 (KRaft, from Maven), Spark's Kafka connector, real Dagster runs.
 
 * A noisy TPC-H delivery published to a three-partition topic goes through
   the whole pipeline; silver equals the landing contract's state and gold
   equals DuckDB's TPC-H answers; a second publish and run takes only the new
   messages; bad messages are quarantined with their partition and offset.
 * The consumer-lag check goes red when the stream falls behind or stops
-  committing, and green when it catches up; the checkpoint sensor reports
-  each batch's offset ranges.
+  committing, and green when it catches up; its lag per partition matches the
+  broker's own ListOffsets answer, also after partitions are added with the
+  admin API between runs (the next run takes the new partitions from offset
+  0); the checkpoint sensor reports each batch's offset ranges.
+* Continuous mode rides a broker killed and started again mid-stream.
+* SASL_SSL with SCRAM: the credentials through ``EnvVar``, the broker's
+  certificate trusted through ``MEDALLION_KAFKA_SSL_CA_LOCATION``; the password
+  in no log, event, process list or file.
 * A broker that is down and a topic that does not exist are clear errors
   that leave the checkpoint untouched.
 * The Kafka ingest killed (SIGKILL) after a batch's Delta commit and before
   its checkpoint commit, and while a batch writes, ends with every message
   once.
+
+Every test checks bronze against what the broker holds: each (partition,
+offset) exactly once. The tests produce with confluent-kafka's producer
+directly (``kafka_broker.produce``), except where the project's publisher is
+what is tested (the simulator's delivery, a refused message).
 
 Skipped, saying why, where Spark's Kafka connector jars (``KAFKA_SPARK_JARS``)
 or the broker are missing (see the ``kafka_broker`` fixture).
@@ -22,6 +33,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,7 +58,7 @@ from medallion_assets.kafka import (
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.stream_monitoring import kafka_lag
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.kafka_broker import free_port
+from medallion_assets_tests.kafka_broker import free_port, produce
 from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
 
 KAFKA_STREAM = ORDERS_KAFKA.name
@@ -103,17 +115,19 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
     assert latest_offsets(kafka) == {0: 2}
 
 
-def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
+def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_broker, tmp_path):
     from medallion_assets_tests.tpch_assets import orders_kafka
     from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
 
-    kafka = kafka_broker.topic(max_lag_messages=5, stall_after_seconds=2)
+    kafka = kafka_broker.topic(partitions=3, max_lag_messages=5, stall_after_seconds=2)
     lake = LakeResource(root=str(tmp_path / "lake"))
     lines = [json.dumps({"event_id": f"e{i}", "n": i}).encode() for i in range(30)] + [b"not json", b"\xff\xfe"]
-    publish_lines(kafka, lines)
+    for partition in range(3):  # every partition, several records per batch
+        produce(kafka.client_config(), kafka.topic, lines[partition::3], partition=partition)
 
     behind = kafka_lag(lake, kafka)
-    assert not behind.passed and sum(behind.lag.values()) == 32, behind
+    assert not behind.passed and behind.lag == {0: 11, 1: 11, 2: 10}, behind
+    assert behind.latest == kafka_broker.end_offsets(kafka.topic), "the broker's own ListOffsets answer"
     assert "consumer lag 32 messages" in behind.problems[0]
 
     instance = DagsterInstance.ephemeral()
@@ -134,26 +148,38 @@ def test_lag_check_and_checkpoint_sensor(spark, kafka_broker, tmp_path):
     for batch in ranges:
         for partition, (first, end) in batch.items():
             covered[int(partition)] += end - first
-    assert dict(covered) == {p: high for p, high in kafka_lag(lake, kafka).latest.items()}
+    assert dict(covered) == kafka_broker.end_offsets(kafka.topic)
     assert sum(m.metadata["rows"].value for m in materializations) == 32
     assert result.run_requests, "new batches request silver and gold"
 
+    # Two partitions added with the admin API between runs; messages go to a new one and an old one.
     # The stream stops committing: fewer messages than the lag limit, but older than the stall limit.
-    publish_lines(kafka, [b'{"late": 1}', b'{"late": 2}'])
+    kafka_broker.add_partitions(kafka.topic, 5)
+    produce(kafka.client_config(), kafka.topic, [b'{"late": 1}', b'{"late": 2}'], partition=4)
+    produce(kafka.client_config(), kafka.topic, [b'{"late": 3}'], partition=0)
     time.sleep(3)
     stalled = kafka_lag(lake, kafka)
     assert not stalled.passed and any("stopped committing" in p for p in stalled.problems), stalled
+    assert stalled.latest == kafka_broker.end_offsets(kafka.topic) == {0: 12, 1: 11, 2: 10, 3: 0, 4: 2}
+    assert stalled.lag == {0: 1, 1: 0, 2: 0, 3: 0, 4: 2}, "lag per partition, the new ones included"
     run = materialize([orders_kafka, check], resources=_resources(spark, lake, kafka), instance=instance)
-    assert run.get_asset_check_evaluations()[0].passed
-    # The sensor's next tick reports only the new batch, starting where the last one ended.
+    [evaluation] = run.get_asset_check_evaluations()
+    assert evaluation.passed and evaluation.metadata["consumer_lag"].value == 0, evaluation.description
+    published = _published_messages(kafka)
+    assert {p for p, _, _ in published} == {0, 1, 2, 4}
+    assert _bronze_messages(table, read_with_duckdb) == published, "every (partition, offset) once"
+    # The sensor's next tick reports only the new batch, starting where the last one ended (0 on a new partition).
     context = build_sensor_context(instance=instance, cursor=result.cursor, resources={"lake": lake, "kafka": kafka})
     later = [e for e in sensor(context).asset_events if type(e).__name__ == "AssetMaterialization"]
-    assert sum(m.metadata["rows"].value for m in later) == 2
-    for partition, (first, end) in later[0].metadata["offset_ranges"].value[kafka.topic].items():
-        assert first == max(b.get(partition, [0, 0])[1] for b in ranges)
+    assert sum(m.metadata["rows"].value for m in later) == 3
+    later_ranges = later[0].metadata["offset_ranges"].value[kafka.topic]
+    assert later_ranges["4"] == [0, 2] and later_ranges["0"] == [11, 12], later_ranges
+    for partition, (first, end) in later_ranges.items():
+        assert first == max((b.get(partition, [0, 0])[1] for b in ranges), default=0)
 
 
-def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_path):
+@pytest.mark.slow
+def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
     import threading
 
     from medallion_assets.continuous import ContinuousStreamsConfig, run_continuous
@@ -162,7 +188,7 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
     lake = LakeResource(root=str(tmp_path / "lake"))
     table = lake.table_path(["bronze", KAFKA_STREAM])
     config = ContinuousStreamsConfig(streams=[KAFKA_STREAM], trigger_interval="1 second", poll_seconds=0.5)
-    lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(12)]
+    lines = [json.dumps({"event_id": f"live{i}"}).encode() for i in range(30)]
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -177,16 +203,25 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
     def batches_reported() -> int:
         return sum(line.startswith(f"{KAFKA_STREAM}: batch ") for line in list(logged))
 
+    def wait_for(total: int, reports: int) -> None:
+        # Spark commits a batch to the table before it reports the batch's progress,
+        # and a stop in between loses the report: wait for both.
+        deadline = time.monotonic() + 180
+        while (bronze_rows() < total or batches_reported() < reports) and time.monotonic() < deadline:
+            time.sleep(0.5)
+
     def producer() -> None:
-        # Two bursts while the stream runs: each must arrive without a restart.
-        # Each burst waits for its batch's progress too: Spark commits a batch to the
-        # table before it reports the batch's progress, and a stop in between loses the report.
+        # A burst; the broker killed (SIGKILL) and started again on its log folder and port while
+        # the stream runs (its triggers keep firing); a burst across every partition after it.
         try:
-            for burst, total, reports in ((lines[:6], 6, 1), (lines[6:], 12, 2)):
-                publish_lines(kafka, burst)
-                deadline = time.monotonic() + 120
-                while (bronze_rows() < total or batches_reported() < reports) and time.monotonic() < deadline:
-                    time.sleep(0.5)
+            produce(kafka.client_config(), kafka.topic, lines[:12])
+            wait_for(12, 1)
+            kafka_broker.stop(signal.SIGKILL)
+            time.sleep(3)  # triggers fire against a broker that is gone
+            kafka_broker.start()
+            for partition in range(3):
+                produce(kafka.client_config(), kafka.topic, lines[12 + partition::3], partition=partition)
+            wait_for(30, 2)
         except BaseException as error:  # surfaced in the test's thread below
             failures.append(error)
         finally:
@@ -198,9 +233,87 @@ def test_continuous_mode_takes_messages_as_they_arrive(spark, kafka_broker, tmp_
                          log_progress=logged.append)
     thread.join()
     assert not failures, failures
-    assert run.stopped_by == "request"
+    assert run.stopped_by == "request", "the stream went on through the restart"
     assert len(run.progress[KAFKA_STREAM]) >= 2, "the bursts came in separate micro-batches"
-    assert _bronze_messages(table, read_with_deltalake) == _published_messages(kafka)
+    published = _published_messages(kafka)
+    assert sum(published.values()) == 30
+    assert _bronze_messages(table, read_with_deltalake) == published, "every (partition, offset) once"
+    assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
+
+
+@pytest.mark.slow
+def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tmp_path, monkeypatch, capfd, caplog):
+    import threading
+    import uuid
+
+    from dagster import AssetSelection, EnvVar, serialize_value
+
+    from medallion_assets.definitions import build_definitions
+    from medallion_assets_tests.kafka_broker import SCRAM_MECHANISM, Broker
+
+    secured = Broker(kafka_broker.jars, tmp_path / "broker", sasl_ssl=True)
+    try:
+        password = f"pw-{uuid.uuid4().hex}"
+        secured.add_scram_user("ingest", password)
+        topic = f"orders-{uuid.uuid4().hex[:8]}"
+        secured.create_topic(topic, 2)
+        lines = [json.dumps({"event_id": f"s{i}"}).encode() for i in range(20)]
+        for partition in range(2):
+            produce({"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "SASL_SSL",
+                     "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": "ingest", "sasl.password": password,
+                     "ssl.ca.location": str(secured.ca_file)}, topic, lines[partition::2], partition=partition)
+
+        lake = tmp_path / "lake"
+        for name, value in (("MEDALLION_LAKE_ROOT", str(lake)),
+                            ("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", secured.sasl_bootstrap),
+                            ("MEDALLION_KAFKA_TOPIC", topic), ("MEDALLION_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+                            ("MEDALLION_KAFKA_SASL_MECHANISM", SCRAM_MECHANISM),
+                            ("MEDALLION_KAFKA_SASL_USERNAME", "ingest"), ("MEDALLION_KAFKA_SASL_PASSWORD", password),
+                            ("MEDALLION_KAFKA_SSL_CA_LOCATION", str(secured.ca_file))):
+            monkeypatch.setenv(name, value)
+        defs = build_definitions("local", kafka=True)
+        assert isinstance(defs.resources["kafka"].sasl_password, EnvVar), "the password reaches Dagster by name"
+
+        # The process list, sampled while the run goes: the password on no command line.
+        command_lines: list[str] = []
+        running = threading.Event()
+
+        def sample_processes() -> None:
+            while not running.wait(0.3):
+                command_lines.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+
+        sampler = threading.Thread(target=sample_processes)
+        sampler.start()
+        instance = DagsterInstance.ephemeral()
+        key = AssetKey(["bronze", KAFKA_STREAM])
+        try:
+            run = materialize([*defs.assets, *defs.asset_checks], selection=AssetSelection.assets(key),
+                              resources=defs.resources, instance=instance)
+        finally:
+            running.set()
+            sampler.join()
+        assert run.success
+        [evaluation] = run.get_asset_check_evaluations()  # the lag check, through librdkafka over SASL_SSL
+        assert evaluation.passed and evaluation.metadata["consumer_lag"].value == 0, evaluation.description
+        table = str(lake / "bronze" / KAFKA_STREAM)
+        read_back = {(r["partition"], r["offset"]): r["value"] for r in read_with_duckdb(table).to_pylist()}
+        assert len(read_back) == read_with_duckdb(table).num_rows == 20, "every (partition, offset) once"
+        assert read_back == {(p, o): lines[p + 2 * o].decode() for p in range(2) for o in range(10)}
+
+        captured = capfd.readouterr()
+        places = {
+            "the run's stdout": captured.out, "the run's stderr (Spark's log too)": captured.err,
+            "Python's log": caplog.text, "the process list": "\n".join(command_lines),
+            "the Dagster event log": "\n".join(serialize_value(e) for e in instance.all_logs(run.run_id)),
+            "the run's config": serialize_value(instance.get_run_by_id(run.run_id).run_config),
+            "the broker's log": secured.log.read_text(errors="replace"),
+        }
+        assert command_lines, "the process list was sampled during the run"
+        assert [where for where, text in places.items() if password in text] == []
+        in_files = [str(f) for f in lake.rglob("*") if f.is_file() and password.encode() in f.read_bytes()]
+        assert in_files == [], "nor in the lake or the stream's checkpoint"
+    finally:
+        secured.stop()
 
 
 # ---------------------------------------------------------------- end to end

@@ -90,6 +90,21 @@ def test_endpoints_are_checked_for_the_deployment_that_needs_them(monkeypatch):
     assert line.startswith("MEDALLION_KAFKA_BOOTSTRAP_SERVERS='broker' is not a list of brokers: use host:port")
 
 
+def test_a_kafka_ca_file_that_holds_no_certificate_is_named(tmp_path):
+    key_only = tmp_path / "key.pem"
+    key_only.write_text("-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n")
+    for value in (str(tmp_path / "missing.pem"), str(key_only)):
+        with pytest.raises(SettingsError) as caught:
+            read_settings({"MEDALLION_KAFKA_SSL_CA_LOCATION": value})
+        assert str(caught.value) == (
+            f"MEDALLION_KAFKA_SSL_CA_LOCATION={value!r} is not a readable PEM file of certificates: point it at the "
+            "CA certificate(s) of the broker's TLS listener (-----BEGIN CERTIFICATE-----), or unset it for the "
+            "default trust")
+    certificate = tmp_path / "ca.pem"
+    certificate.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    assert read_settings({"MEDALLION_KAFKA_SSL_CA_LOCATION": str(certificate)}).kafka is False
+
+
 def test_a_pipelines_package_that_cannot_be_imported_is_named(monkeypatch):
     value = "medallion_assets.pipelines,no_such_pipelines_here"
     line = _load_error(monkeypatch, MEDALLION_PIPELINES=value)
