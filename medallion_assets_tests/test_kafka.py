@@ -13,8 +13,8 @@
   its checkpoint commit, and while a batch writes, ends with every message
   once.
 
-Skipped, saying why, where Spark's Kafka connector jars (``KAFKA_SPARK_JARS``)
-or the broker are missing (see the ``kafka_broker`` fixture).
+Skipped, saying why, where Spark's Kafka connector (from Maven, or the jars of
+``KAFKA_SPARK_JARS``) or the broker are missing (see the ``kafka_broker`` fixture).
 """
 
 from __future__ import annotations
