@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from medallion_assets.catalog import LakeCatalog
+from medallion_assets.engine import plan_engine
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.deployments import beeline, standalone_cluster, thrift_server
 from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
@@ -42,7 +43,8 @@ from medallion_assets_tests.test_end_to_end import (
     assert_silver_matches_contract,
     landed_lines,
 )
-from medallion_assets_tests.test_engines import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
+from medallion_assets_tests.test_engines import (NO_DELTA_SPARK, _delta_spark_jars, delta_spark_jars_from_maven,
+                                                 delta_spark_source)
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +127,9 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, env
     # Spark's Thrift JDBC server: the metastore's settings and delta-spark, nothing of this
     # project, as a plain PySpark session or a BI tool would have; asked through beeline.
     settings = {
-        **delta_spark_plan().spark_config,
+        # As jar files (Maven's, where the tests use Maven): the server opens each JDBC session's
+        # catalog with the JVM's class path, which spark.jars.packages does not reach.
+        **plan_engine("delta-spark", jars=_delta_spark_jars() or delta_spark_jars_from_maven()).spark_config,
         **LakeCatalog(
             kind="hive", metastore_url=metastore.jdbc_url, metastore_user=metastore.user,
             metastore_password=metastore.password, metastore_jars=jdbc_jar(),
