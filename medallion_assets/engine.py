@@ -70,12 +70,15 @@ class EnginePlan:
         source: where delta-spark comes from (``jars``, ``maven``, ``platform``),
             or ``None`` when the plan is the delta-rs engine.
         reason: one sentence for the run log: why this engine.
+        warning: the reason is something to fix (Maven answered without the jar
+            delta-spark's Python package asks for), logged as a warning, not news.
     """
 
     setting: EngineSetting
     spark_config: dict[str, str] = field(default_factory=dict)
     source: Literal["jars", "maven", "platform"] | None = None
     reason: str = ""
+    warning: bool = False
 
 
 def jar_files(location: str, *, variable: str = "DELTA_SPARK_JARS", holds: str = "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*") -> list[str]:
@@ -139,7 +142,10 @@ def plan_engine(
     download from; an offline machine waits no longer than that and gets the
     delta-rs engine, with the reason. ``maven=True`` fetches without probing,
     ``maven=False`` never does. An explicit ``delta-spark`` takes the same
-    sources, then expects the platform to have it.
+    sources, then expects the platform to have it. Maven's jar is the installed
+    delta-spark Python package's version; where a repository answers without it
+    (404), the plan's reason names the artifact and the fix and is a warning.
+    The packages are resolved with :func:`maven_resolution_config`'s Ivy settings.
 
     Args:
         setting: ``auto``, ``delta-spark`` or ``delta-rs``.
@@ -172,14 +178,23 @@ def plan_engine(
     if platform_delta_spark_jars():
         return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", "delta-spark shipped with Spark's own jars")
     version = delta_version or _installed_delta_spark_version()
-    package = {"spark.jars.packages": DELTA_SPARK_MAVEN_PACKAGE.format(version=version), **DELTA_SPARK_SESSION_CONFIG}
+    artifact = DELTA_SPARK_MAVEN_PACKAGE.format(version=version)
+    package = {"spark.jars.packages": artifact, **maven_resolution_config(spark_config or {}),
+               **DELTA_SPARK_SESSION_CONFIG}
     if maven:
         return EnginePlan(setting, package, "maven", f"delta-spark {version} from Maven (MEDALLION_DELTA_SPARK_MAVEN)")
+    warning = False
     if maven is None:
-        probe = maven_reachable(maven_repositories(spark_config or {}), artifact=package["spark.jars.packages"])
+        probe = maven_reachable(maven_repositories(spark_config or {}), artifact=artifact)
         if probe.reachable:
             return EnginePlan(setting, package, "maven", f"delta-spark {version} from Maven ({probe.detail})")
         missing = probe.detail
+        if probe.answered:
+            # Maven is there but not this version: a mismatch to fix, not an offline machine.
+            warning = True
+            missing = (f"{probe.detail}, the jar of the installed delta-spark Python package {version} (the two "
+                       "must be the same version): install a delta-spark version Maven serves (`pip install -e .` "
+                       "installs the pinned one), or set DELTA_SPARK_JARS to that version's jars")
     else:
         missing = "no delta-spark jars: DELTA_SPARK_JARS is not set and Maven is not used"
     fix = ("set DELTA_SPARK_JARS to a folder of the delta-spark jars, or MEDALLION_DELTA_SPARK_MAVEN=true where "
@@ -187,7 +202,9 @@ def plan_engine(
     if setting == "delta-spark":
         # No jars named: the platform must provide them (checked once the session exists).
         return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform",
-                          f"delta-spark from the platform ({missing})")
+                          f"delta-spark from the platform ({missing})", warning)
+    if warning:
+        return EnginePlan(setting, reason=f"{missing}; using delta-rs meanwhile", warning=True)
     return EnginePlan(setting, reason=f"{missing}; using delta-rs unless the platform ships delta-spark; for delta-spark {fix}")
 
 
@@ -204,12 +221,15 @@ class MavenProbe:
     """What the Maven probe found.
 
     Attributes:
-        reachable: a repository answered for the artifact.
+        reachable: a repository has the artifact.
         detail: which one, or why none did (for the engine plan's reason).
+        answered: no repository has it, but one answered (HTTP 404): the version
+            is not served there, the network is not the problem.
     """
 
     reachable: bool
     detail: str
+    answered: bool = False
 
 
 _probes: dict[tuple[tuple[str, ...], str, float], MavenProbe] = {}
@@ -234,6 +254,31 @@ def maven_repositories(spark_config: Mapping[str, str]) -> list[str]:
             return roots
     listed = [url.strip() for url in config.get("spark.jars.repositories", "").split(",") if url.strip()]
     return [*listed, os.environ.get("DEFAULT_ARTIFACT_REPOSITORY") or MAVEN_CENTRAL]
+
+
+#: The Ivy settings the project gives Spark for the packages it fetches (package data of medallion_assets).
+MAVEN_IVY_SETTINGS_FILE = "maven_ivysettings.xml"
+
+
+def maven_resolution_config(spark_config: Mapping[str, str]) -> dict[str, str]:
+    """How Spark's Ivy should resolve the packages the project adds to ``spark.jars.packages``.
+
+    Where the user configured resolution (``spark.jars.ivySettings`` in ``spark_config`` or
+    ``spark-defaults.conf``, or ``DEFAULT_ARTIFACT_REPOSITORY``) nothing is added. Otherwise
+    the project's Ivy settings: Maven Central (after any ``spark.jars.repositories``), without
+    Spark's ``~/.m2/repository`` resolver, which fails the session where Maven left only an
+    artifact's POM there, and with a file lock per artifact, so JVMs sharing an Ivy cache
+    (``spark.jars.ivy``, default ``~/.ivy2``) do not write the same download at once.
+
+    Args:
+        spark_config: the session's settings.
+    """
+    from importlib.resources import files
+
+    config = {**_spark_defaults(), **{str(k): str(v) for k, v in spark_config.items()}}
+    if config.get("spark.jars.ivySettings", "").strip() or os.environ.get("DEFAULT_ARTIFACT_REPOSITORY"):
+        return {}
+    return {"spark.jars.ivySettings": str(files("medallion_assets").joinpath(MAVEN_IVY_SETTINGS_FILE))}
 
 
 def _spark_defaults() -> dict[str, str]:
@@ -294,6 +339,7 @@ def _probe(repositories: list[str], artifact: str, timeout: float) -> MavenProbe
 
     group, name, version = artifact.split(":")
     answers: dict[str, str | None] = {}  # repository -> None (has it) or why not
+    absent: list[str] = []  # repositories that answered without it
     done = threading.Event()
 
     def ask(root: str) -> None:
@@ -303,6 +349,8 @@ def _probe(repositories: list[str], artifact: str, timeout: float) -> MavenProbe
                 answers[root] = None
         except urllib.error.HTTPError as error:
             answers[root] = f"{root} answered {error.code} for {artifact}"
+            if error.code == 404:
+                absent.append(root)
         except (OSError, ValueError) as error:
             answers[root] = f"{root}: {getattr(error, 'reason', error)}"
         if answers[root] is None or len(answers) == len(repositories):
@@ -318,6 +366,8 @@ def _probe(repositories: list[str], artifact: str, timeout: float) -> MavenProbe
     reasons = [why or "" for why in answers.values()] + [
         f"{root}: no answer in {timeout:g} s" for root in repositories if root not in answers
     ]
+    if absent:
+        return MavenProbe(False, f"Maven has no {artifact} ({'; '.join(reasons)})", answered=True)
     return MavenProbe(False, f"Maven not reachable ({'; '.join(reasons)})")
 
 
@@ -353,12 +403,13 @@ def start_engine(spark: SparkSession, plan: EnginePlan) -> DeltaEngine:
         return _delta_spark_engine(spark, reason)
     if plan.setting == "delta-spark":
         raise DeltaEngineUnavailableError(
-            "MEDALLION_DELTA_ENGINE is delta-spark, but the Spark session has no delta-spark classes: "
-            "set DELTA_SPARK_JARS to the folder of the delta-spark jars, set MEDALLION_DELTA_SPARK_MAVEN=true "
-            "on a machine that reaches Maven, or use MEDALLION_DELTA_ENGINE=auto to fall back to delta-rs"
+            "MEDALLION_DELTA_ENGINE is delta-spark, but the Spark session has no delta-spark classes "
+            f"({plan.reason}): set DELTA_SPARK_JARS to the folder of the delta-spark jars, set "
+            "MEDALLION_DELTA_SPARK_MAVEN=true on a machine that reaches Maven, or use MEDALLION_DELTA_ENGINE=auto "
+            "to fall back to delta-rs"
         )
     enable_delta(spark)
-    log.info("Delta engine: delta-rs (%s)", plan.reason)
+    log.log(logging.WARNING if plan.warning else logging.INFO, "Delta engine: delta-rs (%s)", plan.reason)
     return DeltaRsEngine(plan.reason)
 
 

@@ -15,7 +15,7 @@ Nothing here connects at import or construction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,15 +30,19 @@ from medallion_assets.settings import SECURITY_PROTOCOLS as _SECURITY_PROTOCOLS
 KAFKA_MAVEN_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
 
 
-def kafka_connector_config(*, jars: str | None = None, maven: bool = False) -> dict[str, str]:
+def kafka_connector_config(
+    *, jars: str | None = None, maven: bool = False, spark_config: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Session settings that put Spark's Kafka connector on a session (none if neither is given).
 
     Args:
         jars: ``KAFKA_SPARK_JARS``: a folder of the connector's jars or a comma list of them
             (spark-sql-kafka, spark-token-provider-kafka, kafka-clients, commons-pool2).
-        maven: fetch the connector matching the installed pyspark from Maven instead.
+        maven: fetch the connector matching the installed pyspark from Maven instead, resolved
+            as :func:`medallion_assets.engine.maven_resolution_config` says.
+        spark_config: the session's settings, for the Ivy settings the user configured.
     """
-    from medallion_assets.engine import jar_files
+    from medallion_assets.engine import jar_files, maven_resolution_config
 
     if jars:
         files = jar_files(
@@ -49,7 +53,8 @@ def kafka_connector_config(*, jars: str | None = None, maven: bool = False) -> d
     if maven:
         from importlib.metadata import version
 
-        return {"spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark"))}
+        return {"spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark")),
+                **maven_resolution_config(spark_config or {})}
     return {}
 
 

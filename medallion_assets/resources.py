@@ -264,7 +264,8 @@ class SparkResource(LazyPySparkResource):
         )
         builder = SparkSession.builder.appName(self.app_name)
         builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
-        connector = kafka_connector_config(jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven)
+        connector = kafka_connector_config(jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven,
+                                           spark_config=self.spark_config)
         # A Connect client starts no JVM: its server carries the jars.
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if not self.remote:

@@ -1,8 +1,12 @@
 """Shared fixtures: one real SparkSession for the whole test session, on one Delta engine.
 
 The engine of a test session is ``MEDALLION_TEST_ENGINE``: ``delta-rs`` (the
-default, which every clone can run) or ``delta-spark`` (needs the jars named by
-``DELTA_SPARK_JARS``). ``test_engines.py`` runs the tests marked
+default, which every clone can run) or ``delta-spark``. delta-spark and Spark's
+Kafka connector come from Maven the way users get them (``spark.jars.packages``),
+decided once per test session and warmed into Ivy's cache before any test JVM
+starts (:func:`use_maven_where_reachable`); ``DELTA_SPARK_JARS`` and
+``KAFKA_SPARK_JARS``, where set, name local jars instead (air-gapped machines).
+``test_engines.py`` runs the tests marked
 ``both_engines`` once more in a test session of the other engine, since one
 Python process holds one SparkContext. Processes the tests start (Dagster
 subprocesses, stream runners, ``dagster dev``) inherit ``MEDALLION_DELTA_ENGINE``
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,9 +49,77 @@ def pytest_configure(config):
     os.environ["MEDALLION_DELTA_ENGINE"] = session_engine()
     os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
     os.environ.setdefault("SPARK_DRIVER_MEMORY", TEST_DRIVER_MEMORY)
+    if not hasattr(config, "workerinput"):  # the controlling process: its workers and subprocesses inherit
+        use_maven_where_reachable()
     # No Maven probe (seconds on an offline machine) in the sessions tests and their processes build:
-    # their engine comes from MEDALLION_DELTA_ENGINE and DELTA_SPARK_JARS. test_settings.py probes.
+    # their engine comes from MEDALLION_DELTA_ENGINE, MEDALLION_DELTA_SPARK_MAVEN and DELTA_SPARK_JARS.
+    # test_settings.py probes.
     os.environ.setdefault("MEDALLION_DELTA_SPARK_MAVEN", "false")
+
+
+#: Set to ``false``: the tests take delta-spark and the Kafka connector from local jars only.
+TEST_MAVEN_VARIABLE = "MEDALLION_TEST_MAVEN"
+#: The jars Spark's Ivy delivered for the packages (its ``spark.jars``), once resolved: the one test of
+#: ``DELTA_SPARK_JARS`` uses delta-spark's among them where no other jars are named.
+MAVEN_JARS_VARIABLE = "MEDALLION_TEST_MAVEN_JARS"
+
+
+def use_maven_where_reachable() -> None:
+    """Route every test JVM to Maven for delta-spark and Kafka's connector, once the Ivy cache holds them.
+
+    Where ``DELTA_SPARK_JARS`` (or ``KAFKA_SPARK_JARS``) names jars, those stay. For the rest, when
+    the Maven probe finds the jar the installed delta-spark package asks for, this sets
+    ``MEDALLION_DELTA_SPARK_MAVEN`` (and ``MEDALLION_KAFKA_MAVEN``) to ``true`` for the test
+    session's workers and the processes they start, after one JVM has resolved both packages:
+    a fresh machine downloads them once, before two workers would start JVMs that resolve them
+    side by side into one Ivy cache. An explicit setting of either variable is kept.
+    """
+    from medallion_assets.engine import (DELTA_SPARK_MAVEN_PACKAGE, maven_reachable, maven_repositories,
+                                         merged_session_config, plan_engine)
+    from medallion_assets.kafka import kafka_connector_config
+
+    if os.environ.get(TEST_MAVEN_VARIABLE, "").lower() == "false":
+        return
+    if "MEDALLION_DELTA_SPARK_MAVEN" in os.environ or "MEDALLION_KAFKA_MAVEN" in os.environ:
+        return  # chosen already: by the user, or by the test session that started this one
+    delta, kafka = not os.environ.get("DELTA_SPARK_JARS"), not os.environ.get("KAFKA_SPARK_JARS")
+    if not (delta or kafka):
+        return
+    from importlib.metadata import version
+
+    artifact = DELTA_SPARK_MAVEN_PACKAGE.format(version=version("delta-spark"))
+    probe = maven_reachable(maven_repositories({}), artifact=artifact)
+    if not probe.reachable:
+        print(f"\ndelta-spark and Kafka's connector not from Maven in these tests: {probe.detail}", file=sys.stderr)
+        return
+    config = merged_session_config(plan_engine("delta-spark", maven=True).spark_config if delta else {},
+                                   kafka_connector_config(maven=True) if kafka else {})
+    done = subprocess.run([sys.executable, "-c", _RESOLVE_PACKAGES, *[f"{k}={v}" for k, v in config.items()]],
+                          capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, SPARK_CONF_DIR=str(SPARK_CONF_DIR)))
+    if done.returncode != 0:
+        print(f"\nnot from Maven in these tests: resolving {config['spark.jars.packages']} failed:\n"
+              f"{done.stderr[-3000:]}", file=sys.stderr)
+        return
+    os.environ[MAVEN_JARS_VARIABLE] = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    if delta:
+        os.environ["MEDALLION_DELTA_SPARK_MAVEN"] = "true"
+    if kafka:
+        os.environ["MEDALLION_KAFKA_MAVEN"] = "true"
+
+
+#: One JVM that resolves the packages into Ivy's cache (the session's settings as key=value arguments).
+_RESOLVE_PACKAGES = """
+import sys
+from pyspark.sql import SparkSession
+builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+for pair in sys.argv[1:]:
+    key, value = pair.split("=", 1)
+    builder = builder.config(key, value)
+session = builder.getOrCreate()
+print(session.sparkContext.getConf().get("spark.jars", ""))
+session.stop()
+"""
 
 
 def pytest_collection_modifyitems(config, items):
@@ -80,10 +153,13 @@ def spark(tmp_path_factory):
     from medallion_assets.engine import merged_session_config, plan_engine, start_engine
     from medallion_assets.kafka import kafka_connector_config
 
+    from medallion_assets_tests.test_engines import delta_spark_plan
+
     engine = session_engine()
-    plan = plan_engine(engine, jars=os.environ.get("DELTA_SPARK_JARS") if engine == "delta-spark" else None)  # type: ignore[arg-type]
-    # Spark's Kafka connector, when KAFKA_SPARK_JARS names it (the Kafka tests skip without it).
-    session_config = merged_session_config(plan.spark_config, kafka_connector_config(jars=os.environ.get("KAFKA_SPARK_JARS")))
+    plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]
+    # Spark's Kafka connector, from KAFKA_SPARK_JARS or Maven (the Kafka tests skip without either).
+    session_config = merged_session_config(plan.spark_config, kafka_connector_config(
+        jars=os.environ.get("KAFKA_SPARK_JARS"), maven=os.environ.get("MEDALLION_KAFKA_MAVEN") == "true"))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master("local[2]")
@@ -139,13 +215,14 @@ def _jvm_exit_status(session) -> int | None:
 def kafka_broker(tmp_path_factory):
     """Apache Kafka on 127.0.0.1 (one KRaft node), for tests whose session has Spark's Kafka connector.
 
-    Skips, saying why, without the connector jars (``KAFKA_SPARK_JARS``), without Java, or where
-    Maven cannot resolve the broker's jars (see ``kafka_broker.broker_jars``).
+    Skips, saying why, without the connector (from Maven, or ``KAFKA_SPARK_JARS``), without Java,
+    or where Maven cannot resolve the broker's jars (see ``kafka_broker.broker_jars``).
     """
     from medallion_assets_tests.kafka_broker import Broker, broker_jars
 
-    if not os.environ.get("KAFKA_SPARK_JARS"):
-        pytest.skip("Spark's Kafka connector is not on the session: set KAFKA_SPARK_JARS to its jars' folder")
+    if not os.environ.get("KAFKA_SPARK_JARS") and os.environ.get("MEDALLION_KAFKA_MAVEN") != "true":
+        pytest.skip("Spark's Kafka connector is not on the session: Maven is unreachable and KAFKA_SPARK_JARS "
+                    "names no jars")
     if shutil.which("java") is None:
         pytest.skip("no Kafka broker for tests: java is not on PATH")
     jars, why_not = broker_jars()

@@ -4,7 +4,7 @@
 :func:`medallion_assets.ingest.start_bronze_stream` (or, for ``orders_kafka``,
 :func:`~medallion_assets.ingest.start_kafka_stream` on the broker the
 ``MEDALLION_KAFKA_*`` variables name, MAX_FILES messages per batch) to completion, on the Delta
-engine the environment names (``MEDALLION_DELTA_ENGINE``, ``DELTA_SPARK_JARS``,
+engine the environment names (``MEDALLION_DELTA_ENGINE``, ``DELTA_SPARK_JARS``, the Maven switches,
 as the deployed Spark resource reads them). Nothing in it waits for a test: a
 crash test watches the checkpoint and the table from outside and SIGKILLs the
 process group (see :mod:`medallion_assets_tests.kill_points`).
@@ -27,13 +27,16 @@ def spark_resource():
     same variables itself.
     """
     from medallion_assets.resources import SparkResource
+    from medallion_assets.settings import switch
 
     return SparkResource(
         spark_config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                       "spark.sql.session.timeZone": "UTC"},
         delta_engine=os.environ.get("MEDALLION_DELTA_ENGINE") or "auto",
         delta_spark_jars=os.environ.get("DELTA_SPARK_JARS") or None,
+        delta_spark_maven=switch("MEDALLION_DELTA_SPARK_MAVEN", unset=None),
         kafka_connector_jars=os.environ.get("KAFKA_SPARK_JARS") or None,
+        kafka_connector_maven=bool(switch("MEDALLION_KAFKA_MAVEN", unset=False)),
     )
 
 

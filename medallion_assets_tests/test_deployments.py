@@ -23,7 +23,7 @@ from medallion_assets.engine import plan_engine
 from medallion_assets_tests.deployments import connect_server, standalone_cluster
 from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
-from medallion_assets_tests.test_engines import _delta_spark_jars
+from medallion_assets_tests.test_engines import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -48,17 +48,17 @@ def _run_pipeline(tmp_path, deployment_env: dict[str, str], engine_env: dict[str
 def test_pipeline_on_a_standalone_cluster(tmp_path, engine):
     # The delta-rs engine's executors write Parquet with Spark and its driver commits with
     # delta-rs; on delta-spark the jars travel to the executor.
-    if engine == "delta-spark" and _delta_spark_jars() is None:
-        pytest.skip("delta-spark on the cluster not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+    if engine == "delta-spark" and delta_spark_source() is None:
+        pytest.skip(f"delta-spark on the cluster not tested: {NO_DELTA_SPARK}")
     if engine == "delta-spark" and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
         # The suite's time budget: test_engine_switch.py's delta-spark run is on a standalone cluster.
         pytest.skip("budget: delta-spark on the cluster runs in test_engine_switch.py; "
                     "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it here too")
-    if engine == "delta-rs" and _delta_spark_jars() is not None and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
-        # The suite's time budget: with delta-spark's jars, test_engine_switch.py runs the cluster deployment.
+    if engine == "delta-rs" and delta_spark_source() is not None and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
+        # The suite's time budget: with delta-spark, test_engine_switch.py runs the cluster deployment.
         pytest.skip("budget: the cluster deployment runs in test_engine_switch.py (delta-spark); "
                     "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it on delta-rs too")
-    engine_env = {"MEDALLION_DELTA_ENGINE": engine, **({"DELTA_SPARK_JARS": _delta_spark_jars()} if engine == "delta-spark" else {})}
+    engine_env = {"MEDALLION_DELTA_ENGINE": engine, **((delta_spark_source() or {}) if engine == "delta-spark" else {})}
     with standalone_cluster(tmp_path) as master:
         report = _run_pipeline(
             tmp_path, {"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": master, "PYSPARK_PYTHON": sys.executable},
@@ -71,16 +71,16 @@ def test_pipeline_on_a_standalone_cluster(tmp_path, engine):
 @pytest.mark.parametrize("engine", ["delta-spark", "delta-rs"])
 def test_pipeline_over_spark_connect(tmp_path, engine):
     # Both engines here: each has its own Connect route (Delta SQL; a Python data source on the server).
-    if engine == "delta-spark" and _delta_spark_jars() is None:
-        pytest.skip("delta-spark over Connect not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+    if engine == "delta-spark" and delta_spark_source() is None:
+        pytest.skip(f"delta-spark over Connect not tested: {NO_DELTA_SPARK}")
     if engine == "delta-spark" and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
         # The suite's time budget: one end-to-end run per deployment (Connect on delta-rs,
         # the cluster on delta-spark). delta-spark's Connect route (Delta SQL) is covered by
         # the Connect write test below; this whole run takes about 8 minutes more.
         pytest.skip("budget: set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run the pipeline over Connect on delta-spark too")
-    engine_env = {"MEDALLION_DELTA_ENGINE": engine, **({"DELTA_SPARK_JARS": _delta_spark_jars()} if engine == "delta-spark" else {})}
-    # The server is the session: it gets the engine's jars and settings, as a deployment's would.
-    plan = plan_engine(engine, jars=engine_env.get("DELTA_SPARK_JARS"))  # type: ignore[arg-type]
+    engine_env = {"MEDALLION_DELTA_ENGINE": engine, **((delta_spark_source() or {}) if engine == "delta-spark" else {})}
+    # The server is the session: it gets the engine's jars (or packages) and settings, as a deployment's would.
+    plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]
     with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
         report = _run_pipeline(tmp_path, {"MEDALLION_DEPLOYMENT": "connect", "SPARK_REMOTE": remote}, engine_env)
     assert set(report["engines"].values()) == {engine}
@@ -113,10 +113,9 @@ def test_tables_written_over_connect_by_delta_spark_are_readable_by_delta_rs(tmp
     # delta-spark would store as "string collate UTF8_BINARY" (unreadable by delta-rs).
     from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 
-    jars = _delta_spark_jars()
-    if jars is None:
-        pytest.skip("delta-spark over Connect not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
-    plan = plan_engine("delta-spark", jars=jars)
+    if delta_spark_source() is None:
+        pytest.skip(f"delta-spark over Connect not tested: {NO_DELTA_SPARK}")
+    plan = delta_spark_plan()
     path = str(tmp_path / "t")
     with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
         done = subprocess.run([sys.executable, "-c", _WRITE_OVER_CONNECT, remote, path],

@@ -373,16 +373,16 @@ def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
 
     import pyarrow.parquet as pq
 
-    from medallion_assets_tests.test_engines import _delta_spark_jars
+    from medallion_assets_tests.test_engines import delta_spark_source
 
-    jars = _delta_spark_jars()
-    engines = ["delta-rs", *(["delta-spark"] if jars else [])]
+    source = delta_spark_source()
+    engines = ["delta-rs", *(["delta-spark"] if source else [])]
     sessions = {}
     for engine in engines:
         out = tmp_path / f"by_name_{engine}"
         out.mkdir()
         env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), MEDALLION_DELTA_ENGINE=engine, SPARK_DRIVER_MEMORY="1g",
-                   **({"DELTA_SPARK_JARS": jars} if jars else {}))
+                   **(source or {}))
         env.pop("MEDALLION_CATALOG", None)
         command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "project", str(out),
                    "gold.pricing_summary"]

@@ -44,7 +44,8 @@ from medallion_assets_tests.test_end_to_end import (
     assert_silver_matches_contract,
     landed_lines,
 )
-from medallion_assets_tests.test_engines import _delta_spark_jars
+from medallion_assets_tests.test_engines import (NO_DELTA_SPARK, _delta_spark_jars, delta_spark_jars_from_maven,
+                                                 delta_spark_source)
 
 pytestmark = pytest.mark.slow
 
@@ -56,17 +57,17 @@ RUNS = (("delta-rs", "local"), ("delta-spark", "cluster"), ("delta-rs", "local")
 
 @pytest.mark.timeout(3000)  # three whole-graph runs, each in a process of its own
 def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
-    jars = _delta_spark_jars()
-    if jars is None:
-        pytest.skip("engine switch not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+    source = delta_spark_source()
+    if source is None:
+        pytest.skip(f"engine switch not tested: {NO_DELTA_SPARK}")
     if postgres_bin() is None or jdbc_jar() is None:
         pytest.skip("needs PostgreSQL's server and its JDBC driver (Debian: postgresql, libpostgresql-jdbc-java; "
                     ".ci/run installs the driver)")
     with postgres_cluster() as metastore:
-        _alternate_engines_on_a_shared_metastore(tmp_path, jars, metastore)
+        _alternate_engines_on_a_shared_metastore(tmp_path, source, metastore)
 
 
-def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastore) -> None:
+def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, str], metastore) -> None:
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir()
     catalog = {"MEDALLION_CATALOG": "hive", "MEDALLION_METASTORE_URL": metastore.jdbc_url,
@@ -75,7 +76,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastor
     batches = len(RUNS)
     for run, (engine, deployment) in enumerate(RUNS, start=1):
         env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
-                   MEDALLION_DELTA_ENGINE=engine, DELTA_SPARK_JARS=jars, **catalog)
+                   MEDALLION_DELTA_ENGINE=engine, **source, **catalog)
         command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), str(batches), str(SEED)]
         with contextlib.ExitStack() as stack:
             if deployment == "cluster":
@@ -106,12 +107,12 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, jars: str, metastor
     # The password reached the metastore and no log.
     assert metastore.password not in done.stderr + done.stdout
 
-    _tables_by_name_from_every_client(tmp_path, lake, jars, metastore,
+    _tables_by_name_from_every_client(tmp_path, lake, metastore,
                                       dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
-                                           MEDALLION_DELTA_ENGINE="delta-spark", DELTA_SPARK_JARS=jars, **catalog))
+                                           MEDALLION_DELTA_ENGINE="delta-spark", **source, **catalog))
 
 
-def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, jars: str, metastore, env: dict) -> None:
+def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, env: dict) -> None:
     q1 = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
     expected = sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in q1)
 
@@ -129,7 +130,9 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, jars: str, met
     # Spark's Thrift JDBC server: the metastore's settings and delta-spark, nothing of this
     # project, as a plain PySpark session or a BI tool would have; asked through beeline.
     settings = {
-        **plan_engine("delta-spark", jars=jars).spark_config,
+        # As jar files (Maven's, where the tests use Maven): the server opens each JDBC session's
+        # catalog with the JVM's class path, which spark.jars.packages does not reach.
+        **plan_engine("delta-spark", jars=_delta_spark_jars() or delta_spark_jars_from_maven()).spark_config,
         **LakeCatalog(
             kind="hive", metastore_url=metastore.jdbc_url, metastore_user=metastore.user,
             metastore_password=metastore.password, metastore_jars=jdbc_jar(),

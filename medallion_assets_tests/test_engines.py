@@ -34,6 +34,42 @@ def _delta_spark_jars() -> str | None:
     return location
 
 
+def delta_spark_source() -> dict[str, str] | None:
+    """The settings that give a process of this test session delta-spark, or ``None`` if none can.
+
+    The jars of ``DELTA_SPARK_JARS`` where they are named (air-gapped machines), else Maven where
+    conftest found it reachable (``MEDALLION_DELTA_SPARK_MAVEN=true``, the default route).
+    """
+    jars = _delta_spark_jars()
+    if jars:
+        return {"DELTA_SPARK_JARS": jars}
+    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN") == "true":
+        return {"MEDALLION_DELTA_SPARK_MAVEN": "true"}
+    return None
+
+
+def delta_spark_jars_from_maven() -> str | None:
+    """delta-spark's jars as Maven delivered them to this test session, a ``DELTA_SPARK_JARS`` comma list.
+
+    Ivy's copies of delta-spark, delta-storage, delta-kernel-* and unitycatalog-* (conftest's
+    resolution recorded Spark's ``spark.jars``), or ``None`` where the tests do not use Maven.
+    """
+    delivered = [jar for jar in os.environ.get("MEDALLION_TEST_MAVEN_JARS", "").split(",")
+                 if os.path.basename(jar).startswith(("io.delta_", "io.unitycatalog_"))]
+    return ",".join(jar.removeprefix("file:") for jar in delivered) or None
+
+
+#: Why a delta-spark test skips: no route to delta-spark's jars.
+NO_DELTA_SPARK = "neither Maven (unreachable) nor DELTA_SPARK_JARS (a folder of delta-spark jars) gives delta-spark"
+
+
+def delta_spark_plan(engine: str = "delta-spark"):
+    """:func:`plan_engine` for ``engine`` with this test session's route to delta-spark (see :func:`delta_spark_source`)."""
+    source = delta_spark_source() or {}
+    return plan_engine(engine, jars=source.get("DELTA_SPARK_JARS"),  # type: ignore[arg-type]
+                       maven=bool(source.get("MEDALLION_DELTA_SPARK_MAVEN")))
+
+
 def test_auto_without_jars_plans_the_delta_rs_engine():
     plan = plan_engine("auto")
     assert plan.source is None and plan.spark_config == {}
@@ -61,8 +97,8 @@ def test_bad_jar_locations_are_named(tmp_path):
 
 def test_maven_true_fetches_without_probing_and_false_never_fetches():
     # Unset (None) probes Maven: test_settings.py covers that offline and against a local repository.
-    plan = plan_engine("auto", maven=True, delta_version="4.4.1")
-    assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:4.4.1"
+    plan = plan_engine("auto", maven=True, delta_version="9.9.9")
+    assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:9.9.9"
     assert "spark.jars.packages" not in plan_engine("auto", maven=False).spark_config
 
 
@@ -79,10 +115,10 @@ def test_both_engines_suite_on_the_other_engine(spark, delta_engine, tmp_path, r
     other = "delta-spark" if delta_engine == "delta-rs" else "delta-rs"
     env = dict(os.environ, MEDALLION_TEST_ENGINE=other, MEDALLION_DELTA_ENGINE=other)
     if other == "delta-spark":
-        jars = _delta_spark_jars()
-        if jars is None:
-            pytest.skip("delta-spark engine not tested: DELTA_SPARK_JARS does not name a folder of delta-spark jars")
-        env["DELTA_SPARK_JARS"] = jars
+        source = delta_spark_source()
+        if source is None:
+            pytest.skip(f"delta-spark engine not tested: {NO_DELTA_SPARK}")
+        env.update(source)
     durations = tmp_path / "durations.json"
     env[DURATIONS_OUT_VARIABLE] = str(durations)
     # One session: this one runs beside another test worker already (-n 0: no workers of its own).
@@ -100,3 +136,59 @@ def test_both_engines_suite_on_the_other_engine(spark, delta_engine, tmp_path, r
     if durations.exists():  # the suite's closing report counts its modules under the engine's name
         record_property(NESTED_SESSION_PROPERTY, (other, json.loads(durations.read_text())))
     assert result.returncode == 0, f"the both_engines tests failed on {other}:\n{summary}\n{result.stderr[-4000:]}"
+
+
+# A fresh clone's defaults in a process of its own: MEDALLION_DELTA_ENGINE unset (auto), no
+# DELTA_SPARK_JARS, MEDALLION_DELTA_SPARK_MAVEN unset (probe). One table through the IO manager,
+# written by the session's engine (arrow_write_max_rows=0: not by deltalake's small-write route).
+_FRESH_CLONE = """
+import json, sys
+from dagster import asset, materialize
+from medallion_assets.io_manager import DeltaIOManager, delta_table
+from medallion_assets.resources import LakeResource, SparkResource
+
+spark_resource = SparkResource(master="local[1]")
+lake = LakeResource(root=sys.argv[1])
+
+@asset(key=["silver", "fresh_clone"], metadata=delta_table(write_mode="overwrite"))
+def fresh_clone(spark: SparkResource):
+    return spark.spark_session.range(5).selectExpr("id", "id * 3 AS tripled")
+
+result = materialize([fresh_clone], resources={
+    "spark": spark_resource, "lake": lake,
+    "io_manager": DeltaIOManager(spark=spark_resource, lake=lake, arrow_write_max_rows=0)})
+written = result.asset_materializations_for_node("silver__fresh_clone")[0].metadata
+session = spark_resource.spark_session
+print(json.dumps({"success": result.success, "engine": written["delta/engine"].value,
+                  "reason": spark_resource.delta_engine_in_use.reason,
+                  "packages": session.conf.get("spark.jars.packages", ""),
+                  "path": lake.table_path(["silver", "fresh_clone"])}))
+session.stop()
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_clone_on_auto_writes_with_delta_spark_from_maven(tmp_path):
+    from deltalake import DeltaTable
+
+    from medallion_assets.engine import DELTA_SPARK_MAVEN_PACKAGE
+    from medallion_assets.settings import VARIABLES
+
+    if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN") != "true":
+        pytest.skip("Maven not used by these tests (unreachable, or DELTA_SPARK_JARS names the jars)")
+    env = {k: v for k, v in os.environ.items() if k not in {v.name for v in VARIABLES}}
+    done = subprocess.run([sys.executable, "-c", _FRESH_CLONE, str(tmp_path / "lake")], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-6000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    from importlib.metadata import version
+
+    artifact = DELTA_SPARK_MAVEN_PACKAGE.format(version=version("delta-spark"))
+    assert report["success"] and report["engine"] == "delta-spark", report
+    assert report["reason"].startswith(f"delta-spark {version('delta-spark')} from Maven (") and artifact in report["reason"]
+    assert report["packages"] == artifact  # no Kafka connector unless asked for (MEDALLION_KAFKA_MAVEN)
+    # Read back by delta-rs: delta-spark's commit, with the rows the asset computed.
+    table = DeltaTable(report["path"])
+    assert table.history(1)[0]["engineInfo"].startswith("Apache-Spark/") and "Delta-Lake/" in table.history(1)[0]["engineInfo"]
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": i, "tripled": 3 * i} for i in range(5)]

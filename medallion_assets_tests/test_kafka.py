@@ -24,7 +24,8 @@ offset) exactly once. The tests produce with confluent-kafka's producer
 directly (``kafka_broker.produce``), except where the project's publisher is
 what is tested (the simulator's delivery, a refused message).
 
-Skipped, saying why, where Spark's Kafka connector jars (``KAFKA_SPARK_JARS``)
+Skipped, saying why, where Spark's Kafka connector (from Maven, or the jars
+of ``KAFKA_SPARK_JARS``)
 or the broker are missing (see the ``kafka_broker`` fixture).
 """
 

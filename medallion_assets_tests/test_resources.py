@@ -102,6 +102,7 @@ hotspot = management.getPlatformMXBean(spark.sparkContext._jvm.java.lang.Class.f
     "com.sun.management.HotSpotDiagnosticMXBean"))
 report["c2_calls"] = hotspot.getVMOption("Tier4InvocationThreshold").getValue()
 engine = resource.delta_engine_in_use
+report["engine"] = [engine.name, engine.reason]
 if engine.name == "delta-spark":
     # A table of three versions written by delta-rs, vacuumed by the engine: the tasks of each stage it ran.
     path = tempfile.mkdtemp() + "/table"
@@ -127,14 +128,16 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     import sys
 
     from medallion_assets.resources import embedded_driver_memory
-    from medallion_assets_tests.test_engines import _delta_spark_jars
+    from medallion_assets_tests.test_engines import _delta_spark_jars, delta_spark_jars_from_maven
 
     env = {k: v for k, v in os.environ.items()
            if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}
     if engine == "delta-spark":
-        jars = _delta_spark_jars()
+        # The suite's one session on DELTA_SPARK_JARS (the air-gapped route): the named jars, or
+        # else delta-spark's jars as Maven delivered them to this test session.
+        jars = _delta_spark_jars() or delta_spark_jars_from_maven()
         if jars is None:
-            pytest.skip("DELTA_SPARK_JARS does not name a folder of delta-spark jars")
+            pytest.skip("no delta-spark jars: DELTA_SPARK_JARS names none and Maven is not used")
         env["DELTA_SPARK_JARS"] = jars
     done = subprocess.run([sys.executable, "-c", _SIZING_OF_AN_EMBEDDED_SESSION, engine], env=env,
                           capture_output=True, text=True, timeout=300)
@@ -150,6 +153,8 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     # The optimizing JIT waits for four times the JDK's default 5000 calls.
     assert report["c2_calls"] == "20000"
     if engine == "delta-spark":
+        # From the jars DELTA_SPARK_JARS named, not from Maven.
+        assert report["engine"][0] == "delta-spark" and "jars of DELTA_SPARK_JARS" in report["engine"][1], report["engine"]
         # Delta's cluster-sized defaults, 50 tasks per snapshot and 10000 per VACUUM listing
         # (a 5-row table's VACUUM took 28.6 s with them, 2.4 s without), are lowered to the session's cores.
         assert report["vacuum_tasks"] and max(report["vacuum_tasks"]) < 50, str(report["vacuum_tasks"])

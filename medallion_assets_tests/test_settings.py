@@ -295,7 +295,7 @@ def test_offline_auto_falls_back_to_delta_rs_within_the_probe(monkeypatch):
     # This machine's real network, Maven Central as Spark would use it.
     monkeypatch.delenv("DEFAULT_ARTIFACT_REPOSITORY", raising=False)
     started = time.monotonic()
-    plan = plan_engine("auto", maven=None, delta_version="4.4.1")
+    plan = plan_engine("auto", maven=None)  # the installed delta-spark's jar
     elapsed = time.monotonic() - started
     assert elapsed < 3.0 + 1.0, f"the probe took {elapsed:.1f} s"
     if plan.source == "maven":
@@ -330,8 +330,58 @@ def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
     assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:9.9.9"
     assert repository in plan.reason
     # false: never asked; true: fetched without asking.
+    # The user's Ivy settings are Spark's to read: the plan adds none of its own.
+    assert "spark.jars.ivySettings" not in plan.spark_config
+    # false: never asked; true: fetched without asking.
     assert plan_engine("auto", maven=False, delta_version="9.9.9").source is None
     assert plan_engine("auto", maven=True, delta_version="9.9.9").source == "maven"
+
+
+def test_a_delta_spark_version_maven_does_not_serve_is_named_with_the_fix(tmp_path):
+    served = []
+
+    class Repository(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):  # noqa: N802 - http.server's name
+            served.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repository)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        repository = f"http://127.0.0.1:{server.server_port}/maven2/"
+        config = {"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))}
+        auto = plan_engine("auto", maven=None, delta_version="9.9.8", spark_config=config)
+        explicit = plan_engine("delta-spark", maven=None, delta_version="9.9.8", spark_config=config)
+    finally:
+        server.shutdown()
+    assert served == ["/maven2/io/delta/delta-spark_2.13/9.9.8/delta-spark_2.13-9.9.8.pom"]
+    # Not "Maven not reachable": the repository answered, the version is what is wrong, and the plan says so.
+    assert auto.source is None and auto.warning
+    assert auto.reason.startswith(f"Maven has no io.delta:delta-spark_2.13:9.9.8 ({repository} answered 404")
+    assert "installed delta-spark Python package 9.9.8" in auto.reason and "`pip install -e .`" in auto.reason
+    assert "DELTA_SPARK_JARS" in auto.reason and auto.reason.endswith("using delta-rs meanwhile")
+    assert explicit.warning and "Maven has no io.delta:delta-spark_2.13:9.9.8" in explicit.reason
+
+
+def test_the_projects_ivy_settings_resolve_from_maven_central_alone(monkeypatch):
+    import xml.etree.ElementTree as ElementTree
+
+    from medallion_assets.engine import maven_repositories, maven_resolution_config
+
+    monkeypatch.delenv("DEFAULT_ARTIFACT_REPOSITORY", raising=False)
+    path = plan_engine("auto", maven=True, delta_version="9.9.9").spark_config["spark.jars.ivySettings"]
+    assert Path(path).is_file()
+    resolvers = ElementTree.parse(path).getroot().find("resolvers")
+    assert [(r.tag, r.get("root")) for r in resolvers] == [("ibiblio", MAVEN_CENTRAL)]
+    # What the probe asks is what Spark will read: the file's one repository.
+    assert maven_repositories({"spark.jars.ivySettings": path}) == [MAVEN_CENTRAL]
+    # A repository the user set for Spark is Spark's to use, with Spark's own resolvers.
+    monkeypatch.setenv("DEFAULT_ARTIFACT_REPOSITORY", "https://maven.example.org/maven2/")
+    assert maven_resolution_config({}) == {}
 
 
 _IVY_SETTINGS = """<ivysettings><settings defaultResolver="mirror"/>

@@ -6,7 +6,8 @@ with ``build_sensor_context`` on an ephemeral instance) reports each
 committed batch once and requests the downstream run. SIGTERM stops the
 stream cleanly; after a restart the sensor's cursor picks up where it left off.
 Both tests check the stream wrote with the test session's Delta engine: the
-subprocess gets it from ``MEDALLION_DELTA_ENGINE`` and ``DELTA_SPARK_JARS``.
+subprocess gets it from ``MEDALLION_DELTA_ENGINE`` and ``DELTA_SPARK_JARS`` or
+``MEDALLION_DELTA_SPARK_MAVEN``.
 """
 
 import os
