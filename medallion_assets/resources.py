@@ -616,7 +616,9 @@ def engine_settings() -> dict[str, Any]:
     Unset variables keep the resource's defaults (``auto``, no jars, Maven probed
     for delta-spark, not used for Kafka's connector). The Maven switches are
     booleans, which ``EnvVar`` cannot carry: they are read when the definitions
-    are built.
+    are built. Kafka's connector is put on the session only where the Kafka
+    feeds are in the definitions (``MEDALLION_KAFKA_BOOTSTRAP_SERVERS`` set):
+    a session that reads no topic does not resolve or load it.
 
     Raises:
         SettingsError: a switch is spelled as neither true nor false (``ture``), named.
@@ -624,9 +626,10 @@ def engine_settings() -> dict[str, Any]:
     from medallion_assets.settings import switch
 
     settings: dict[str, Any] = {}
+    kafka = bool(os.environ.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
     for name, field in ENGINE_VARIABLES.items():
         value = os.environ.get(name)
-        if not value:
+        if not value or (field.startswith("kafka_") and not kafka):
             continue
         if field not in _SWITCHES:
             settings[field] = EnvVar(name)

@@ -71,6 +71,18 @@ def test_a_misspelled_switch_is_refused_not_read_as_false(monkeypatch):
     assert engine_settings()["delta_spark_maven"] is False
 
 
+def test_kafkas_connector_is_put_on_the_session_only_where_kafka_feeds_are(monkeypatch):
+    from medallion_assets.definitions import resources_for
+
+    monkeypatch.setenv("MEDALLION_KAFKA_MAVEN", "true")
+    monkeypatch.delenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    assert "kafka_connector_maven" not in engine_settings()
+    assert resources_for("local")["spark"].kafka_connector_maven is False
+    monkeypatch.setenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    assert engine_settings()["kafka_connector_maven"] is True
+    assert resources_for("local")["spark"].kafka_connector_maven is True
+
+
 def test_a_jar_folder_without_jars_is_named(monkeypatch, tmp_path):
     line = _load_error(monkeypatch, DELTA_SPARK_JARS=str(tmp_path))
     assert line.startswith(f"DELTA_SPARK_JARS={str(tmp_path)!r} is a folder that holds no .jar file: put the jars")
