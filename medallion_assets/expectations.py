@@ -19,10 +19,14 @@ Dagster plots over the runs. The check is an ERROR when a landed file of the
 run was rejected whole (every line of it: garbage, a header that is not the
 declaration's) or more than ``max_rejected_share`` of the input was rejected
 (:data:`DEFAULT_MAX_REJECTED_SHARE` unless the feed says otherwise), else a
-WARN. Such a check is not blocking (silver already keeps the rows out), so a
-step that failed an ERROR check tags its run (:func:`tag_failed_checks`): the
-run is green for Dagster, and the tag says where the user looks first that
-its data checks failed.
+WARN. The check is blocking: failed at ERROR, it fails its step once the
+step's tables are written, so the run is red (a failure, on its page and in
+the Runs list) and nothing downstream (gold) is computed from a broken
+delivery in that run; a WARN blocks nothing. The silver and quarantine writes
+stand (silver keeps the rejected rows out) and record what they consumed, so
+a retry of the step reads nothing new, quarantines nothing twice and passes,
+and gold then runs on silver without the rejected rows. The step also tags its
+run (:func:`tag_failed_checks`), naming the failed checks.
 """
 
 from __future__ import annotations
@@ -285,8 +289,12 @@ def rejected_rows_check_spec(
         asset=key,
         description=(
             f"Rows the run set aside in quarantine.{table} (lines that did not parse, rows that failed a drop "
-            f"or fail expectation), with the input rows and the most frequent reasons: WARN when any, {limit}."
+            f"or fail expectation), with the input rows, the most frequent reasons and the files: WARN when any, "
+            f"{limit}; an ERROR fails the run and stops what is downstream."
         ),
+        # Blocking: a broken delivery (an ERROR) fails the step after its writes, so the run is
+        # red and gold is not computed from it; a WARN (a healthy delivery's noise) blocks nothing.
+        blocking=True,
     )
 
 
@@ -589,8 +597,9 @@ def tag_failed_checks(context, results: Sequence[AssetCheckResult]) -> None:
     """Tag the step's run when one of ``results`` failed with severity ERROR.
 
     :data:`DATA_CHECKS_TAG` ``failed`` and :data:`FAILED_CHECKS_TAG` naming the
-    checks (with those an earlier step of the run named), so the Runs list and
-    the run's page show it: a non-blocking check leaves the run a success.
+    checks (with those an earlier step of the run named), shown on the run's
+    page and in the Runs list: a failed run says why (its data, not a crash),
+    and a run that a non-blocking ERROR check leaves a success is marked too.
 
     Args:
         context: the step's execution context (its instance and run id).

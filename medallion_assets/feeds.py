@@ -195,8 +195,9 @@ class ApplyChanges:
             ERROR (above it; the default 0.05: more than 5%); the check is an ERROR
             too when every line of a landed file of the run was rejected (garbage, a
             CSV header that is not the declaration's). Any other rejected row fails
-            the check with severity WARN. 1: ERROR for a file rejected whole only;
-            None: never ERROR (WARN only).
+            the check with severity WARN. The check is blocking: an ERROR fails the
+            step after its writes, and so the run, and stops what is downstream.
+            1: ERROR for a file rejected whole only; None: never ERROR (WARN only).
         deletion_vectors: create the silver table with deletion vectors, so that a
             MERGE marks the rows it replaces instead of rewriting every file that
             holds one (delta-spark only). A batch that restates 1% of SF 1's orders

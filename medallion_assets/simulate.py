@@ -5,14 +5,16 @@ exactly as docs/landing-contract.md describes, one batch per call:
 
 - ``orders/batch-<NNNNN>-<PPP>.json``: NDJSON order events with their line
   items, delivered at least once, out of order, with orders that are inserted
-  and later deleted, and with bad lines.
+  and later deleted, with bad lines, and with orders that parse but that
+  TPC-H's drop expectations reject (an unknown status, quantities of zero).
 - ``customers/batch-<NNNNN>.csv``: I/U/D customer changes, with late older
-  updates, inserted-then-deleted customers and bad lines.
+  updates, inserted-then-deleted customers, bad lines, and customers of an
+  unknown market segment, which a drop expectation rejects.
 - ``reference/<table>/batch-<NNNNN>.parquet``: full snapshots; a later batch
   may land a newer snapshot, and the newest one is always the TPC-H table.
 
-Once every batch is landed, the state the contract defines equals the TPC-H
-tables the simulator started from; after batch 1 alone it is a consistent
+Once every batch is landed, the state the contract defines, after the drop
+expectations of TPC-H's feeds, equals the TPC-H tables the simulator started from; after batch 1 alone it is a consistent
 partial state (every customer exists, every landed order is complete).
 
 The delivery is planned in chunks of :data:`CHUNK_ROWS` source rows (orders,
@@ -113,6 +115,11 @@ class NoiseRates:
             delete) that arrives after the newer one.
         customer_phantom: Extra customers, as a share of TPC-H customers,
             inserted and deleted again.
+        dropped: Extra orders and customers, as a share of the TPC-H ones,
+            that parse but fail a drop expectation of TPC-H's feeds, each
+            delivered once: an order with an unknown status whose line items
+            all have a quantity of 0, a customer of an unknown market segment.
+            Silver quarantines them, so the final state never holds them.
     """
 
     duplicate: float = 0.03
@@ -123,6 +130,7 @@ class NoiseRates:
     customer_update: float = 0.05
     customer_stale: float = 0.03
     customer_phantom: float = 0.01
+    dropped: float = 0.002
 
 
 @dataclass(frozen=True)
@@ -376,6 +384,7 @@ class _OrderLine(enum.IntEnum):
     OLDER = 1  # an older version of it
     DELETE = 2
     PHANTOM = 3  # an order that is no TPC-H order
+    DROPPED = 4  # an order that is no TPC-H order, which TPC-H's drop expectations reject
     # Bad lines, one kind after the other: each way the contract names.
     CUT_SHORT = 8
     NO_KEY = 9
@@ -396,6 +405,7 @@ class _CustomerLine(enum.IntEnum):
     OLDER_UPDATE = 3  # U with older values
     DELETE = 4
     PHANTOM_INSERT = 5  # a customer that is no TPC-H customer
+    DROPPED_INSERT = 6  # a customer that is no TPC-H customer, of a market segment a drop expectation rejects
     # Bad lines, one kind after the other.
     CUT_SHORT = 8
     KEY_TEXT = 9
@@ -498,6 +508,34 @@ def _plan_phantoms(
     overtakes = (insert_slot > 0) & (rng.random(phantoms) < 0.3)
     delete_slot = np.where(overtakes, rng.integers(0, np.maximum(insert_slot, 1)), rng.integers(insert_slot, slots))
     return keys, cloned, insert_time, delete_time, insert_slot, delete_slot
+
+
+#: The status of a dropped order (TPC-H's are O, F and P) and the market segment of a dropped customer.
+DROPPED_ORDER_STATUS = "X"
+DROPPED_CUSTOMER_SEGMENT = "UNKNOWN"
+
+
+def _extra_keys_per_chunk(noise: NoiseRates, phantom_rate: float) -> int:
+    """Keys past TPC-H's that one chunk may use: its phantoms', then its dropped rows'."""
+    return _count(phantom_rate, CHUNK_ROWS, 2) + _count(noise.dropped, CHUNK_ROWS, 2)
+
+
+def _plan_dropped(
+    plan: SimulationPlan, stream: int, chunk: int, *, kind: int, first_key: int, count: int, epoch: int, slots: int
+) -> _Lines:
+    """Rows no TPC-H row, one line each, that a drop expectation rejects; keys from ``first_key`` on.
+
+    From a random stream of their own, so the rest of the delivery is the same
+    bytes with or without them.
+    """
+    rng = _rng(plan, stream, chunk)
+    dropped = _count(plan.noise.dropped, count, 2)
+    lines = _new_lines(
+        rng, kind=kind, slot=rng.integers(0, slots, dropped), source=rng.integers(0, count, dropped),
+        key=first_key + np.arange(dropped), time=epoch + rng.integers(0, 30 * _DAY, dropped),
+        uid_bytes=16 if kind == _OrderLine.DROPPED else 0,
+    )
+    return lines.replace(shuffle=rng.random(dropped))
 
 
 def _count(rate: float, rows: int, minimum: int) -> int:
@@ -619,7 +657,10 @@ def _plan_order_chunk(
 
     good = _Lines.concat([final, older, stale_lines, inserts, deletes])
     redelivery = rng.integers(0, slots, len(good))
-    return _with_noise(rng, good, noise, redelivery, bad_kinds=_BAD_ORDER_KINDS, slots=slots, keys=order_keys)
+    noisy = _with_noise(rng, good, noise, redelivery, bad_kinds=_BAD_ORDER_KINDS, slots=slots, keys=order_keys)
+    dropped = _plan_dropped(plan, 2, chunk, kind=_OrderLine.DROPPED, first_key=phantom_key + phantoms, count=count,
+                            epoch=_PHANTOM_ORDER_EPOCH, slots=slots)
+    return _Lines.concat([noisy, dropped])
 
 
 def _plan_customer_chunk(
@@ -706,9 +747,12 @@ def _plan_customer_chunk(
     # Redelivered, never earlier: an early copy of a stale delete would remove
     # a customer that batch 1's orders need.
     redelivery = rng.integers(good.slot, batches)
-    return _with_noise(
+    noisy = _with_noise(
         rng, good, noise, redelivery, bad_kinds=_BAD_CUSTOMER_KINDS, slots=batches, keys=customer_keys, uid_bytes=no_uid
     )
+    dropped = _plan_dropped(plan, 3, chunk, kind=_CustomerLine.DROPPED_INSERT, first_key=phantom_key + phantoms,
+                            count=count, epoch=_CUSTOMER_EPOCH, slots=batches)
+    return _Lines.concat([noisy, dropped])
 
 
 def _in_file_order(lines: _Lines, slots: range) -> _Lines:
@@ -936,6 +980,8 @@ def _lineitem_arrays(
     texts["l_quantity"] = _patched(texts["l_quantity"], (older_first, quantity.cast(pa.string())))
     bad_price = first & np.repeat(kind == _OrderLine.BAD_EXTENDEDPRICE, kept)
     texts["l_extendedprice"] = _patched(texts["l_extendedprice"], (bad_price, "N/A"))
+    # Every line item of a dropped order fails lineitem_quantity_positive, so none outlives its order.
+    texts["l_quantity"] = _patched(texts["l_quantity"], (np.repeat(kind == _OrderLine.DROPPED, kept), "0.00"))
     # Every item but an order's first brings its separating comma, so an
     # order's items are one contiguous run of bytes: no join per order needed.
     separators = pc.if_else(pa.array(first), "", ",")
@@ -961,12 +1007,14 @@ def _upsert_lines(
     status = _rows(chosen["o_orderstatus"], older)
     price = _plus_cents(_rows(chosen["o_totalprice"], older), lines.cents[older])
     texts["o_orderstatus"] = _patched(
-        texts["o_orderstatus"], (older, pc.if_else(pc.not_equal(status, "P"), "P", "O"))
+        texts["o_orderstatus"], (older, pc.if_else(pc.not_equal(status, "P"), "P", "O")),
+        (kind == _OrderLine.DROPPED, DROPPED_ORDER_STATUS),
     )
     texts["o_totalprice"] = _patched(
         texts["o_totalprice"], (older, price.cast(pa.string())), (kind == _OrderLine.BAD_TOTALPRICE, "12,50")
     )
-    texts["o_comment"] = _patched(texts["o_comment"], (kind == _OrderLine.PHANTOM, "phantom order, deleted later"))
+    texts["o_comment"] = _patched(texts["o_comment"], (kind == _OrderLine.PHANTOM, "phantom order, deleted later"),
+                                  (kind == _OrderLine.DROPPED, "unknown status, silver drops it"))
     texts["o_shippriority"] = _patched(texts["o_shippriority"], (kind == _OrderLine.BAD_SHIPPRIORITY, '"high"'))
     texts["o_orderdate"] = _patched(texts["o_orderdate"], (kind == _OrderLine.BAD_ORDERDATE, "1996-13-45"))
     texts["lineitems"] = _lineitem_arrays(lines, lineitem, item_starts, item_counts)
@@ -1021,8 +1069,10 @@ def _customer_lines(lines: _Lines, customers: pa.Table) -> pa.Array:
         "c_acctbal": [(older, balance.cast(pa.string())), (kind == _CustomerLine.BAD_ACCTBAL, "12.3.4")],
         "c_address": [(older, pc.utf8_reverse(_rows(texts["c_address"], older)))],
         "c_phone": [(older, pc.binary_join_element_wise(phone, "000-000-0000", ""))],
-        "c_mktsegment": [(older, pc.if_else(pc.not_equal(segment, "HOUSEHOLD"), "HOUSEHOLD", "MACHINERY"))],
-        "c_comment": [(kind == _CustomerLine.PHANTOM_INSERT, "phantom customer, deleted later")],
+        "c_mktsegment": [(older, pc.if_else(pc.not_equal(segment, "HOUSEHOLD"), "HOUSEHOLD", "MACHINERY")),
+                         (kind == _CustomerLine.DROPPED_INSERT, DROPPED_CUSTOMER_SEGMENT)],
+        "c_comment": [(kind == _CustomerLine.PHANTOM_INSERT, "phantom customer, deleted later"),
+                      (kind == _CustomerLine.DROPPED_INSERT, "unknown segment, silver drops it")],
     }
     for name in CUSTOMER_CSV_HEADER[2:-1]:
         # A delete carries its key only: the other fields stay empty.
@@ -1030,7 +1080,8 @@ def _customer_lines(lines: _Lines, customers: pa.Table) -> pa.Array:
     texts["c_custkey"] = _patched(
         key_text, (key_as_text, pc.binary_join_element_wise(_rows(key_text, key_as_text), "x", ""))
     )
-    inserts = np.isin(kind, [_CustomerLine.INSERT, _CustomerLine.OLDER_INSERT, _CustomerLine.PHANTOM_INSERT])
+    inserts = np.isin(kind, [_CustomerLine.INSERT, _CustomerLine.OLDER_INSERT, _CustomerLine.PHANTOM_INSERT,
+                             _CustomerLine.DROPPED_INSERT])
     texts["op"] = pa.array(np.select([inserts, delete, kind == _CustomerLine.BAD_OP], ["I", "D", "X"], "U"))
     texts["updated_at"] = _patched(
         _timestamp_texts(lines.time), (kind == _CustomerLine.BAD_UPDATED_AT, "yesterday")
@@ -1122,7 +1173,7 @@ def _land_customers(target: Path, folder: Path, plan: SimulationPlan, batch_inde
     """Land a batch's customer change file at ``target``, one chunk of customers at a time."""
     path = folder / "customer.parquet"
     phantom_base = _max_key(path, "c_custkey") + 1
-    per_chunk = _count(plan.noise.customer_phantom, CHUNK_ROWS, 2)
+    per_chunk = _extra_keys_per_chunk(plan.noise, plan.noise.customer_phantom)
     with _staged([target]) as (staging,), staging.open("wb") as handle:
         handle.write((",".join(CUSTOMER_CSV_HEADER) + "\n").encode("utf-8"))
         for chunk, customers in enumerate(_table_chunks(path, TPCH_SCHEMAS["customer"], CHUNK_ROWS)):
@@ -1143,7 +1194,7 @@ def _land_orders(targets: Sequence[Path], folder: Path, plan: SimulationPlan, ba
     parts = plan.files_per_batch
     slots = range(batch_index * parts, (batch_index + 1) * parts)
     phantom_base = _max_key(folder / "orders.parquet", "o_orderkey") + 1
-    per_chunk = _count(plan.noise.phantom, CHUNK_ROWS, 2)
+    per_chunk = _extra_keys_per_chunk(plan.noise, plan.noise.phantom)
     with _staged(targets) as stagings, contextlib.ExitStack() as stack:
         handles = [stack.enter_context(staging.open("wb")) for staging in stagings]
         for chunk, (orders, lineitem) in enumerate(_orders_with_lineitems(folder)):

@@ -38,6 +38,14 @@ How lines are judged (the package's silver transforms follow the same rules):
   a delete removes the order. Customer state: the valid row with the greatest
   ``updated_at`` (ties: the later file name, then the later line); ``D``
   removes the customer.
+- Silver then keeps only rows that meet the drop expectations of TPC-H's
+  feeds (restated below: :data:`ORDER_STATUSES`, :data:`MARKET_SEGMENTS`, a
+  line item's quantity above 0 and discount from 0 to 1; null fails): an order,
+  line item or customer that fails one is quarantined
+  (:func:`expected_drops`) and absent from :func:`expected_silver_state`.
+  Silver judges each run's latest change of a key, and a dropped change
+  leaves the key's earlier row; this reference judges the final change only,
+  which is the same for the simulator's dropped rows (keys with one change).
 """
 
 from __future__ import annotations
@@ -155,6 +163,28 @@ _REPLACEMENT = "\N{REPLACEMENT CHARACTER}"
 
 class _Reject(Exception):
     """A line breaks the contract; the message is the reason."""
+
+
+#: What TPC-H's drop expectations let through: ``orders_status_known`` and ``customers_segment_known``.
+ORDER_STATUSES = frozenset({"O", "F", "P"})
+MARKET_SEGMENTS = frozenset({"AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY"})
+
+
+def _order_dropped_by(order: dict[str, Any]) -> list[str]:
+    return [] if order["o_orderstatus"] in ORDER_STATUSES else ["orders_status_known"]
+
+
+def _lineitem_dropped_by(item: dict[str, Any]) -> list[str]:
+    failed = []
+    if item["l_discount"] is None or not Decimal(0) <= item["l_discount"] <= Decimal(1):
+        failed.append("lineitem_discount_in_range")
+    if item["l_quantity"] is None or not item["l_quantity"] > 0:
+        failed.append("lineitem_quantity_positive")
+    return failed
+
+
+def _customer_dropped_by(customer: dict[str, Any]) -> list[str]:
+    return [] if customer["c_mktsegment"] in MARKET_SEGMENTS else ["customers_segment_known"]
 
 
 def _visible_files(folder: Path, suffix: str) -> list[Path]:
@@ -362,21 +392,40 @@ def _table(rows: list[dict[str, Any]], columns: list[tuple[str, pa.DataType]]) -
     return pa.Table.from_pylist([{name: row[name] for name, _ in columns} for row in rows], schema=schema)
 
 
-def expected_orders(landing_dir: Path | str) -> tuple[pa.Table, pa.Table]:
-    """The ``orders`` and ``lineitem`` silver tables the contract defines.
-
-    Returns:
-        (orders sorted by ``o_orderkey``, lineitem sorted by
-        ``(l_orderkey, l_linenumber)``).
-    """
-    events, _ = _order_events(Path(landing_dir))
+def _live_orders(landing: Path) -> list[dict[str, Any]]:
+    """The winning upsert event of each order that is not deleted, by key."""
+    events, _ = _order_events(landing)
     winners: dict[int, dict[str, Any]] = {}
     for event in events:
         key = event["order"]["o_orderkey"]
         current = winners.get(key)
         if current is None or (event["event_time"], event["event_id"]) > (current["event_time"], current["event_id"]):
             winners[key] = event
-    live = [winners[key] for key in sorted(winners) if winners[key]["op"] == "upsert"]
+    return [winners[key] for key in sorted(winners) if winners[key]["op"] == "upsert"]
+
+
+def _live_customers(landing: Path) -> list[dict[str, Any]]:
+    """The winning change of each customer that is not deleted, by key."""
+    changes, _ = _customer_changes(landing)
+    winners: dict[int, dict[str, Any]] = {}
+    for change in changes:
+        current = winners.get(change["c_custkey"])
+        if current is None or change["_order"] > current["_order"]:
+            winners[change["c_custkey"]] = change
+    return [winners[key] for key in sorted(winners) if winners[key]["op"] != "D"]
+
+
+def expected_orders(landing_dir: Path | str) -> tuple[pa.Table, pa.Table]:
+    """The ``orders`` and ``lineitem`` the contract defines, before the drop expectations.
+
+    What the parse and the choice of each order's latest event give;
+    :func:`expected_silver_state` holds what silver keeps of it.
+
+    Returns:
+        (orders sorted by ``o_orderkey``, lineitem sorted by
+        ``(l_orderkey, l_linenumber)``).
+    """
+    live = _live_orders(Path(landing_dir))
     orders = [event["order"] for event in live]
     lineitems = sorted(
         (item for event in live for item in event["lineitems"]),
@@ -386,15 +435,25 @@ def expected_orders(landing_dir: Path | str) -> tuple[pa.Table, pa.Table]:
 
 
 def expected_customers(landing_dir: Path | str) -> pa.Table:
-    """The unmasked ``customers`` silver table, sorted by ``c_custkey``."""
-    changes, _ = _customer_changes(Path(landing_dir))
-    winners: dict[int, dict[str, Any]] = {}
-    for change in changes:
-        current = winners.get(change["c_custkey"])
-        if current is None or change["_order"] > current["_order"]:
-            winners[change["c_custkey"]] = change
-    live = [winners[key] for key in sorted(winners) if winners[key]["op"] != "D"]
-    return _table(live, CUSTOMER_COLUMNS)
+    """The unmasked ``customers`` the contract defines before the drop expectations, sorted by ``c_custkey``."""
+    return _table(_live_customers(Path(landing_dir)), CUSTOMER_COLUMNS)
+
+
+def expected_drops(landing_dir: Path | str) -> dict[str, int]:
+    """Rows each drop expectation of TPC-H's feeds sets aside, by expectation name (only those that fail any).
+
+    An order's line items are judged on their own: a dropped order's items
+    that meet theirs stay (the simulator's dropped orders have none that do).
+    """
+    landing = Path(landing_dir)
+    failed: dict[str, int] = {}
+    judged = [_order_dropped_by(e["order"]) for e in _live_orders(landing)]
+    judged += [_lineitem_dropped_by(item) for e in _live_orders(landing) for item in e["lineitems"]]
+    judged += [_customer_dropped_by(c) for c in _live_customers(landing)]
+    for names in judged:
+        for name in names:
+            failed[name] = failed.get(name, 0) + 1
+    return failed
 
 
 def expected_reference(landing_dir: Path | str, table: str) -> pa.Table | None:
@@ -409,14 +468,20 @@ def expected_reference(landing_dir: Path | str, table: str) -> pa.Table | None:
 
 
 def expected_silver_state(landing_dir: Path | str) -> dict[str, pa.Table]:
-    """Every silver table the landing folder defines (customers unmasked).
+    """Every silver table the landing folder defines, after the drop expectations (customers unmasked).
 
     Returns:
         Keys ``orders``, ``lineitem``, ``customers`` and each reference table
         landed so far; tables sorted by their keys.
     """
-    orders, lineitem = expected_orders(landing_dir)
-    state = {"orders": orders, "lineitem": lineitem, "customers": expected_customers(landing_dir)}
+    landing = Path(landing_dir)
+    live = _live_orders(landing)
+    orders = [e["order"] for e in live if not _order_dropped_by(e["order"])]
+    lineitem = sorted((item for e in live for item in e["lineitems"] if not _lineitem_dropped_by(item)),
+                      key=lambda item: (item["l_orderkey"], item["l_linenumber"]))
+    customers = [c for c in _live_customers(landing) if not _customer_dropped_by(c)]
+    state = {"orders": _table(orders, ORDER_COLUMNS), "lineitem": _table(lineitem, LINEITEM_COLUMNS),
+             "customers": _table(customers, CUSTOMER_COLUMNS)}
     for table in REFERENCE_COLUMNS:
         snapshot = expected_reference(landing_dir, table)
         if snapshot is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,18 @@ def test_the_sample_passes_every_check_of_the_definitions(spark, tmp_path, capsy
     # Every check ran; the noisy sample may fail WARN checks (rejected rows), which stay out of the verdict.
     skipped = {name: case.find("skipped").get("message") for name, case in cases.items() if case.find("skipped") is not None}
     assert all(message.startswith("WARN check failed") for message in skipped.values()), skipped
+    # The README's quickstart: "the expectations that dropped rows turn amber", each with the rows the
+    # contract's reference says it drops from the sample (one batch: one run judges every row).
+    from medallion_assets_tests import contract_reference
+
+    drops = contract_reference.expected_drops(tmp_path / "lake" / "landing")
+    amber = {("silver/orders", "orders_status_known"), ("silver/lineitem", "lineitem_quantity_positive"),
+             ("silver/customers", "customers_segment_known")}
+    assert {name for _, name in amber} == set(drops), drops
+    for asset, check in amber:
+        message = skipped.get((asset, check), "")
+        failing = re.search(r"failing_rows=(\d+)", message)
+        assert message.startswith("WARN check failed") and failing and int(failing[1]) == drops[check], (check, message)
     # The key checks carry their counts, as the check wrote them.
     rows = cases[("silver/orders", "orders_key_unique")].find("system-out").text
     assert "failing_rows: 0" in rows and "passing_rows: " in rows

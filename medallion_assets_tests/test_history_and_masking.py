@@ -36,8 +36,10 @@ SUBSCRIPTIONS = Feed(
         Field("seats", LongType()),
         Field("updated_at", TimestampType()),
     ),
+    # WARN only (max_rejected_share=None): the files are mostly bad lines on purpose, which the
+    # default would call a broken delivery and block the history with.
     silver=ApplyChanges(table="subscriptions", keys=("sub_id",), sequence_by=("updated_at",),
-                        delete_when=("op", "D"), except_fields=("op",), history=True),
+                        delete_when=("op", "D"), except_fields=("op",), history=True, max_rejected_share=None),
     expectations=(
         expect_or_drop("subscriptions_seats_positive", "seats > 0"),
         expect("subscriptions_plan_current", "plan <> 'legacy'"),
@@ -50,7 +52,7 @@ MEMBERS = Feed(
     source=LandingFiles(folder="members", format="csv"),
     fields=(Field("member_id"), Field("email", mask="sha256"), Field("tier"),
             Field("referrer", values=("web", "shop"), mask="sha256"), Field("updated_at", TimestampType())),
-    silver=ApplyChanges(table="members", keys=("member_id",), sequence_by=("updated_at",)),
+    silver=ApplyChanges(table="members", keys=("member_id",), sequence_by=("updated_at",), max_rejected_share=None),
 )
 
 

@@ -88,3 +88,34 @@ def test_a_large_table_previews_the_first_rows_of_one_file_with_its_partition_va
     shown = spark.createDataFrame(head.to_pandas()).select("k", "day", "at", "text")
     assertDataFrameEqual(shown, written.join(shown.select("k"), on="k", how="inner").select("k", "day", "at", "text"))
     assert head.column("day").null_count == 0
+
+
+def test_a_table_only_appended_to_previews_its_newest_rows_on_both_routes(spark, tmp_path):
+    # A quarantine: the first rows by any column are old batches; what the last run added is what one looks for.
+    import time
+
+    import deltalake
+    import pyarrow as pa
+
+    from medallion_assets.io_manager import DeltaTableClient
+    from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
+    from medallion_assets.io_manager.metadata import description_metadata
+
+    assert WriteSpec.from_metadata(delta_table(write_mode="append")).newest_first
+    assert not WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["k"])).newest_first
+    path = str(tmp_path / "appended")
+    for batch in (1, 2, 3):  # written by deltalake, not by the code under test
+        deltalake.write_deltalake(path, pa.table({"reason": [f"a{batch}", f"b{batch}", f"c{batch}"],
+                                                  "batch": [batch] * 3}), mode="append")
+        time.sleep(0.01)  # a file's modification time is in milliseconds
+
+    spark_route = description_metadata(DeltaTableClient(spark).describe(path), preview_rows=2,
+                                       newest_first=True)["preview"].value
+    arrow_route = ArrowDeltaClient().metadata(path, newest_first=True)["preview"].value
+    for preview in (spark_route, arrow_route):
+        shown = _shown(preview)
+        assert shown and {batch for _, batch in shown} == {"3"}, preview
+        assert "the newest" in preview and "of 9 rows" in preview
+    # Without it, the same table previews its first rows by the first column, old batches first.
+    by_reason = description_metadata(DeltaTableClient(spark).describe(path), preview_rows=2)["preview"].value
+    assert _shown(by_reason) == [["a1", "1"], ["a2", "2"]]

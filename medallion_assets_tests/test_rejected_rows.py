@@ -5,7 +5,9 @@ gets a few garbage lines (random bytes, broken JSON) among many good ones and
 a row its ``expect_or_drop`` drops, a WARN under the default share;
 ``gadgets`` (``max_rejected_share=1``: the whole-file rule only) gets a file
 of 3,000 random bytes, and ``plans``, a CSV feed, a file whose header is not
-its declaration: both ERRORs naming the file, and the run carries the tag.
+its declaration: both ERRORs naming the file, which fail their (blocking)
+steps and the run, and the run carries the tag; a retry quarantines nothing
+twice and passes.
 Files are written with plain Python (the writers under test are the bronze
 stream and the silver step). The rest is checked without a run: the counting
 on small Spark frames, the check's verdicts, the declaration's validation, the
@@ -129,9 +131,13 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
 
     feeds = [WIDGETS, GADGETS, PLANS]
     instance = DagsterInstance.ephemeral()
-    result = materialize([*bronze_assets(feeds), *silver_assets(feeds)], resources=resources_for("local"),
-                         instance=instance)
-    assert result.success
+    assets = [*bronze_assets(feeds), *silver_assets(feeds)]
+    result = materialize(assets, resources=resources_for("local"), instance=instance, raise_on_error=False)
+    # The rejected-rows check is blocking: at ERROR it fails its step (after the step's writes) and so the run.
+    failed = {e.step_key: e.step_failure_data.error.cls_name for e in result.all_events
+              if e.event_type_value == "STEP_FAILURE"}
+    assert not result.success and failed == {"gadgets_from_gadgets_raw": "DagsterAssetCheckFailedError",
+                                              "plans_from_plans_raw": "DagsterAssetCheckFailedError"}, failed
     checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
 
     # widgets: 110 lines read; the random bytes, the broken JSON and the dropped row set aside: a WARN.
@@ -196,10 +202,21 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     silver_plans = read_with_deltalake(str(lake / "silver" / "plans")).to_pylist()
     assert sorted((row["key"], row["email"], row["plan"]) for row in silver_plans) == [tuple(r[:3]) for r in good]
 
-    # The run is green for Dagster (the check is not blocking), and its tags say its data checks failed.
+    # The run failed for its data, and its tags say which checks.
     tags = instance.get_run_by_id(result.run_id).tags
     assert tags[DATA_CHECKS_TAG] == "failed"
     assert tags[FAILED_CHECKS_TAG] == "silver/gadgets:gadgets_rejected_rows, silver/plans:plans_rejected_rows"
+
+    # A retry of the failed steps reads nothing new (the writes recorded what they consumed): it
+    # quarantines nothing twice, its checks pass, and the run succeeds.
+    quarantined = {t: len(read_with_deltalake(str(lake / "quarantine" / t))) for t in ("gadgets", "plans")}
+    retry = materialize(assets, resources=resources_for("local"), instance=instance,
+                        selection=[k for f in (GADGETS, PLANS) for k in (f.silver_key, f.quarantine_key)])
+    assert retry.success
+    assert {t: len(read_with_deltalake(str(lake / "quarantine" / t))) for t in quarantined} == quarantined
+    again = {e.check_name: e for e in retry.get_asset_check_evaluations()}
+    assert again["gadgets_rejected_rows"].passed and again["plans_rejected_rows"].passed
+    assert again["plans_rejected_rows"].metadata["input_rows"].value == 0
 
 
 def test_rejected_rows_are_counted_by_reason_and_input_rows_observed(spark):

@@ -154,8 +154,23 @@ def test_delivery_carries_every_kind_of_noise(small_landing):
     ]
     assert late_stale, "no out-of-order older version"
 
-    phantoms = {key: {op for _, _, op in seen} for key, seen in by_key.items() if key not in tpch_keys}
+    # Orders no TPC-H order: phantoms (inserted, then deleted) and the ones silver's expectations drop
+    # (an unknown status, every line item of quantity 0), delivered once each.
+    statuses = {event["order"]["o_orderkey"]: event["order"].get("o_orderstatus") for _, _, event in events
+                if event["op"] == "upsert" and isinstance(event["order"].get("o_orderkey"), int)}
+    dropped = {key for key, status in statuses.items() if key not in tpch_keys and status == simulate.DROPPED_ORDER_STATUS}
+    phantoms = {key: {op for _, _, op in seen} for key, seen in by_key.items() if key not in tpch_keys | dropped}
     assert phantoms and all(ops == {"upsert", "delete"} for ops in phantoms.values())
+    assert dropped and all(len(by_key[key]) == 1 for key in dropped)
+    for _, _, event in events:
+        if event.get("order", {}).get("o_orderkey") in dropped:
+            assert {item["l_quantity"] for item in event["order"]["lineitems"]} == {"0.00"}
+    # The drop expectations of every kind of row fail, on exactly those rows (the customers' own check).
+    drops = contract_reference.expected_drops(small_landing)
+    items = sum(len(e["order"]["lineitems"]) for _, _, e in events if e.get("order", {}).get("o_orderkey") in dropped)
+    assert drops == {"orders_status_known": len(dropped), "lineitem_quantity_positive": items,
+                     "customers_segment_known": drops.get("customers_segment_known", 0)}
+    assert drops["customers_segment_known"] >= 2
 
     reasons = {reason for _, reason in contract_reference.expected_reject_reasons(small_landing)}
     for expected in ["not valid JSON", "missing o_orderkey", "malformed CSV line"]:
@@ -177,11 +192,14 @@ def test_delivery_carries_every_kind_of_noise(small_landing):
 def test_customer_files_are_rfc4180_with_the_contract_header(small_landing):
     import csv
 
+    segments = set()
     for path in sorted((small_landing / "customers").glob("*.csv")):
         with path.open(encoding="utf-8", newline="") as handle:
             rows = list(csv.reader(handle))
         assert rows[0] == list(simulate.CUSTOMER_CSV_HEADER)
         assert {row[0] for row in rows[1:] if len(row) == 10} <= {"I", "U", "D", "X"}
+        segments |= {row[7] for row in rows[1:] if len(row) == 10 and row[0] == "I"}
+    assert simulate.DROPPED_CUSTOMER_SEGMENT in segments, "no customer that silver's expectation drops"
 
 
 def test_simulate_command_lands_under_the_lake_root(tmp_path, capsys):

@@ -18,7 +18,9 @@ Each run the step also reports what it set aside: the
 ``<table>_rejected_rows`` check on ``silver.<table>`` (failed WARN when any row
 was rejected, ERROR when a landed file was rejected whole or above the
 declaration's ``max_rejected_share``, naming the files) and the counts as
-numeric metadata of both materializations. A failed ERROR check tags the run
+numeric metadata of both materializations. The check is blocking: failed at
+ERROR, it fails the step after its writes, so the run fails and nothing
+downstream runs on that delivery; the step also tags the run
 (:func:`~medallion_assets.expectations.tag_failed_checks`). The quarantine tables
 form their own asset group, ``quarantine``.
 

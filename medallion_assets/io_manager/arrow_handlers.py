@@ -403,12 +403,14 @@ class ArrowDeltaClient:
         return None
 
     def metadata(
-        self, path: str, *, column_descriptions: Mapping[str, str] | None = None, key_columns: Sequence[str] = ()
+        self, path: str, *, column_descriptions: Mapping[str, str] | None = None, key_columns: Sequence[str] = (),
+        newest_first: bool = False,
     ) -> dict[str, Any]:
         """Output metadata of the table's current version, with the Spark path's keys.
 
         Rows, files and bytes come from the Delta log's add actions; the preview
-        reads at most the first :data:`~.metadata.SORTED_PREVIEW_MAX_ROWS` rows.
+        reads at most the first :data:`~.metadata.SORTED_PREVIEW_MAX_ROWS` rows,
+        or with ``newest_first`` the rows of the newest file (:func:`~.metadata.arrow_markdown_preview`).
 
         Raises:
             ValueError: a description names a column the table does not have.
@@ -436,6 +438,7 @@ class ArrowDeltaClient:
             "delta/partition_columns": MetadataValue.json(partitions),
             "preview": MetadataValue.md(arrow_markdown_preview(
                 table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
+                newest_of=actions if newest_first else None,
             )),
         }
 

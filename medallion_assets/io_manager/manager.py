@@ -150,10 +150,10 @@ class SparkDataFrameTypeHandler:
         if result.by_deltalake:
             # The session has not read that version: delta-rs describes it from the log it just wrote.
             metadata = ArrowDeltaClient().metadata(path, column_descriptions=column_descriptions,
-                                                   key_columns=spec.key_columns)
+                                                   key_columns=spec.key_columns, newest_first=spec.newest_first)
             return result, _with_spark_column_types(metadata, frame, column_descriptions)
         return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions,
-                                      key_columns=spec.key_columns, earlier=earlier)
+                                      key_columns=spec.key_columns, newest_first=spec.newest_first, earlier=earlier)
 
     def load_input(
         self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
@@ -502,7 +502,7 @@ class DeltaIOManager(ConfigurableIOManager):
             and _computed_from(client, path) == fingerprint_json
         ):
             metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns,
-                                      earlier=latest_materialization_metadata(context.step_context.instance, key))
+                                      newest_first=spec.newest_first, earlier=latest_materialization_metadata(context.step_context.instance, key))
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             self._register(client, key, path)
             context.add_output_metadata({**metadata, **step_metadata})
@@ -616,7 +616,8 @@ class DeltaIOManager(ConfigurableIOManager):
         client = ArrowDeltaClient()
         if self.skip_unchanged and spec.mode == "overwrite" and unchanged and client.exists(path) \
                 and client.computed_from(path) == unchanged:
-            metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
+            metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns,
+                                       newest_first=spec.newest_first)
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             context.add_output_metadata({**metadata, **step_metadata})
             return
@@ -636,7 +637,8 @@ class DeltaIOManager(ConfigurableIOManager):
         if skipped and not client.exists(path):
             context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
             return
-        metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns)
+        metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns,
+                                       newest_first=spec.newest_first)
         if spark_frame is not None:
             metadata = _with_spark_column_types(metadata, spark_frame, descriptions)
         if skipped:

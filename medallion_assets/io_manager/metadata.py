@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -35,6 +36,7 @@ def table_metadata(
     preview_rows: int = _PREVIEW_ROWS,
     column_descriptions: Mapping[str, str] | None = None,
     key_columns: Sequence[str] = (),
+    newest_first: bool = False,
     earlier: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dagster metadata describing the table's current version (:meth:`DeltaTableClient.describe`).
@@ -46,6 +48,7 @@ def table_metadata(
         preview_rows: rows of the Markdown preview.
         column_descriptions: column name -> description, for ``dagster/column_schema``.
         key_columns: the columns the preview is sorted by (see :func:`preview_order`).
+        newest_first: preview the newest rows (a table only appended to; :func:`arrow_markdown_preview`).
         earlier: the metadata of the asset's latest materialization. When it
             described this same version, with this engine and these column
             descriptions, its description is returned as it was: a run with
@@ -61,7 +64,7 @@ def table_metadata(
         return reused
     return description_metadata(
         client.describe(path, commit=commit), preview_rows=preview_rows, column_descriptions=column_descriptions,
-        key_columns=key_columns,
+        key_columns=key_columns, newest_first=newest_first,
     )
 
 
@@ -71,6 +74,7 @@ def description_metadata(
     preview_rows: int = _PREVIEW_ROWS,
     column_descriptions: Mapping[str, str] | None = None,
     key_columns: Sequence[str] = (),
+    newest_first: bool = False,
 ) -> dict[str, Any]:
     """Output metadata of a described version.
 
@@ -78,7 +82,8 @@ def description_metadata(
     ``column_descriptions``), rows, the location, version, operation and its
     metrics, files, bytes, partition columns and a preview of ``preview_rows``
     rows sorted by ``key_columns``, else by the partition columns, else by the
-    first column (:func:`preview_order`).
+    first column (:func:`preview_order`); with ``newest_first``, rows of the
+    newest file, where delta-rs reads the table (:func:`arrow_markdown_preview`).
 
     Raises:
         ValueError: a description names a column the table does not have.
@@ -102,13 +107,15 @@ def description_metadata(
         "delta/size_bytes": description.size_bytes,
         "delta/partition_columns": MetadataValue.json(description.partition_columns),
         "preview": MetadataValue.md(
-            _preview_from_files(description, preview_rows, key_columns=preview_key)
+            _preview_from_files(description, preview_rows, key_columns=preview_key, newest_first=newest_first)
             or markdown_preview(frame, preview_rows, key_columns=preview_key, total_rows=description.rows)
         ),
     }
 
 
-def _preview_from_files(description: TableDescription, rows: int, *, key_columns: Sequence[str]) -> str | None:
+def _preview_from_files(
+    description: TableDescription, rows: int, *, key_columns: Sequence[str], newest_first: bool = False
+) -> str | None:
     """The preview of the described version read by delta-rs, or None where delta-rs cannot open the table.
 
     delta-rs reads a few rows of one file in milliseconds; Spark's first read of a
@@ -123,32 +130,69 @@ def _preview_from_files(description: TableDescription, rows: int, *, key_columns
     from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
 
     try:
-        dataset = ArrowDeltaClient().dataset(description.path, version=description.version)
-        return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows)
+        client = ArrowDeltaClient()
+        table = client.readable_table(description.path, version=description.version)
+        dataset = client.pruned_dataset(table, description.path)
+        newest_of = pa.table(table.get_add_actions(flatten=True)) if newest_first else None
+        return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows,
+                                      newest_of=newest_of)
     except DELTA_RS_CANNOT_READ as error:
         log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
         return None
 
 
 def arrow_markdown_preview(
-    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int
+    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int,
+    newest_of: pa.Table | None = None,
 ) -> str:
     """A few rows of an Arrow dataset as Markdown, picked and ordered as :func:`markdown_preview` does.
 
     Nulls sort first, as Spark sorts ascending, so both routes show the same rows.
+    With ``newest_of`` (the table's add actions), the rows are the first of the
+    newest file instead (:func:`newest_files_first`): a table only appended to
+    shows what its last write added, not its oldest rows.
     """
     sortable = [f.name for f in dataset.schema
                 if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))]
     key = [name for name in key_columns if name in sortable] or sortable[:1]
     order = key + [name for name in sortable if name not in key]
-    whole = total_rows <= SORTED_PREVIEW_MAX_ROWS
-    picked = dataset.to_table() if whole else first_rows(dataset, rows)
+    whole = total_rows <= SORTED_PREVIEW_MAX_ROWS and newest_of is None
+    if newest_of is not None:
+        picked = first_rows(newest_files_first(dataset, newest_of), rows)
+    else:
+        picked = dataset.to_table() if whole else first_rows(dataset, rows)
     if order:
         picked = picked.sort_by([(name, "ascending", "at_start") for name in order])
     picked = picked.slice(0, rows)
     columns = picked.column_names
     values = [[row[c] for c in columns] for row in picked.to_pylist()]
-    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows)
+    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows,
+                            newest=newest_of is not None)
+
+
+def newest_files_first(dataset: ds.FileSystemDataset, actions: pa.Table) -> ds.FileSystemDataset:
+    """``dataset`` with its files in the order of their add actions' ``modification_time``, newest first.
+
+    A Delta table's files carry no row order, but each add action records when
+    its file was written: an append's newest file holds rows of the last write
+    that added any (after an OPTIMIZE, the compacted file, which holds old rows too).
+
+    Args:
+        dataset: the table's version as delta-rs opens it (one fragment per file).
+        actions: that version's add actions (``get_add_actions(flatten=True)``: ``path``, ``modification_time``).
+    """
+    written = {unquote(path): when for path, when in zip(actions.column("path").to_pylist(),
+                                                          actions.column("modification_time").to_pylist())}
+
+    def when(fragment: ds.Fragment) -> Any:
+        path = unquote(fragment.path)
+        found = written.get(path)
+        if found is None:  # a file system that names files from its root: the action's path is their end
+            found = next((t for p, t in written.items() if path.endswith("/" + p)), None)
+        return (found is not None, found or 0)
+
+    fragments = sorted(dataset.get_fragments(), key=when, reverse=True)
+    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
 
 
 def first_rows(dataset: ds.FileSystemDataset, rows: int) -> pa.Table:
@@ -324,7 +368,7 @@ def markdown_preview(
 
 def preview_markdown(
     columns: Sequence[str], rows: Sequence[Sequence[Any]], *, key: Sequence[str], whole_order: bool,
-    total_rows: int | None,
+    total_rows: int | None, newest: bool = False,
 ) -> str:
     """A preview's rows (values in column order) as a Markdown table, with a caption saying how they were picked.
 
@@ -336,6 +380,7 @@ def preview_markdown(
         key: the columns they are ordered by.
         whole_order: whether they are the table's first rows by key (else the first read, then ordered).
         total_rows: the table's rows, when known.
+        newest: whether they are rows of the table's newest file (then ordered).
     """
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
@@ -343,7 +388,9 @@ def preview_markdown(
         lines.append("| " + " | ".join(cells) + " |")
     by = ", ".join(f"`{name}`" for name in key)
     of = f" of {total_rows:,}" if total_rows is not None else ""
-    if not rows or not key:
+    if newest:
+        caption = f"{len(rows)}{of} rows, the newest (from the last file written), ordered by {by}."
+    elif not rows or not key:
         caption = f"{len(rows)}{of} rows."
     elif whole_order:
         caption = f"The first {len(rows)}{of} rows by {by}."

@@ -120,6 +120,12 @@ class WriteSpec(BaseModel):
             return self.merge_keys
         return tuple(dict.fromkeys(self.partition_columns + ((self.partition_expr,) if self.partition_expr else ())))
 
+    @property
+    def newest_first(self) -> bool:
+        """Whether output previews show the newest rows: a table only appended to (a quarantine, a log)
+        is looked at for what the last runs added, which its first rows by any column are not."""
+        return self.mode == "append"
+
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> WriteSpec:
         """Build the spec from asset definition metadata (``delta/*`` keys)."""

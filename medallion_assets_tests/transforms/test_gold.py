@@ -242,12 +242,21 @@ def test_gold_on_silver_of_a_noisy_delivery_equals_the_published_answers(spark, 
     landing = tmp_path / "landing"
     simulate.land_all(landing, scale_factor=SCALE_FACTOR, batches=2, seed=7)
 
+    from medallion_assets.expectations import meets_dropping_expectations
+    from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_EXPECTATIONS
+    from medallion_assets.pipelines.tpch.silver import LINEITEM_EXPECTATIONS, ORDERS_EXPECTATIONS
+
     events, _ = silver.parse_order_events(bronze.landed_lines(spark.read.text(str(landing / "orders"))))
     winners = silver.latest_order_changes(events).cache()
-    orders, lineitem = silver.order_rows(winners).cache(), silver.lineitem_rows(winners).cache()
+    # What silver keeps: the rows that meet the drop expectations, which the noisy delivery trips.
+    orders = silver.order_rows(winners).where(meets_dropping_expectations(ORDERS_EXPECTATIONS)).cache()
+    lineitem = silver.lineitem_rows(winners).where(meets_dropping_expectations(LINEITEM_EXPECTATIONS)).cache()
     reader = spark.read.schema(tpch.CUSTOMERS_CSV_READ_SCHEMA).options(**tpch.CUSTOMERS_CSV_OPTIONS)
     changes, _ = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(landing / "customers"))))
-    customer = silver.mask_customer_pii(silver.latest_customer_state(changes)).cache()
+    customer = silver.mask_customer_pii(
+        silver.latest_customer_state(changes).where(meets_dropping_expectations(CUSTOMERS_EXPECTATIONS))
+    ).cache()
+    assert silver.order_rows(winners).count() > 15_000, "the noisy delivery has orders the expectations drop"
     reference = {}
     for table in ("supplier", "nation", "region"):
         newest = bronze.latest_snapshot([str(p) for p in (landing / "reference" / table).iterdir()])
