@@ -42,7 +42,7 @@ def _same_as_path(spark, name: str, path) -> None:
 def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, delta_engine, tmp_path):
     prefix = _prefix()
     lake = LakeResource(root=str(tmp_path / "lake"))
-    resource = SparkResource(master="local[2]", catalog=LakeCatalog(database_prefix=prefix))
+    resource = SparkResource(master="local[2]", delta_spark_maven=False, catalog=LakeCatalog(database_prefix=prefix))
     resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
     state = {"frame": "id, id * 2 AS twice"}
 
@@ -146,7 +146,7 @@ def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_na
     write_deltalake(str(root / "gold" / "summary"), pa.table({"status": ["F", "O"], "orders": [2, 1]}))
     write_deltalake(str(root / "silver" / "orders"), pa.table({"o_orderkey": [1, 2, 3], "o_status": ["F", "O", "F"]}))
     catalog = LakeCatalog(database_prefix=_prefix(), lake_root=str(root))
-    resource = SparkResource(master="local[2]", catalog=catalog)
+    resource = SparkResource(master="local[2]", delta_spark_maven=False, catalog=catalog)
     lake = LakeResource(root=str(root))
     resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
 
