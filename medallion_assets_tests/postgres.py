@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -91,7 +92,8 @@ def _cluster(binaries: str, folder: Path, database: str) -> Iterator[Postgres]:
     if as_root:
         shutil.chown(folder, "postgres")
         shutil.chown(sockets, "postgres")
-    user, password, port = "medallion", "medallion-secret", free_port()
+    # A password of this cluster's own: a test that looks for it in `ps` or logs finds this one only.
+    user, password, port = "medallion", f"medallion-{secrets.token_hex(8)}", free_port()
     subprocess.run([*run_as, f"{binaries}/initdb", "-D", str(data), "--auth-local=trust",
                     "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
                    check=True, capture_output=True, cwd=folder)
