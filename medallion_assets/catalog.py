@@ -25,10 +25,21 @@ Three kinds of catalog (:class:`LakeCatalog.kind`):
     Tables by path only.
 
 Writers keep the entries true (:meth:`LakeCatalog.register`): the IO manager
-after each write and the bronze streams after each run register a new table,
-re-point an entry whose location moved, and on the delta-rs engine re-register
-an entry whose columns changed (delta-spark reads a table's columns from its
-log; a Python data source's are the ones the catalog stored).
+after each write (and its tombstones table) and the bronze streams after each
+run register a new table. On delta-spark an entry is created once and then
+kept: one whose location moved is re-pointed in place (``ALTER TABLE ... SET
+LOCATION``), so its id, comment and properties stay, and a change of columns
+needs nothing (delta-spark reads a table's columns from its log). On the
+delta-rs engine, whose session-catalog entries hold no properties, an entry
+whose location or columns changed is registered again (a Python data source's
+columns are the ones the catalog stored). Each entry created or changed is
+logged once, in the run's log.
+
+The metastore password is never a Spark setting: those reach the driver's
+command line (pyspark hands them to ``spark-submit`` as ``--conf``). It is set
+on the JVM's Hadoop configuration once the JVM runs and before the session's
+Hive client is built (:meth:`LakeCatalog.hadoop_secrets`), where Hive's
+metastore client reads it, and Spark's UI and event logs redact it by name.
 
 Spark 4.2 hands a Python data source the options of a table read by name only
 when the table is created, not when it is read: the delta-rs engine keeps the
@@ -40,15 +51,15 @@ Nothing here runs at import.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
-from dagster import Config
+from dagster import Config, get_dagster_logger
 from pydantic import Field, field_validator
 
 from medallion_assets.delta._catalog import LOCATION_METADATA, quoted, stored_location
@@ -58,11 +69,14 @@ if TYPE_CHECKING:
 
     from medallion_assets.engine import DeltaEngine
 
-log = logging.getLogger(__name__)
+# A Dagster logger: what it says inside a step goes to the run's log.
+log = get_dagster_logger("medallion_assets.catalog")
 
 CATALOG_KINDS = ("session", "hive", "none")
 #: The default warehouse folder under the lake root (the lake's attach skips it: it holds no table).
 WAREHOUSE_FOLDER = "_warehouse"
+#: The metastore database's password, a Hadoop/Hive setting (never a Spark one: see hadoop_secrets).
+METASTORE_PASSWORD_KEY = "javax.jdo.option.ConnectionPassword"
 #: Tables a starting session registers at once.
 ATTACH_THREADS = 4
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -161,7 +175,8 @@ class LakeCatalog(Config):
     # ------------------------------------------------------------ session
 
     def spark_config(self) -> dict[str, str]:
-        """The Spark settings of this catalog, applied when the session is built.
+        """The Spark settings of this catalog, applied when the session is built: never the password
+        (:meth:`hadoop_secrets`).
 
         The warehouse folder is set for the session catalog too: its databases
         get folders there, which Spark would otherwise make in the working
@@ -203,8 +218,6 @@ class LakeCatalog(Config):
         })
         if self.metastore_user:
             config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
-        if self.metastore_password:
-            config["spark.hadoop.javax.jdo.option.ConnectionPassword"] = self.metastore_password
         if self.metastore_jars:
             from medallion_assets.engine import jar_files
 
@@ -212,6 +225,22 @@ class LakeCatalog(Config):
             # Hive's client loads the JDBC driver through the JVM's class path, not spark.jars.
             config["spark.driver.extraClassPath"] = os.pathsep.join(jars)
         return config
+
+    def hadoop_secrets(self) -> dict[str, str]:
+        """The secrets of this catalog, set on the JVM's Hadoop configuration after the JVM starts.
+
+        Not Spark settings: pyspark starts the JVM with ``spark-submit --conf key=value``
+        per setting, which any local user reads with ``ps``. Set on
+        ``SparkContext.hadoopConfiguration`` before the session's shared state is
+        built, the password reaches the Hive client that state builds, as
+        ``javax.jdo.option.ConnectionPassword`` (Hive's metastore reads it through
+        Hadoop's ``Configuration.getPassword``). Spark's UI and event logs redact
+        Hadoop properties whose names match ``spark.redaction.regex``, which
+        matches ``password`` by default.
+        """
+        if self.kind != "hive" or self.metastore_uris or not self.metastore_password:
+            return {}
+        return {METASTORE_PASSWORD_KEY: str(self.metastore_password)}
 
     def attach(self, spark: SparkSession, engine: DeltaEngine, tables: Iterable[tuple[str, str, str]]) -> list[str]:
         """Register, in a session that just started, the lake's tables its catalog lacks.
@@ -257,10 +286,14 @@ class LakeCatalog(Config):
     def register(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
         """Keep ``key``'s catalog entry true to the Delta table at ``path``; returns the table's name.
 
-        Creates the database and the entry when missing; re-creates an entry that
-        points elsewhere or, on the delta-rs engine, whose columns are not the
-        table's. A race with another session creating the same entry is won by
-        either (the entry is the same).
+        Creates the database and the entry when missing. An existing entry is
+        kept: on delta-spark one that points elsewhere is re-pointed in place
+        (``ALTER TABLE ... SET LOCATION``), keeping its id, comment and
+        properties; on the delta-rs engine an entry that points elsewhere or
+        whose columns are not the table's is registered again (Spark keeps no
+        properties on such an entry). Logs, once per table and process, an entry
+        created or changed. A race with another session creating the same entry
+        is won by either (the entry is the same).
 
         Raises:
             CatalogError: the catalog refused the entry (message names the table, the path and the fix).
@@ -285,12 +318,17 @@ class LakeCatalog(Config):
                 spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
                 known.setdefault("__databases__", set()).add(database)
             stored = _entry_location(spark, name)
-            if stored is not None and (stored != location or columns is not None
-                                       and not _columns_match(spark, name, columns)):
-                spark.sql(f"DROP TABLE IF EXISTS {quoted(name)}")  # external: the data stays
-                stored = None
             if stored is None:
                 _create(spark, name, location)
+                log.info(f"catalog: registered {name} at {location}")
+            elif columns is not None:
+                if not same_location(stored, location) or not _columns_match(spark, name, columns):
+                    spark.sql(f"DROP TABLE IF EXISTS {quoted(name)}")  # external: the data stays
+                    _create(spark, name, location)
+                    log.info(f"catalog: registered {name} again at {location} (its location or columns changed)")
+            elif not same_location(stored, location):
+                _set_location(spark, name, location)
+                log.info(f"catalog: updated {name}: its location moved from {stored} to {location}")
         except Exception as error:
             raise CatalogError(
                 f"table {name} (Delta table {path}) could not be registered in the {self.kind} catalog: "
@@ -331,7 +369,32 @@ def _location_uri(path: str) -> str:
     """A location as Spark's catalog stores it (``file:/abs/path`` for a local folder)."""
     if "://" in path:
         return path.rstrip("/")
+    if path.startswith("file:"):
+        return "file:" + _local_path(path)
     return "file:" + os.path.abspath(path)
+
+
+def _local_path(location: str) -> str:
+    # file:/a, file:///a and file://localhost/a are one folder; the catalog stores the path URI-encoded.
+    parsed = urlparse(location)
+    return os.path.normpath(unquote(parsed.path)) if parsed.path else ""
+
+
+def same_location(a: str, b: str) -> bool:
+    """Whether two locations, as given or as a catalog stores them, name one folder.
+
+    ``/lake/gold/x``, ``file:/lake/gold/x``, ``file:///lake/gold/x/`` and
+    ``file:/lake/gold%20x`` against ``/lake/gold x`` are each the same; URIs of
+    other schemes compare without a trailing slash.
+    """
+    def normal(location: str) -> str:
+        if "://" not in location and not location.startswith("file:"):
+            return os.path.normpath(os.path.abspath(location))
+        if location.startswith("file:"):
+            return _local_path(location)
+        return location.rstrip("/")
+
+    return normal(a) == normal(b)
 
 
 def _registered(spark: SparkSession) -> dict[str, Any]:
@@ -362,10 +425,27 @@ def _tables_of(spark: SparkSession, database: str) -> set[str]:
 
 
 def _entry_location(spark: SparkSession, name: str) -> str | None:
-    """The location the catalog's entry of ``name`` points at, or ``None`` without an entry."""
+    """The location the catalog's entry of ``name`` points at, as stored, or ``None`` without an entry."""
     if not spark.catalog.tableExists(name):
         return None
-    return _location_uri(stored_location(spark, name))
+    return stored_location(spark, name)
+
+
+def _set_location(spark: SparkSession, name: str, location: str) -> None:
+    """Re-point a delta-spark entry in place: its id, comment and properties stay."""
+    escaped = location.replace("\\", "\\\\").replace("'", "\\'")
+    # delta-spark refuses a new location whose columns differ from the old one's unless told the
+    # schema check is not wanted: the entry's columns are read from the new log anyway.
+    bypass = "spark.databricks.delta.alterLocation.bypassSchemaCheck"
+    before = spark.conf.get(bypass, None)
+    spark.conf.set(bypass, "true")
+    try:
+        spark.sql(f"ALTER TABLE {quoted(name)} SET LOCATION '{escaped}'")
+    finally:
+        if before is None:
+            spark.conf.unset(bypass)
+        else:
+            spark.conf.set(bypass, before)
 
 
 def _columns_match(spark: SparkSession, name: str, columns) -> bool:

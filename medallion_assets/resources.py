@@ -308,6 +308,10 @@ class SparkResource(LazyPySparkResource):
             self._log(f"Spark session starting: {deployment}; Delta engine {_planned_engine(plan)} ({plan.reason}). "
                       "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine).")
         started = time.monotonic()
+        secrets = self.catalog.hadoop_secrets() if not self.remote else {}
+        if secrets:
+            _start_context_with_hadoop_secrets(config, master=str(self.master), app_name=self.app_name,
+                                               secrets=secrets)
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
@@ -390,6 +394,28 @@ def _planned_engine(plan: Any) -> str:
 def _without_credentials(url: str) -> str:
     """A URL without the ``user:password@`` part its authority may hold."""
     return re.sub(r"//[^/@]*@", "//", url)
+
+
+def _start_context_with_hadoop_secrets(config: dict[str, str], *, master: str, app_name: str,
+                                       secrets: dict[str, str]) -> None:
+    """Start the SparkContext, then put ``secrets`` on its Hadoop configuration, before any session exists.
+
+    The session the builder then makes copies that configuration into its shared
+    state, from which its Hive client is built; the secrets never become Spark
+    settings, which pyspark would pass to ``spark-submit`` on the JVM's command line.
+    A context already running in this process is left as it is (its session and
+    catalog were set up by whoever started it).
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return
+    conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in config.items():
+        conf.set(key, value)
+    hadoop = SparkContext.getOrCreate(conf)._jsc.hadoopConfiguration()
+    for key, value in secrets.items():
+        hadoop.set(key, value)
 
 
 def embedded_driver_memory() -> str:

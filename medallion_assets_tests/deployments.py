@@ -1,7 +1,8 @@
 """Local Spark deployments for tests: the pyspark wheel's own standalone cluster, Connect server and Thrift server.
 
 Each runs on 127.0.0.1 in processes of its own, started from the wheel's
-``bin/spark-class``, and is stopped by the context manager that started it.
+``bin/spark-class`` (the Thrift server: with the commands docs/catalog.md gives),
+and is stopped by the context manager that started it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -101,41 +103,71 @@ def connect_server(folder: Path, *, spark_config: dict[str, str], python: str) -
         stop_group(server)
 
 
-def _wait_for_port(port: int, what: str, server: subprocess.Popen, log: Path) -> None:
+def _wait_for_port(port: int, what: str, server: subprocess.Popen, log: Path, timeout: float = 180) -> None:
     def listening() -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
 
-    _wait_for(listening, what, server, log)
+    _wait_for(listening, what, server, log, timeout)
+
+
+#: The page whose Thrift server set-up :func:`documented_thrift_server` follows.
+CATALOG_PAGE = Path(__file__).resolve().parent.parent / "docs" / "catalog.md"
+
+
+def page_blocks(page: Path, language: str) -> list[str]:
+    """The fenced code blocks of ``language`` in a Markdown page, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+def documented_metastore_conf(*, values: dict[str, str], class_path: dict[str, str], page: Path = CATALOG_PAGE) -> str:
+    """The page's ``metastore.conf``, with this machine's values for the settings named in ``values`` and
+    its jars for the entries of ``spark.driver.extraClassPath`` named in ``class_path``.
+
+    Raises:
+        AssertionError: the page has no such file, or lacks a setting or class path entry to replace
+            (the page changed: the test must follow it).
+    """
+    [conf] = [block for block in page_blocks(page, "properties") if block.startswith("# metastore.conf")]
+    settings = [line.split(None, 1) for line in conf.splitlines() if line.strip() and not line.startswith("#")]
+    keys = [key for key, _ in settings]
+    missing = sorted(set(values) - set(keys))
+    assert not missing, f"{page.name}'s metastore.conf has no {missing}"
+    lines = []
+    for key, value in settings:
+        value = values.get(key, value.strip())
+        if key == "spark.driver.extraClassPath":
+            entries = value.split(os.pathsep)
+            assert set(class_path) <= set(entries), f"{page.name}'s class path {entries} lacks {sorted(class_path)}"
+            value = os.pathsep.join(class_path.get(entry, entry) for entry in entries)
+        lines.append(f"{key} {value}")
+    return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
-def thrift_server(folder: Path, *, spark_config: dict[str, str]) -> Iterator[str]:
-    """Spark's Thrift JDBC/ODBC server (``HiveThriftServer2`` from the pyspark wheel) on 127.0.0.1; yields its JDBC URL.
+def documented_thrift_server(folder: Path, conf: str, *, page: Path = CATALOG_PAGE) -> Iterator[tuple[str, str]]:
+    """Spark's Thrift server started as ``page`` says: its ``metastore.conf`` (``conf``, owner-only) in
+    ``folder`` and its start command run there by bash, on a free port instead of 10000.
 
-    Args:
-        folder: where its log goes.
-        spark_config: settings of its session: the metastore and delta-spark go here.
+    Yields:
+        ``(JDBC URL, the page's beeline command on that port)``.
     """
+    [start] = [block for block in page_blocks(page, "bash") if "HiveThriftServer2" in block]
+    [ask] = [block for block in page_blocks(page, "bash") if "/bin/beeline" in block]
+    assert "hive.server2.thrift.port=10000" in start and "127.0.0.1:10000" in ask, "the page's port changed"
     port = free_port()
-    args = ["org.apache.spark.deploy.SparkSubmit", "--class", "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
-            "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.session.timeZone=UTC",
-            "--conf", "spark.driver.memory=1g"]
-    config = dict(spark_config)
-    if config.get("spark.jars"):
-        # The server opens each JDBC session's catalog with the JVM's class path, not spark.jars'.
-        jars = config.pop("spark.jars").split(",")
-        config["spark.driver.extraClassPath"] = os.pathsep.join(
-            [*jars, *filter(None, [config.get("spark.driver.extraClassPath")])])
-    for key, value in config.items():
-        args += ["--conf", f"{key}={value}"]
-    args += ["spark-internal", "--hiveconf", f"hive.server2.thrift.port={port}",
-             "--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"]
+    conf_file = folder / "metastore.conf"
+    conf_file.write_text(conf)
+    conf_file.chmod(0o600)
     log = folder / "thrift.log"
-    server = _start(args, log)
+    # The page's `python` is the one that has pyspark.
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    server = subprocess.Popen(["bash", "-c", start.replace("=10000", f"={port}")], cwd=folder,
+                              stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        _wait_for_port(port, "the Spark Thrift server", server, log)
-        yield f"jdbc:hive2://127.0.0.1:{port}/default"
+        _wait_for_port(port, "the Spark Thrift server", server, log, timeout=400)
+        prelude = start.split("\n", 1)[0]  # SPARK_HOME=...
+        yield f"jdbc:hive2://127.0.0.1:{port}/default", prelude + "\n" + ask.replace(":10000", f":{port}")
     finally:
         stop_group(server)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -33,10 +34,18 @@ class Postgres:
     database: str
     user: str
     password: str
+    #: psql as the cluster's admin over its socket (trusted: no password on a command line).
+    admin_psql: tuple[str, ...] = ()
 
     @property
     def jdbc_url(self) -> str:
         return f"jdbc:postgresql://127.0.0.1:{self.port}/{self.database}"
+
+    def query(self, sql: str) -> list[tuple[str, ...]]:
+        """``sql``'s rows in the test's database, as text, read by psql (a reader independent of the JVM)."""
+        done = subprocess.run([*self.admin_psql, "-d", self.database, "-AtF", "\t", "-c", sql],
+                              check=True, capture_output=True, text=True)
+        return [tuple(line.split("\t")) for line in done.stdout.splitlines() if line]
 
 
 def postgres_bin() -> str | None:
@@ -83,7 +92,8 @@ def _cluster(binaries: str, folder: Path, database: str) -> Iterator[Postgres]:
     if as_root:
         shutil.chown(folder, "postgres")
         shutil.chown(sockets, "postgres")
-    user, password, port = "medallion", "medallion-secret", free_port()
+    # A password of this cluster's own: a test that looks for it in `ps` or logs finds this one only.
+    user, password, port = "medallion", f"medallion-{secrets.token_hex(8)}", free_port()
     subprocess.run([*run_as, f"{binaries}/initdb", "-D", str(data), "--auth-local=trust",
                     "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
                    check=True, capture_output=True, cwd=folder)
@@ -106,9 +116,11 @@ def _cluster(binaries: str, folder: Path, database: str) -> Iterator[Postgres]:
             time.sleep(0.3)
         # The admin talks over the socket (trusted); the metastore over TCP, with its password.
         psql = [*run_as, f"{binaries}/psql", "-h", str(sockets), "-p", str(port), "-U", "postgres", "-v", "ON_ERROR_STOP=1"]
-        subprocess.run([*psql, "-c", f"CREATE USER {user} PASSWORD '{password}'"], check=True, capture_output=True)
+        # On stdin: a password on psql's command line would show in `ps`, which the tests watch.
+        subprocess.run(psql, input=f"CREATE USER {user} PASSWORD '{password}'", text=True, check=True,
+                       capture_output=True)
         subprocess.run([*psql, "-c", f"CREATE DATABASE {database} OWNER {user}"], check=True, capture_output=True)
-        yield Postgres(port=port, database=database, user=user, password=password)
+        yield Postgres(port=port, database=database, user=user, password=password, admin_psql=tuple(psql))
     finally:
         # postgres itself (runuser execs it in the same process group); SIGINT is its fast shutdown.
         try:

@@ -37,3 +37,27 @@ def stop_group(proc: subprocess.Popen, *, sig: int = signal.SIGTERM, grace: floa
     except subprocess.TimeoutExpired:
         signal_group(proc, signal.SIGKILL)
         return proc.wait()
+
+
+@contextlib.contextmanager
+def process_list_watch(text: str, *, every: float = 0.5):
+    """Reads every process's command line (``ps -eo args``) every ``every`` seconds while the context runs;
+    yields the list of lines found holding ``text``, filled as they are seen (a secret must stay empty)."""
+    import threading
+
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            listing = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+            seen.extend(line[:300] for line in listing.splitlines() if text in line)
+            stop.wait(every)
+
+    watcher = threading.Thread(target=watch, name="process-list-watch", daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        watcher.join()

@@ -8,6 +8,7 @@ Every read by name is compared with delta-rs's read of the table's path.
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 
 import pytest
@@ -38,10 +39,10 @@ def _same_as_path(spark, name: str, path) -> None:
     assertDataFrameEqual(actual.select(*sorted(actual.columns)), expected.select(*sorted(expected.columns)))
 
 
-def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, tmp_path):
+def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, delta_engine, tmp_path):
     prefix = _prefix()
     lake = LakeResource(root=str(tmp_path / "lake"))
-    resource = SparkResource(master="local[2]", catalog=LakeCatalog(database_prefix=prefix))
+    resource = SparkResource(master="local[2]", delta_spark_maven=False, catalog=LakeCatalog(database_prefix=prefix))
     resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
     state = {"frame": "id, id * 2 AS twice"}
 
@@ -76,12 +77,32 @@ def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, tmp_path):
     assert sorted(_by_name(spark, name).columns) == ["key", "label"]
     _same_as_path(spark, name, path)
 
-    # Another lake's table of the same name: the entry follows the table the IO manager wrote.
+    # Another lake's table of the same name: the entry follows the table the IO manager wrote. On
+    # delta-spark it is the same entry, re-pointed: its creation stays. (Its TBLPROPERTIES are the
+    # Delta log's, so they follow the table; test_engine_switch.py checks a metastore's own.)
+    created = _created(spark, name)
+    time.sleep(1)  # Created Time counts seconds: an entry made again would differ
     other = LakeResource(root=str(tmp_path / "other"))
     state["frame"] = "id AS only"
     assert materialize([things], resources={**resources, "lake": other,
                                             "io_manager": DeltaIOManager(spark=resource, lake=other)}).success
     _same_as_path(spark, name, other.table_path(["gold", "things"]))
+    if delta_engine == "delta-spark":
+        assert _created(spark, name) == created
+
+    # A merge with deletes: its tombstones table is named in the run that creates it.
+    @asset(key=["gold", "keyed"], metadata=delta_table(write_mode="merge", merge_keys=["id"], delete_column="gone"))
+    def keyed():
+        return spark.range(4).selectExpr("id", "id = 3 AS gone")
+
+    assert materialize([keyed], resources=resources).success
+    _same_as_path(spark, f"{prefix}gold.keyed__tombstones", lake.table_path(["gold", "keyed__tombstones"]))
+    assert [r.id for r in _by_name(spark, f"{prefix}gold.keyed__tombstones").collect()] == [3]
+
+
+def _created(spark, name: str) -> str:
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    return {row.col_name: row.data_type for row in rows}.get("Created Time", "")
 
 
 def test_a_session_attaching_a_lake_names_every_table_and_for_name_opens_it(spark, delta_engine, tmp_path):
@@ -125,7 +146,7 @@ def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_na
     write_deltalake(str(root / "gold" / "summary"), pa.table({"status": ["F", "O"], "orders": [2, 1]}))
     write_deltalake(str(root / "silver" / "orders"), pa.table({"o_orderkey": [1, 2, 3], "o_status": ["F", "O", "F"]}))
     catalog = LakeCatalog(database_prefix=_prefix(), lake_root=str(root))
-    resource = SparkResource(master="local[2]", catalog=catalog)
+    resource = SparkResource(master="local[2]", delta_spark_maven=False, catalog=catalog)
     lake = LakeResource(root=str(root))
     resources = {"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)}
 
@@ -150,3 +171,20 @@ def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_na
     for key in (["silver", "orders"], ["gold", "summary"], ["gold", "open_orders"]):
         _same_as_path(spark, catalog.table_name(key), root / key[0] / key[1])
     assert read_with_deltalake(root / "gold" / "open_orders").to_pylist() == [{"orders": 1}]
+
+
+def test_the_metastore_password_is_no_spark_setting_and_locations_compare_as_folders(tmp_path):
+    from medallion_assets.catalog import same_location
+
+    catalog = LakeCatalog(kind="hive", metastore_url="jdbc:postgresql://db:5432/metastore", metastore_user="hive",
+                          metastore_password="s3cret-value")
+    # Spark settings reach the driver's command line: the password goes to the JVM's Hadoop configuration.
+    assert not [key for key, value in catalog.spark_config().items() if "s3cret-value" in value or "Password" in key]
+    assert catalog.hadoop_secrets() == {"javax.jdo.option.ConnectionPassword": "s3cret-value"}
+    assert LakeCatalog(kind="hive", metastore_uris="thrift://h:9083", metastore_password="x").hadoop_secrets() == {}
+
+    folder = tmp_path / "gold" / "a b"
+    for stored in (f"file:{folder}", f"file://{folder}/", f"file:{str(folder).replace(' ', '%20')}"):
+        assert same_location(stored, str(folder)), stored
+    assert not same_location(f"file:{folder}", str(tmp_path / "other" / "a b"))
+    assert same_location("s3://bucket/lake/gold/x/", "s3://bucket/lake/gold/x")

@@ -10,10 +10,16 @@ equals DuckDB's TPC-H answers; at the end bronze holds every landed line once:
 the increments, the checkpoints and the tombstones of one engine are carried on
 by the other without reprocessing or losing a row.
 
-The runs share a Hive metastore on a real PostgreSQL (``MEDALLION_CATALOG=hive``):
-the delta-spark run registers the lake's tables; then two runs at once read
-``gold.pricing_summary`` by name and register a table each; Spark's Thrift server, configured only with the metastore and delta-spark, reads
-the three tables by name through ``beeline`` and gets DuckDB's TPC-H answer.
+The runs share a Hive metastore on a real PostgreSQL that asks for a password
+(``MEDALLION_CATALOG=hive``): the delta-spark run registers the lake's tables
+(its tombstones tables too); then two runs at once read ``gold.pricing_summary``
+by name and register a table each; Spark's Thrift server, started exactly as
+docs/catalog.md says (its ``metastore.conf`` and commands, read from the page),
+sets a property and a comment on one entry and reads the three tables by name
+through the page's ``beeline`` command, with DuckDB's TPC-H answer; a second
+write of that table keeps its entry (the same ``TBL_ID`` in PostgreSQL, read
+with psql, and the property). All along, no process's command line, no log,
+no Spark event log and nothing in Dagster's storage holds the password.
 """
 
 from __future__ import annotations
@@ -22,17 +28,21 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from medallion_assets.catalog import LakeCatalog
-from medallion_assets.engine import plan_engine
 from medallion_assets_tests import contract_reference
-from medallion_assets_tests.deployments import beeline, standalone_cluster, thrift_server
+from medallion_assets_tests.deployments import (
+    documented_metastore_conf,
+    documented_thrift_server,
+    standalone_cluster,
+)
 from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
+from medallion_assets_tests.processes import process_list_watch
 from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.test_end_to_end import (
@@ -63,19 +73,47 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     if postgres_bin() is None or jdbc_jar() is None:
         pytest.skip("needs PostgreSQL's server and its JDBC driver (Debian: postgresql, libpostgresql-jdbc-java; "
                     ".ci/run installs the driver)")
-    with postgres_cluster() as metastore:
-        _alternate_engines_on_a_shared_metastore(tmp_path, source, metastore)
+    with postgres_cluster() as metastore, process_list_watch(metastore.password) as command_lines:
+        outputs = _alternate_engines_on_a_shared_metastore(tmp_path, source, metastore)
+    # The password reached the metastore (every session above opened it) and nothing else.
+    assert command_lines == [], command_lines
+    assert not [name for name, text in outputs.items() if metastore.password in text]
+    assert list((tmp_path / "events").iterdir()), "no Spark event log was written"
+    holding = [str(path) for path in [*tmp_path.rglob("*"), *Path(outputs["dagster_home"]).rglob("*")]
+               if path.is_file() and path.name != "metastore.conf" and metastore.password.encode() in path.read_bytes()]
+    assert holding == [], holding
 
 
-def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, str], metastore) -> None:
+def _spark_conf_with_event_logs(tmp_path: Path) -> Path:
+    """The tests' Spark defaults plus an uncompressed event log per application, to read for secrets."""
+    conf, events = tmp_path / "spark_conf", tmp_path / "events"
+    conf.mkdir()
+    events.mkdir()
+    for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
+        (conf / source.name).write_bytes(source.read_bytes())
+    with open(conf / "spark-defaults.conf", "a") as defaults:
+        defaults.write(f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n")
+    return conf
+
+
+def _entries(metastore) -> dict[str, str]:
+    """``database.table`` -> ``TBL_ID`` of every entry of the metastore, read from its database."""
+    rows = metastore.query('SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON t."DB_ID" = d."DB_ID"')
+    return {f"{database}.{table}": table_id for database, table, table_id in rows}
+
+
+def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, str], metastore) -> dict[str, str]:
+    """The runs; returns every run's output (and the Dagster home's folder) for the password check."""
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir()
     catalog = {"MEDALLION_CATALOG": "hive", "MEDALLION_METASTORE_URL": metastore.jdbc_url,
                "MEDALLION_METASTORE_USER": metastore.user, "MEDALLION_METASTORE_PASSWORD": metastore.password,
                "MEDALLION_METASTORE_JARS": jdbc_jar()}
+    spark_conf = _spark_conf_with_event_logs(tmp_path)
+    outputs = {"dagster_home": str(home)}
     batches = len(RUNS)
     for run, (engine, deployment) in enumerate(RUNS, start=1):
-        env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
+        env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home), SPARK_CONF_DIR=str(spark_conf),
                    MEDALLION_DELTA_ENGINE=engine, **source, **catalog)
         command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), str(batches), str(SEED)]
         with contextlib.ExitStack() as stack:
@@ -85,6 +123,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
                 env.update(MEDALLION_DEPLOYMENT="cluster", SPARK_MASTER_URL=master, PYSPARK_PYTHON=sys.executable)
             done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
         assert done.returncode == 0, f"run {run} on {engine} ({deployment}) failed:\n{done.stderr[-6000:]}"
+        outputs[f"run {run}"] = done.stdout + done.stderr
         if deployment == "cluster":  # the run's executors were the worker's: it kept a folder for the application
             assert list((tmp_path / f"cluster-{run}" / "work").glob("app-*")), f"run {run} started no executor"
         report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -94,6 +133,8 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
                                              deployment="cluster at spark://" if deployment == "cluster" else "embedded")
         assert_silver_matches_contract(lake)
         assert_gold_matches_duckdb(lake)
+        if engine == "delta-spark":
+            _assert_every_table_registered_once(lake, metastore, home)
     assert_history_is_closed(lake)
     bronze = read_with_deltalake(lake / "bronze" / "orders_raw")
     per_file: dict[str, int] = {}
@@ -104,15 +145,32 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
     # Silver took each increment in once: every rejected line is quarantined exactly once,
     # although each run read what the one before, on the other engine, had consumed.
     assert _quarantined_rejects(lake) == sorted(contract_reference.expected_reject_reasons(lake / "landing"))
-    # The password reached the metastore and no log.
-    assert metastore.password not in done.stderr + done.stdout
 
-    _tables_by_name_from_every_client(tmp_path, lake, metastore,
+    _tables_by_name_from_every_client(tmp_path, lake, metastore, outputs,
                                       dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
-                                           MEDALLION_DELTA_ENGINE="delta-spark", **source, **catalog))
+                                           SPARK_CONF_DIR=str(spark_conf), MEDALLION_DELTA_ENGINE="delta-spark",
+                                           **source, **catalog))
+    return outputs
 
 
-def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, env: dict) -> None:
+def _assert_every_table_registered_once(lake: Path, metastore, home: Path) -> None:
+    """Every Delta table of the lake, its tombstones too, has an entry; the run said so once per table."""
+    from dagster import DagsterInstance
+
+    tables = {f"{layer.name}.{table.name}" for layer in lake.iterdir() if layer.name in ("bronze", "silver", "gold", "quarantine")
+              for table in layer.iterdir() if (table / "_delta_log").is_dir()}
+    assert any(name.endswith("__tombstones") for name in tables), sorted(tables)
+    assert tables <= set(_entries(metastore)), sorted(tables - set(_entries(metastore)))
+    with DagsterInstance.from_config(str(home)) as instance:
+        [newest] = instance.get_runs(limit=1)
+        said = [event.user_message for event in instance.all_logs(newest.run_id) if "catalog: " in event.user_message]
+    for table in tables:
+        lines = [line for line in said if re.search(rf"catalog: (registered|updated) {re.escape(table)}\b", line)]
+        assert len(lines) <= 1, lines
+    assert any(line.startswith("catalog: registered gold.pricing_summary at file:") for line in said), said
+
+
+def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, outputs: dict, env: dict) -> None:
     q1 = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
     expected = sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in q1)
 
@@ -127,27 +185,57 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, env
         assert report["table_name"] == f"spark_catalog.gold.{name}"
         assert [tuple(row) for row in report["rows"]] == expected
 
-    # Spark's Thrift JDBC server: the metastore's settings and delta-spark, nothing of this
-    # project, as a plain PySpark session or a BI tool would have; asked through beeline.
-    settings = {
-        # As jar files (Maven's, where the tests use Maven): the server opens each JDBC session's
-        # catalog with the JVM's class path, which spark.jars.packages does not reach.
-        **plan_engine("delta-spark", jars=_delta_spark_jars() or delta_spark_jars_from_maven()).spark_config,
-        **LakeCatalog(
-            kind="hive", metastore_url=metastore.jdbc_url, metastore_user=metastore.user,
-            metastore_password=metastore.password, metastore_jars=jdbc_jar(),
-            warehouse_dir=str(tmp_path / "warehouse"),
-        ).spark_config(),
-    }
-    query = " UNION ALL ".join(
-        f"SELECT '{table}' AS source, l_returnflag, l_linestatus, count_order FROM gold.{table}"
-        for table in ("pricing_summary", "run_a", "run_b")
+    # Spark's Thrift JDBC server, started as docs/catalog.md says with its metastore.conf: the
+    # metastore's settings and delta-spark, nothing of this project, as a BI tool would have.
+    conf = documented_metastore_conf(
+        values={"spark.hadoop.javax.jdo.option.ConnectionURL": metastore.jdbc_url,
+                "spark.hadoop.javax.jdo.option.ConnectionUserName": metastore.user,
+                "spark.hadoop.javax.jdo.option.ConnectionPassword": metastore.password},
+        class_path={"/usr/share/java/postgresql.jar": jdbc_jar(), "/opt/delta-spark/*": _delta_spark_jar_folder(tmp_path)},
     )
-    with thrift_server(tmp_path, spark_config=settings) as url:
-        answered = beeline(url, query)
+    (tmp_path / "thrift").mkdir()
+    query = " UNION ALL ".join(f"SELECT '{table}' AS source, l_returnflag, l_linestatus, count_order FROM gold.{table}"
+                               for table in ("pricing_summary", "run_a", "run_b"))
+    with documented_thrift_server(tmp_path / "thrift", conf) as (_, ask):
+        asked = subprocess.run(["bash", "-c", ask.replace("'SELECT * FROM gold.pricing_summary'", shlex.quote(query))],
+                               capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])})
+    outputs["beeline"] = asked.stdout + asked.stderr
+    assert asked.returncode == 0, f"beeline failed:\n{asked.stdout[-2000:]}\n{asked.stderr[-4000:]}"
+    answered = _table_rows(asked.stdout)
     for table in ("pricing_summary", "run_a", "run_b"):
         rows = [r for r in answered if r["source"] == table]
         assert sorted((r["l_returnflag"], r["l_linestatus"], int(r["count_order"])) for r in rows) == expected, table
+
+    # A property of the entry itself, as another metastore client (Trino, Hive) sets one: delta-spark
+    # keeps its own TBLPROPERTIES and comments in the table's log, not in the entry.
+    ids = _entries(metastore)
+    metastore.query(f'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") VALUES ({ids["gold.run_a"]}, \'team.owner\', \'finance\') RETURNING 1')
+    # A second write of gold.run_a, in a new process: the entry is kept, not made again.
+    again = subprocess.run([*command, "run_a"], env=env, capture_output=True, text=True, timeout=600)
+    outputs["run_a again"] = again.stdout + again.stderr
+    assert again.returncode == 0, f"second run_a failed:\n{again.stderr[-6000:]}"
+    assert _entries(metastore) == ids
+    params = dict(metastore.query(f'SELECT "PARAM_KEY", "PARAM_VALUE" FROM "TABLE_PARAMS" WHERE "TBL_ID" = {ids["gold.run_a"]}'))
+    assert params.get("team.owner") == "finance", params
+    assert not re.search(r"catalog: (registered|updated) gold\.run_a", again.stderr), "the unchanged entry was touched"
+
+
+def _table_rows(output: str) -> list[dict[str, str]]:
+    """The rows of the last table beeline drew (``| a | b |`` lines under a header), as text by column name."""
+    tables, current = [], None
+    for line in output.splitlines():
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if current is None:
+                current = {"header": cells, "rows": []}
+                tables.append(current)
+            else:
+                current["rows"].append(dict(zip(current["header"], cells)))
+        elif not line.startswith("+"):
+            current = None
+    assert tables, f"beeline drew no table:\n{output[-2000:]}"
+    return tables[-1]["rows"]
 
 
 def _quarantined_rejects(lake: Path) -> list[tuple[str, str]]:
@@ -160,3 +248,21 @@ def _quarantined_rejects(lake: Path) -> list[tuple[str, str]]:
                 match = re.search(r"((orders|customers)/[^/]+)$", row["_source_file"] or "")
                 found.append((match.group(1) if match else str(row["_source_file"]), row["reason"]))
     return sorted(found)
+
+
+def _delta_spark_jar_folder(tmp_path: Path) -> str:
+    """A folder of delta-spark's jars only, as the page's class path names one (``<folder>/*``).
+
+    ``DELTA_SPARK_JARS``'s folder, or links to the jars Maven delivered to this test session
+    (Ivy's cache holds every other package's jars beside them).
+    """
+    jars = _delta_spark_jars()
+    if jars and os.path.isdir(jars):
+        return os.path.join(jars, "*")
+    folder = tmp_path / "delta-spark-jars"
+    folder.mkdir()
+    for jar in (jars or delta_spark_jars_from_maven() or "").split(","):
+        if jar:
+            (folder / os.path.basename(jar)).symlink_to(jar)
+    assert list(folder.iterdir()), "no delta-spark jars for the Thrift server's class path"
+    return os.path.join(str(folder), "*")

@@ -7,6 +7,7 @@ to the handlers of :mod:`.arrow_handlers` instead: delta-rs, no SparkSession.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -586,9 +587,19 @@ class DeltaIOManager(ConfigurableIOManager):
         return data.cast(pa.schema([column.with_nullable(True) for column in data.schema]))
 
     def _register(self, client: DeltaTableClient, key: AssetKey, path: str) -> None:
-        # After the commit: the entry follows the table (first write, new columns, a re-created table).
-        if self.spark.catalog.enabled and client.exists(path):
+        # After the commit: the entry follows the table (first write, new columns, a re-created table),
+        # and a merge's tombstones table gets its name in the run that creates it.
+        if not self.spark.catalog.enabled:
+            return
+        if client.exists(path):
             self.spark.catalog.register(client.spark, client.engine, key.path, path)
+        tombstones = DeltaTableClient.tombstone_path(path)
+        # Most tables have none: a local lake is asked without a Spark call.
+        has_tombstones = (os.path.isdir(os.path.join(tombstones, "_delta_log")) if "://" not in tombstones
+                          else client.exists(tombstones))
+        if len(key.path) == 2 and has_tombstones:
+            self.spark.catalog.register(client.spark, client.engine, [key.path[0], f"{key.path[1]}__tombstones"],
+                                        tombstones)
 
 
     def _store_without_spark(
