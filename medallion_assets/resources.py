@@ -256,10 +256,15 @@ class SparkResource(LazyPySparkResource):
         # gets the same plan as the one that started it: the probe's answer is cached per process,
         # so the run log gives the same reason for both instead of "Maven is not used".
         probe_useless = bool(self.remote)
+        # A JVM this process already runs without delta-spark (a notebook's, a test session's) cannot
+        # gain it: its class path and catalog are fixed at its start, and delta-spark's settings on
+        # it would only point its catalog at a class it lacks. Under auto it runs the delta-rs engine.
+        fixed_without_delta = self.delta_engine == "auto" and _running_jvm_lacks_delta_spark(remote=bool(self.remote))
         plan = plan_engine(
             self.delta_engine,  # type: ignore[arg-type]
-            jars=self.delta_spark_jars or None,
-            maven=False if probe_useless and self.delta_spark_maven is None else self.delta_spark_maven,
+            jars=None if fixed_without_delta else self.delta_spark_jars or None,
+            maven=False if fixed_without_delta or (probe_useless and self.delta_spark_maven is None)
+            else self.delta_spark_maven,
             spark_config=self.spark_config,
         )
         builder = SparkSession.builder.appName(self.app_name)
@@ -371,6 +376,17 @@ class SparkResource(LazyPySparkResource):
         """
         # dagster-pyspark's own property: starts the session on first use, never hands out None.
         return super().spark_session
+
+
+def _running_jvm_lacks_delta_spark(*, remote: bool) -> bool:
+    """Whether this process already runs an embedded Spark JVM that has no delta-spark."""
+    if remote or not _session_running(remote=False):
+        return False
+    from pyspark.sql import SparkSession
+
+    from medallion_assets.delta import has_native_delta
+
+    return not has_native_delta(SparkSession.builder.getOrCreate())
 
 
 def _session_running(*, remote: bool) -> bool:

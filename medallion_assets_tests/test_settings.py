@@ -6,6 +6,7 @@ names the variable, the value and the fix, and no SparkContext starts.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -317,13 +318,18 @@ def test_offline_auto_falls_back_to_delta_rs_within_the_probe(monkeypatch):
     assert "using delta-rs" in plan.reason and "DELTA_SPARK_JARS" in plan.reason
 
 
-def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
-    served = []
+@contextlib.contextmanager
+def _maven_repository(serves: str | None):
+    """A Maven repository on 127.0.0.1 answering HEAD with 200 for the path ending in ``serves``, else 404.
+
+    Yields its root URL and the list of paths asked, in order.
+    """
+    served: list[str] = []
 
     class Repository(http.server.BaseHTTPRequestHandler):
         def do_HEAD(self):  # noqa: N802 - http.server's name
             served.append(self.path)
-            self.send_response(200 if self.path.endswith("delta-spark_2.13-9.9.9.pom") else 404)
+            self.send_response(200 if serves and self.path.endswith(serves) else 404)
             self.end_headers()
 
         def log_message(self, *args):
@@ -332,11 +338,15 @@ def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repository)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        repository = f"http://127.0.0.1:{server.server_port}/maven2/"
-        plan = plan_engine("auto", maven=None, delta_version="9.9.9",
-                           spark_config={"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))})
+        yield f"http://127.0.0.1:{server.server_port}/maven2/", served
     finally:
         server.shutdown()
+
+
+def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
+    with _maven_repository("delta-spark_2.13-9.9.9.pom") as (repository, served):
+        plan = plan_engine("auto", maven=None, delta_version="9.9.9",
+                           spark_config={"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))})
     assert served == ["/maven2/io/delta/delta-spark_2.13/9.9.9/delta-spark_2.13-9.9.9.pom"]
     assert plan.source == "maven"
     assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:9.9.9"
@@ -350,26 +360,10 @@ def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
 
 
 def test_a_delta_spark_version_maven_does_not_serve_is_named_with_the_fix(tmp_path):
-    served = []
-
-    class Repository(http.server.BaseHTTPRequestHandler):
-        def do_HEAD(self):  # noqa: N802 - http.server's name
-            served.append(self.path)
-            self.send_response(404)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Repository)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        repository = f"http://127.0.0.1:{server.server_port}/maven2/"
+    with _maven_repository(None) as (repository, served):
         config = {"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))}
         auto = plan_engine("auto", maven=None, delta_version="9.9.8", spark_config=config)
         explicit = plan_engine("delta-spark", maven=None, delta_version="9.9.8", spark_config=config)
-    finally:
-        server.shutdown()
     assert served == ["/maven2/io/delta/delta-spark_2.13/9.9.8/delta-spark_2.13-9.9.8.pom"]
     # Not "Maven not reachable": the repository answered, the version is what is wrong, and the plan says so.
     assert auto.source is None and auto.warning

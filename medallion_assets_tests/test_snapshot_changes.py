@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import dataclasses
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -120,7 +121,11 @@ def test_snapshots_become_changes_with_history_and_late_ones_are_ignored(spark, 
     lake = tmp_path / "lake"
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
     folder = lake / "landing" / "plans"
-    plans = _page_declaration()
+    # The snapshots here are a handful of rows: the one row the expectation drops is a third of its
+    # run, past the default max_rejected_share, which would (rightly) block the run as a broken
+    # delivery. These runs are about applying snapshots, so the rejects stay a warning.
+    page = _page_declaration()
+    plans = dataclasses.replace(page, silver=dataclasses.replace(page.silver, max_rejected_share=None))
     assets = [*bronze_assets([plans]), *silver_assets([plans])]
     resources, instance = resources_for("local"), DagsterInstance.ephemeral()
 

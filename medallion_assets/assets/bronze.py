@@ -72,6 +72,12 @@ def _run_to_end(query, client: DeltaTableClient, path: str, feed: Feed,
     return {**metadata, "new_rows": sum(int(p["numInputRows"]) for p in progress), "micro_batches": len(progress)}, progress
 
 
+def _bronze_asset_args(feed: Feed, deps: Sequence[AssetKey]) -> dict:
+    """What every bronze asset of a feed declares alike: its key, group, kinds, description and upstream."""
+    return {"key": feed.bronze_key, "group_name": "bronze", "kinds": DELTA_KINDS, "description": feed.description,
+            "deps": list(deps)}
+
+
 def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, path: str) -> dict:
     """Registers the stream's table by name (the stream sink writes by path); its name as metadata."""
     catalog = spark.catalog
@@ -83,11 +89,7 @@ def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, p
 
 def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
-        key=feed.bronze_key,
-        group_name="bronze",
-        kinds=DELTA_KINDS,
-        description=feed.description,
-        deps=list(deps),
+        **_bronze_asset_args(feed, deps),
         metadata={"delta/write_mode": "append (Structured Streaming sink)", "allow_full_refresh": feed.allow_full_refresh},
     )
     def _bronze_stream(
@@ -106,11 +108,7 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
 
 def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
-        key=feed.bronze_key,
-        group_name="bronze",
-        kinds=DELTA_KINDS,
-        deps=list(deps),
-        description=feed.description,
+        **_bronze_asset_args(feed, deps),
         metadata={"delta/write_mode": "append (Structured Streaming sink)"},
     )
     def _bronze_kafka(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource,
@@ -140,11 +138,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
 
 def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
-        key=feed.bronze_key,
-        group_name="bronze",
-        kinds=DELTA_KINDS,
-        description=feed.description,
-        deps=list(deps),
+        **_bronze_asset_args(feed, deps),
         output_required=False,
         metadata=delta_table(write_mode="overwrite", schema_mode="overwrite",
                              column_descriptions=bronze_column_descriptions(feed)),
@@ -160,11 +154,7 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
 
 def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
-        key=feed.bronze_key,
-        group_name="bronze",
-        kinds=DELTA_KINDS,
-        description=feed.description,
-        deps=list(deps),
+        **_bronze_asset_args(feed, deps),
         metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
     )
     def _bronze_snapshot_changes(context: AssetExecutionContext, spark: SparkResource,
