@@ -215,6 +215,22 @@ def resolve_snapshot(
     )
 
 
+def table_schema(
+    path: str,
+    *,
+    version: int | None = None,
+    timestamp: str | datetime | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> T.StructType:
+    """The Spark schema of ``path`` (latest, or as of a version or timestamp), as :func:`resolve_snapshot` gives it.
+
+    Opens and checks the table as :func:`resolve_snapshot` does, without
+    building its list of live files, which a schema does not need.
+    """
+    dt = open_table(path, version=version, timestamp=timestamp, storage_options=storage_options)
+    return delta_to_spark_schema(dt.schema())
+
+
 def table_path(options) -> str:
     """The normalized table location of a reader's or writer's options (``load(path)``/``save(path)``)."""
     path = options.get("path")

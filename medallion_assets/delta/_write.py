@@ -224,18 +224,23 @@ def _already_committed(plan: WritePlan) -> bool:
 
 def _conformed(df: DataFrame, plan: WritePlan) -> DataFrame:
     """``df`` in the table's column order and types, failing on the first row that breaks a constraint."""
-    by_name = {name.lower(): name for name in df.columns}
     given = {f.name: f.dataType for f in df.schema.fields}
-    columns: list[Column] = []
-    for field in plan.table_schema.fields:
-        source = by_name.get(field.name.lower())
-        if source is None:  # a column of the table the data lacks (mergeSchema or an older writer)
-            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
-        elif given[source] != field.dataType:
-            columns.append(F.col(_quoted(source)).cast(field.dataType).alias(field.name))
-        else:
-            columns.append(F.col(_quoted(source)).alias(field.name))
-    conformed = df.select(*columns)
+    if list(given.items()) == [(f.name, f.dataType) for f in plan.table_schema.fields]:
+        # Already the table's columns, names, order and types: building the same
+        # projection column by column would cost two JVM round trips per column.
+        conformed = df
+    else:
+        by_name = {name.lower(): name for name in given}
+        columns: list[Column] = []
+        for field in plan.table_schema.fields:
+            source = by_name.get(field.name.lower())
+            if source is None:  # a column of the table the data lacks (mergeSchema or an older writer)
+                columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+            elif given[source] != field.dataType:
+                columns.append(F.col(_quoted(source)).cast(field.dataType).alias(field.name))
+            else:
+                columns.append(F.col(_quoted(source)).alias(field.name))
+        conformed = df.select(*columns)
     checks = [
         (f"NOT NULL column '{f.name}'", f"{_quoted(f.name)} IS NOT NULL")
         for f in plan.table_schema.fields

@@ -46,6 +46,7 @@ from medallion_assets.delta._snapshot import (
     open_table,
     resolve_snapshot,
     table_path,
+    table_schema,
 )
 from medallion_assets.delta._catalog import LOCATION_METADATA
 from medallion_assets.delta.errors import DeltaOptionError
@@ -89,24 +90,24 @@ class DeltaDataSource(DataSource):
     def schema(self) -> T.StructType:
         location = table_path(self.options)
         if self._registering():
-            snapshot = resolve_snapshot(location)
-            fields = snapshot.schema.fields
+            schema = table_schema(location)
+            fields = schema.fields
             if not fields:
-                return snapshot.schema
+                return schema
             first = fields[0]
             # The catalog keeps this schema and hands it back on every read by name (see _locate).
             marked = T.StructField(first.name, first.dataType, first.nullable,
                                    {**(first.metadata or {}), LOCATION_METADATA: location})
             return T.StructType([marked, *fields[1:]])
         opts = self._read_options()
-        snapshot = resolve_snapshot(
+        schema = table_schema(
             location,
             version=None if opts.read_change_feed else opts.version_as_of,
             timestamp=None if opts.read_change_feed else opts.timestamp_as_of,
         )
         if opts.read_change_feed:
-            return T.StructType([*snapshot.schema.fields, *CHANGE_FEED_COLUMNS])
-        return snapshot.schema
+            return T.StructType([*schema.fields, *CHANGE_FEED_COLUMNS])
+        return schema
 
     def reader(self, schema: T.StructType) -> DataSourceReader:
         self._locate(schema)
