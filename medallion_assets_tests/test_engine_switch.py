@@ -138,8 +138,8 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
     assert_history_is_closed(lake)
     bronze = read_with_deltalake(lake / "bronze" / "orders_raw")
     per_file: dict[str, int] = {}
-    for source in bronze.column("_source_file").to_pylist():
-        name = Path(source.replace("file:", "")).name
+    for source_file in bronze.column("_source_file").to_pylist():
+        name = Path(source_file.replace("file:", "")).name
         per_file[name] = per_file.get(name, 0) + 1
     assert per_file == landed_lines(sorted((lake / "landing" / "orders").glob("*.json")))
     # Silver took each increment in once: every rejected line is quarantined exactly once,
