@@ -35,8 +35,9 @@ print(json.dumps({"seconds": round(ready, 1), "tables": tables}))
 
 
 def measure(lake: str, engine: str, catalog: str) -> dict:
-    env = dict(os.environ, MEDALLION_LAKE_ROOT=os.path.abspath(lake), MEDALLION_DELTA_ENGINE=engine,
-               MEDALLION_CATALOG=catalog)
+    env = dict(
+        os.environ, MEDALLION_LAKE_ROOT=os.path.abspath(lake), MEDALLION_DELTA_ENGINE=engine, MEDALLION_CATALOG=catalog
+    )
     done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -30,8 +30,10 @@ from engine_runs import LoadSampler, Timings, add_delta_spark_arguments, delta_s
 
 #: Each check: its silver tables (by folder) and how it counts them, in the order they are passed.
 KEY_CHECKS = {"lineitem": ("l_orderkey", "l_linenumber"), "orders": ("o_orderkey",)}
-REFERENCE_CHECKS = {"lineitem -> orders": ("lineitem", ("l_orderkey",), "orders", ("o_orderkey",)),
-                    "orders -> customers": ("orders", ("o_custkey",), "customers", ("c_custkey",))}
+REFERENCE_CHECKS = {
+    "lineitem -> orders": ("lineitem", ("l_orderkey",), "orders", ("o_orderkey",)),
+    "orders -> customers": ("orders", ("o_custkey",), "customers", ("c_custkey",)),
+}
 
 
 def main() -> None:
@@ -59,18 +61,28 @@ def main() -> None:
         }
     for name, (child, foreign_keys, parent, parent_keys) in REFERENCE_CHECKS.items():
         work[f"reference check {name}"] = {
-            way: lambda source=source, child=child, parent=parent, fk=foreign_keys, pk=parent_keys:
-                count_orphans(source[child], fk, source[parent], pk)
+            way: lambda source=source, child=child, parent=parent, fk=foreign_keys, pk=parent_keys: count_orphans(
+                source[child], fk, source[parent], pk
+            )
             for way, source in (("Spark", frames), ("DataFusion", tables))
         }
     # The gold transform's inputs and the reconciliation's silver names, as the gold assets pass them.
     reconciliations = {
-        "daily_revenue": (gold.DAILY_REVENUE_RECONCILIATION, {"orders": "orders", "lineitem": "lineitem", "customer": "customers"},
-                          lambda: gold_transforms.daily_revenue(frames["orders"], frames["lineitem"], frames["customers"])),
-        "monthly_revenue": (gold.MONTHLY_REVENUE_RECONCILIATION, {"orders": "orders", "lineitem": "lineitem"},
-                            lambda: gold_transforms.monthly_revenue(frames["orders"], frames["lineitem"])),
-        "customer_lifetime_value": (gold.CUSTOMER_LIFETIME_VALUE_RECONCILIATION, {"customer": "customers", "orders": "orders"},
-                                    lambda: gold_transforms.customer_lifetime_value(frames["customers"], frames["orders"])),
+        "daily_revenue": (
+            gold.DAILY_REVENUE_RECONCILIATION,
+            {"orders": "orders", "lineitem": "lineitem", "customer": "customers"},
+            lambda: gold_transforms.daily_revenue(frames["orders"], frames["lineitem"], frames["customers"]),
+        ),
+        "monthly_revenue": (
+            gold.MONTHLY_REVENUE_RECONCILIATION,
+            {"orders": "orders", "lineitem": "lineitem"},
+            lambda: gold_transforms.monthly_revenue(frames["orders"], frames["lineitem"]),
+        ),
+        "customer_lifetime_value": (
+            gold.CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
+            {"customer": "customers", "orders": "orders"},
+            lambda: gold_transforms.customer_lifetime_value(frames["customers"], frames["orders"]),
+        ),
     }
     cached = []
     for name, (reconciliation, silver, computed) in reconciliations.items():
@@ -79,11 +91,13 @@ def main() -> None:
         rows.count()
         sql = reconciliation.sql()
         work[f"reconciliation {name}"] = {
-            "Spark": lambda sql=sql, silver=silver, rows=rows:
-                one_row(sql, {**{n: frames[folder] for n, folder in silver.items()}, "gold": rows}),
+            "Spark": lambda sql=sql, silver=silver, rows=rows: one_row(
+                sql, {**{n: frames[folder] for n, folder in silver.items()}, "gold": rows}
+            ),
             # The gold rows are collected in the timing, as the check collects them.
-            "DataFusion": lambda sql=sql, silver=silver, rows=rows:
-                one_row(sql, {**{n: tables[folder] for n, folder in silver.items()}, "gold": rows.toArrow()}),
+            "DataFusion": lambda sql=sql, silver=silver, rows=rows: one_row(
+                sql, {**{n: tables[folder] for n, folder in silver.items()}, "gold": rows.toArrow()}
+            ),
         }
 
     for name, ways in work.items():
@@ -102,8 +116,10 @@ def main() -> None:
     medians = timings.medians()
     for name in work:
         spark_time, datafusion_time = medians[f"{name}|Spark"], medians[f"{name}|DataFusion"]
-        print(f"| {name} | {spark_time['wall']:.2f} | {spark_time['cpu']:.2f} | "
-              f"{datafusion_time['wall']:.2f} | {datafusion_time['cpu']:.2f} |")
+        print(
+            f"| {name} | {spark_time['wall']:.2f} | {spark_time['cpu']:.2f} | "
+            f"{datafusion_time['wall']:.2f} | {datafusion_time['cpu']:.2f} |"
+        )
     for rows in cached:
         rows.unpersist()
     spark.stop()

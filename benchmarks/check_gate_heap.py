@@ -44,8 +44,9 @@ def _jvm_of(root: int) -> int | None:
 
 def _live_mb(pid: int) -> float | None:
     try:
-        text = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True,
-                              timeout=120).stdout
+        text = subprocess.run(
+            ["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, timeout=120
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in reversed(text.splitlines()):
@@ -66,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     gate = subprocess.Popen(
         [sys.executable, "-m", "medallion_assets.cli", "check", "--scale-factor", str(args.scale_factor)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=os.environ.copy(),
     )
     samples = []
     while gate.poll() is None:
@@ -76,16 +80,21 @@ def main(argv: list[str] | None = None) -> int:
         if live is not None:
             samples.append([round(time.monotonic() - started), live])
     summary = (gate.stdout.read() if gate.stdout else "").strip().splitlines()
-    print(json.dumps({
-        "scale_factor": args.scale_factor,
-        "exit_code": gate.returncode,
-        "wall_s": round(time.monotonic() - started, 1),
-        "gate_summary": summary[-1] if summary else None,
-        "load_1min_at_end": round(os.getloadavg()[0], 1),
-        "live_heap_mb_samples": samples,
-        "largest_mb": max((mb for _, mb in samples), default=None),
-        "last_mb": samples[-1][1] if samples else None,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "scale_factor": args.scale_factor,
+                "exit_code": gate.returncode,
+                "wall_s": round(time.monotonic() - started, 1),
+                "gate_summary": summary[-1] if summary else None,
+                "load_1min_at_end": round(os.getloadavg()[0], 1),
+                "live_heap_mb_samples": samples,
+                "largest_mb": max((mb for _, mb in samples), default=None),
+                "last_mb": samples[-1][1] if samples else None,
+            },
+            indent=1,
+        )
+    )
     return 0 if gate.returncode == 0 else 1
 
 

@@ -39,11 +39,6 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from pyspark.sql import functions as F
-
-from medallion_assets.io_manager import DeltaTableClient
-from medallion_assets.io_manager.spec import WriteSpec
-
 from engine_runs import (
     LISTING_TASKS,
     SPARK_DEFAULT_LISTING_TASKS,
@@ -55,17 +50,28 @@ from engine_runs import (
     last_job_id,
     spark_jobs,
 )
+from pyspark.sql import functions as F
+
+from medallion_assets.io_manager import DeltaTableClient
+from medallion_assets.io_manager.spec import WriteSpec
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a Spark or Delta setting for the session, to compare with its default (repeatable)")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark or Delta setting for the session, to compare with its default (repeatable)",
+    )
     add_delta_spark_arguments(parser)
     args = parser.parse_args(argv)
     settings = dict(setting.split("=", 1) for setting in args.conf)
-    spark = delta_spark_session(parser, args, "delta-fixed-costs", extra_config={"spark.ui.enabled": "true", **settings})
+    spark = delta_spark_session(
+        parser, args, "delta-fixed-costs", extra_config={"spark.ui.enabled": "true", **settings}
+    )
     work = tempfile.mkdtemp(prefix="delta-fixed-costs-")
     rows = spark.createDataFrame([(i, f"row {i}") for i in range(5)], "k long, name string").cache()
     rows.count()
@@ -90,15 +96,18 @@ def main(argv: list[str] | None = None) -> None:
                 spark.sql(f"VACUUM delta.`{vacuumed}` RETAIN 168 HOURS").collect()
             finally:
                 spark.conf.set(LISTING_TASKS, session_value)
+
         return run
 
     def append(client: DeltaTableClient, *, empty: bool = False) -> Callable[[], None]:
         def run() -> None:
             frame = rows.limit(0) if empty else rows
             commit = (f"{client.arrow_append_max_rows}", next(counter)) if empty else None
-            result = client.write(frame, appended, WriteSpec(mode="append"), commit_metadata={"round": "x"},
-                                  empty_commit=commit)
+            result = client.write(
+                frame, appended, WriteSpec(mode="append"), commit_metadata={"round": "x"}, empty_commit=commit
+            )
             assert result.by_deltalake == bool(client.arrow_append_max_rows), "the append took the other route"
+
         return run
 
     spark_appends = DeltaTableClient(spark)
@@ -117,14 +126,20 @@ def main(argv: list[str] | None = None) -> None:
         ("Delta: write a new table", None, lambda: rows.write.format("delta").save(f"{work}/d{next(counter)}")),
         ("Delta: overwrite a table whose version this session has read", None, new_version),
         ("Delta: overwrite a table this session has not touched", forget_snapshots, new_version),
-        ("Delta: first read of a version just written", new_version,
-         lambda: key_count(spark.read.format("delta").load(existing))),
+        (
+            "Delta: first read of a version just written",
+            new_version,
+            lambda: key_count(spark.read.format("delta").load(existing)),
+        ),
         ("Delta: the same version read again", None, lambda: key_count(spark.read.format("delta").load(existing))),
         ("Parquet: the same read", None, lambda: key_count(spark.read.parquet(f"{work}/parquet-read"))),
         ("Delta: append 5 rows, committed by delta-spark", None, append(spark_appends)),
         ("Delta: append 5 rows, committed by deltalake", None, append(deltalake_appends)),
-        ("Delta: first read of the version deltalake appended", append(deltalake_appends),
-         lambda: key_count(spark.read.format("delta").load(appended))),
+        (
+            "Delta: first read of the version deltalake appended",
+            append(deltalake_appends),
+            lambda: key_count(spark.read.format("delta").load(appended)),
+        ),
         ("Delta: commit without rows, by delta-spark", None, append(spark_appends, empty=True)),
         ("Delta: commit without rows, by deltalake", None, append(deltalake_appends, empty=True)),
         ("Delta: VACUUM, listing with the session's tasks", None, vacuum(None)),
@@ -146,14 +161,19 @@ def main(argv: list[str] | None = None) -> None:
                         seconds[name].append(elapsed)
                         jobs[name].append(sum(1 for job in spark_jobs(spark) if job["jobId"] > before))
         facts = describe_session(spark, "delta-spark")
-        print(f"A 5-row table, {args.repeat} repeats after a warm-up; {facts['delta']}, Spark {facts['spark']}, "
-              f"{facts['cores']} cores; {describe_load(load.samples)}"
-              + (f"; settings: {', '.join(args.conf)}" if args.conf else "") + "\n")
+        print(
+            f"A 5-row table, {args.repeat} repeats after a warm-up; {facts['delta']}, Spark {facts['spark']}, "
+            f"{facts['cores']} cores; {describe_load(load.samples)}"
+            + (f"; settings: {', '.join(args.conf)}" if args.conf else "")
+            + "\n"
+        )
         print("| operation | median s | min s | Spark jobs |")
         print("| --- | ---: | ---: | ---: |")
         for name, _, _ in operations:
-            print(f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} "
-                  f"| {statistics.median(jobs[name]):g} |")
+            print(
+                f"| {name} | {statistics.median(seconds[name]):.2f} | {min(seconds[name]):.2f} "
+                f"| {statistics.median(jobs[name]):g} |"
+            )
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

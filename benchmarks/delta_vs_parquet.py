@@ -63,14 +63,6 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
-
-from medallion_assets.engine import engine_for
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
-from medallion_assets.pipelines.tpch.silver import LINEITEM, orders_and_lineitem
-
 from engine_runs import (
     DELTA_DEFAULT_SNAPSHOT_PARTITIONS,
     LoadSampler,
@@ -84,6 +76,19 @@ from engine_runs import (
     seconds_inside_jobs,
     spark_jobs,
 )
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+from medallion_assets.engine import engine_for
+from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+from medallion_assets.pipelines.tpch.silver import LINEITEM, orders_and_lineitem
 
 
 def make_frame(spark: SparkSession, rows: int):
@@ -105,11 +110,19 @@ def make_frame(spark: SparkSession, rows: int):
         F.date_add(F.lit("1992-01-01").cast("date"), (F.col("id") % 2500).cast("int")).alias("l_shipdate"),
         F.date_add(F.lit("1992-01-31").cast("date"), (F.col("id") % 2470).cast("int")).alias("l_commitdate"),
         F.date_add(F.lit("1992-01-02").cast("date"), (F.col("id") % 2530).cast("int")).alias("l_receiptdate"),
-        nullable(F.element_at(F.array(*[F.lit(m) for m in ("AIR", "MAIL", "SHIP", "TRUCK", "RAIL")]), (F.col("id") % 5 + 1).cast("int"))).alias("l_shipmode"),
+        nullable(
+            F.element_at(
+                F.array(*[F.lit(m) for m in ("AIR", "MAIL", "SHIP", "TRUCK", "RAIL")]),
+                (F.col("id") % 5 + 1).cast("int"),
+            )
+        ).alias("l_shipmode"),
         nullable(F.concat(F.lit("comment "), F.sha1(F.col("id").cast("string")).substr(1, 20))).alias("l_comment"),
         # The merge's sequence, as silver writes it: the event's time and id as one sortable text.
-        F.concat_ws("|", F.date_format(F.timestamp_seconds(F.col("id") % 86_400 + 820_454_400), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"),
-                    F.concat(F.lit("e"), F.col("id").cast("string"))).alias("_sequence"),
+        F.concat_ws(
+            "|",
+            F.date_format(F.timestamp_seconds(F.col("id") % 86_400 + 820_454_400), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"),
+            F.concat(F.lit("e"), F.col("id").cast("string")),
+        ).alias("_sequence"),
     )
 
 
@@ -134,8 +147,12 @@ class _PlainPyarrowWriter(DataSourceArrowWriter):
         writer = None
         for batch in iterator:
             if writer is None:
-                writer = pq.ParquetWriter(os.path.join(self.path, f"{uuid.uuid4()}.parquet"), batch.schema,
-                                          compression="snappy", store_decimal_as_integer=True)
+                writer = pq.ParquetWriter(
+                    os.path.join(self.path, f"{uuid.uuid4()}.parquet"),
+                    batch.schema,
+                    compression="snappy",
+                    store_decimal_as_integer=True,
+                )
             writer.write_batch(batch, row_group_size=1_000_000)
         if writer is not None:
             writer.close()
@@ -187,8 +204,6 @@ def parquet_to_ipc(parquet_folder: str, ipc_folder: str) -> None:
 def scan_all(df) -> int:
     # Touch every column so that column pruning cannot skip work.
     return df.select(F.sum(F.hash(*df.columns))).first()[0]
-
-
 
 
 def reset_folder(folder: str) -> None:
@@ -280,22 +295,26 @@ class WriteJobs:
             raise RuntimeError(f"{name}: expected one job writing the rows, found {[j['name'] for j in jobs]}")
         state = [job for job in jobs if job.get("description", "").startswith("Delta: Compute snapshot")]
         other = [job for job in jobs if job not in rows and job not in state]
-        self.parts.setdefault(name, []).append({
-            "writing the rows": seconds_inside_jobs(rows),
-            "state of the replaced version": seconds_inside_jobs(state),
-            "other Spark jobs": seconds_inside_jobs(other),
-            "outside Spark jobs": wall - seconds_inside_jobs(jobs),
-            "jobs": len(jobs),
-        })
+        self.parts.setdefault(name, []).append(
+            {
+                "writing the rows": seconds_inside_jobs(rows),
+                "state of the replaced version": seconds_inside_jobs(state),
+                "other Spark jobs": seconds_inside_jobs(other),
+                "outside Spark jobs": wall - seconds_inside_jobs(jobs),
+                "jobs": len(jobs),
+            }
+        )
 
     def medians(self) -> dict[str, dict[str, float]]:
-        return {name: {part: statistics.median(sample[part] for sample in samples)
-                       for part in (*WRITE_PARTS, "jobs")}
-                for name, samples in self.parts.items()}
+        return {
+            name: {part: statistics.median(sample[part] for sample in samples) for part in (*WRITE_PARTS, "jobs")}
+            for name, samples in self.parts.items()
+        }
 
 
-def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, extra: bool,
-                        write_jobs: bool = False) -> tuple[Timings, dict | None]:
+def measure_delta_spark(
+    spark: SparkSession, source, work: str, repeat: int, extra: bool, write_jobs: bool = False
+) -> tuple[Timings, dict | None]:
     """delta-spark writes and reads against Parquet.
 
     ``extra`` adds the explanatory rows: Delta's default snapshot partitions
@@ -315,20 +334,25 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
         reset_folder(work)
         parquet_path, delta_path, untuned_path, no_stats_path, declared_path, appended_path = (
             os.path.join(work, f"{name}-{i}")
-            for name in ("parquet", "delta", "untuned", "no-stats", "declared", "appended"))
+            for name in ("parquet", "delta", "untuned", "no-stats", "declared", "appended")
+        )
         write_delta = lambda path: source.write.format("delta").mode("overwrite").save(path)  # noqa: E731
         writes = [  # (step, untimed preparation, timed write)
             ("parquet write", None, lambda: source.write.mode("overwrite").parquet(parquet_path)),
             ("delta-spark write", None, lambda: write_delta(delta_path)),
-            ("delta-spark write, project statistics",
-             partial(create_as_the_io_manager_does, spark, declared_path, source.schema),
-             lambda: write_delta(declared_path)),
-            ("delta-spark append, project statistics",
-             partial(create_as_the_io_manager_does, spark, appended_path, source.schema),
-             lambda: source.write.format("delta").mode("append").save(appended_path)),
+            (
+                "delta-spark write, project statistics",
+                partial(create_as_the_io_manager_does, spark, declared_path, source.schema),
+                lambda: write_delta(declared_path),
+            ),
+            (
+                "delta-spark append, project statistics",
+                partial(create_as_the_io_manager_does, spark, appended_path, source.schema),
+                lambda: source.write.format("delta").mode("append").save(appended_path),
+            ),
         ]
         # Each repeat starts with the next write, so none always runs first or after the same one.
-        for name, prepare, write in writes[i % len(writes):] + writes[:i % len(writes)]:
+        for name, prepare, write in writes[i % len(writes) :] + writes[: i % len(writes)]:
             if prepare is not None:
                 prepare()
             timed_write(name, write)
@@ -341,8 +365,11 @@ def measure_delta_spark(spark: SparkSession, source, work: str, repeat: int, ext
         same_rows(timings.run("delta-spark first read", lambda: scan_all(delta(delta_path))), expected, "delta-spark")
         if extra:
             with untuned(spark):
-                same_rows(timings.run("delta-spark first read, untuned", lambda: scan_all(delta(untuned_path))),
-                          expected, "delta-spark, untuned")
+                same_rows(
+                    timings.run("delta-spark first read, untuned", lambda: scan_all(delta(untuned_path))),
+                    expected,
+                    "delta-spark, untuned",
+                )
         for _ in range(2):
             timings.run("parquet read", lambda: scan_all(spark.read.parquet(parquet_path)))
             timings.run("delta-spark read", lambda: scan_all(delta(delta_path)))
@@ -357,9 +384,20 @@ STATISTICS_VARIANTS = {
     "append, statistics on l_orderkey and l_shipdate": ("l_orderkey", "l_shipdate"),
     "append, statistics on the keys and l_shipdate": ("l_orderkey", "l_linenumber", "l_shipdate"),
     "append, statistics on the keys and three dates": (
-        "l_orderkey", "l_linenumber", "l_shipdate", "l_commitdate", "l_receiptdate"),
+        "l_orderkey",
+        "l_linenumber",
+        "l_shipdate",
+        "l_commitdate",
+        "l_receiptdate",
+    ),
     "append, statistics on the keys, three dates and _sequence": (
-        "l_orderkey", "l_linenumber", "_sequence", "l_shipdate", "l_commitdate", "l_receiptdate"),
+        "l_orderkey",
+        "l_linenumber",
+        "_sequence",
+        "l_shipdate",
+        "l_commitdate",
+        "l_receiptdate",
+    ),
     "append, no statistics": None,
 }
 
@@ -370,6 +408,7 @@ def measure_statistics(spark: SparkSession, source, work: str, repeat: int) -> T
     Each variant is a first load (an append to an empty table); they and
     Parquet's write rotate their order from one repeat to the next.
     """
+
     def create(path: str, columns: tuple[str, ...] | None) -> None:
         properties = {} if columns is None else {"delta.dataSkippingStatsColumns": ",".join(columns)}
         engine_for(spark).create_table(spark, path, source.schema, properties=properties)
@@ -387,7 +426,7 @@ def measure_statistics(spark: SparkSession, source, work: str, repeat: int) -> T
             path = os.path.join(work, f"variant-{n}")
             create(path, columns)
             writes.append((name, partial(append, path, columns)))
-        for name, write in writes[i % len(writes):] + writes[:i % len(writes)]:
+        for name, write in writes[i % len(writes) :] + writes[: i % len(writes)]:
             timings.run(name, write)
     return timings
 
@@ -404,19 +443,24 @@ def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Tim
     for i in range(repeat):
         reset_folder(work)
         parquet_path, delta_path, fast_path, plain_path, ipc_path = (
-            os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "write-delta", "pyarrow", "ipc"))
+            os.path.join(work, f"{name}-{i}") for name in ("parquet", "delta", "write-delta", "pyarrow", "ipc")
+        )
         writes = [
             ("parquet write", lambda: source.write.mode("overwrite").parquet(parquet_path)),
             ("write_delta write", lambda: write_delta(source, fast_path, mode="overwrite")),
             ("delta write", lambda: source.write.format("delta").mode("overwrite").save(delta_path)),
-            ("discard write",
-             lambda: source.write.format("bench_floor").option("kind", "discard").mode("append").save()),
-            ("pyarrow write",
-             lambda: source.write.format("bench_floor").option("kind", "pyarrow").mode("append").save(plain_path)),
+            (
+                "discard write",
+                lambda: source.write.format("bench_floor").option("kind", "discard").mode("append").save(),
+            ),
+            (
+                "pyarrow write",
+                lambda: source.write.format("bench_floor").option("kind", "pyarrow").mode("append").save(plain_path),
+            ),
         ]
         # As for delta-spark: each repeat starts with the next write, so the Parquet
         # baseline is not always the first step after the previous repeat's reads.
-        for name, write in writes[i % len(writes):] + writes[:i % len(writes)]:
+        for name, write in writes[i % len(writes) :] + writes[: i % len(writes)]:
             timings.run(name, write)
         parquet_to_ipc(parquet_path, ipc_path)
         ipc_frame = lambda: spark.read.format("bench_floor").schema(source.schema).load(ipc_path)  # noqa: E731
@@ -437,8 +481,13 @@ def measure_delta_rs(spark: SparkSession, source, work: str, repeat: int) -> Tim
 def run_one_engine(args: argparse.Namespace) -> dict:
     """Measure one engine in this process; the figures as a JSON-ready dict."""
     write_jobs = args.write_jobs and args.engine == "delta-spark"
-    spark, _ = build_session(args.engine, args.master, args.delta_spark_jars, f"delta-vs-parquet-{args.engine}",
-                             {"spark.ui.enabled": "true"} if write_jobs else None)
+    spark, _ = build_session(
+        args.engine,
+        args.master,
+        args.delta_spark_jars,
+        f"delta-vs-parquet-{args.engine}",
+        {"spark.ui.enabled": "true"} if write_jobs else None,
+    )
     work = tempfile.mkdtemp(prefix="delta-bench-")
     try:
         with LoadSampler() as load:
@@ -451,9 +500,15 @@ def run_one_engine(args: argparse.Namespace) -> dict:
                 timings, parts = measure_delta_spark(spark, source, work, args.repeat, args.extra_rows, write_jobs)
             else:
                 timings = measure_delta_rs(spark, source, work, args.repeat)
-        return {"facts": describe_session(spark, args.engine), "rows": args.rows, "repeat": args.repeat,
-                "steps": timings.medians(), "write_jobs": parts, "load": load.samples,
-                "paired": timings.paired_ratios((name, base) for name, base, _, _ in TABLE_ROWS[args.engine])}
+        return {
+            "facts": describe_session(spark, args.engine),
+            "rows": args.rows,
+            "repeat": args.repeat,
+            "steps": timings.medians(),
+            "write_jobs": parts,
+            "load": load.samples,
+            "paired": timings.paired_ratios((name, base) for name, base, _, _ in TABLE_ROWS[args.engine]),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
@@ -464,23 +519,43 @@ TABLE_ROWS = {
     "delta-spark": [
         ("parquet write", "parquet write", "Parquet write (baseline)", None),
         ("delta-spark write", "parquet write", "write, Delta's default statistics (every column)", None),
-        ("delta-spark write, project statistics", "parquet write",
-         "write, the project's default statistics (silver lineitem's: l_orderkey and l_shipdate)", "1.10x"),
-        ("delta-spark append, project statistics", "parquet write",
-         "the same, appended to the new table (a merge table's first load)", "1.10x"),
+        (
+            "delta-spark write, project statistics",
+            "parquet write",
+            "write, the project's default statistics (silver lineitem's: l_orderkey and l_shipdate)",
+            "1.10x",
+        ),
+        (
+            "delta-spark append, project statistics",
+            "parquet write",
+            "the same, appended to the new table (a merge table's first load)",
+            "1.10x",
+        ),
         ("delta-spark write, untuned", "parquet write", "write, untuned (50 snapshot partitions)", None),
-        ("delta-spark write, no statistics", "parquet write",
-         "write without column statistics (`stats.collect=false`; explains the gap, not a setting)", None),
+        (
+            "delta-spark write, no statistics",
+            "parquet write",
+            "write without column statistics (`stats.collect=false`; explains the gap, not a setting)",
+            None,
+        ),
         ("parquet read", "parquet read", "Parquet read (baseline)", None),
         ("delta-spark first read", "parquet read", "first read of the new table (builds its snapshot)", None),
         ("delta-spark read", "parquet read", "read (snapshot cached)", "1.1x"),
         ("delta-spark first read, untuned", "parquet read", "first read, untuned (50 snapshot partitions)", None),
         ("delta-spark read, untuned", "parquet read", "read (snapshot cached), untuned", None),
-        *((name, "parquet write", f"a first load, {name.removeprefix('append, ')}", None) for name in STATISTICS_VARIANTS),
+        *(
+            (name, "parquet write", f"a first load, {name.removeprefix('append, ')}", None)
+            for name in STATISTICS_VARIANTS
+        ),
     ],
     "delta-rs": [
         ("parquet write", "parquet write", "Parquet write (baseline)", None),
-        ("write_delta write", "parquet write", "`write_delta` write (Spark's Parquet writer + delta-rs commit)", "1.15x"),
+        (
+            "write_delta write",
+            "parquet write",
+            "`write_delta` write (Spark's Parquet writer + delta-rs commit)",
+            "1.15x",
+        ),
         ("delta write", "parquet write", '`format("delta")` write', "1.25x (aim 1.1x)"),
         ("discard write", "parquet write", "floor: hand-off to Python only", None),
         ("pyarrow write", "parquet write", "floor: hand-off + plain pyarrow encoding", None),
@@ -494,24 +569,35 @@ TABLE_ROWS = {
 
 def describe_run(result: dict) -> str:
     facts = result["facts"]
-    tuning = (f", snapshotPartitions {facts['snapshot_partitions']} (set by SparkResource)"
-              if facts["engine"] == "delta-spark" else "")
-    return (f"* {facts['engine']}: {facts['delta']}{tuning}; Spark {facts['spark']}, {facts['master']}, "
-            f"{facts['cores']} cores, driver memory {facts['driver_memory']}, Python {facts['python']}; "
-            f"{describe_load(result['load'])}")
+    tuning = (
+        f", snapshotPartitions {facts['snapshot_partitions']} (set by SparkResource)"
+        if facts["engine"] == "delta-spark"
+        else ""
+    )
+    return (
+        f"* {facts['engine']}: {facts['delta']}{tuning}; Spark {facts['spark']}, {facts['master']}, "
+        f"{facts['cores']} cores, driver memory {facts['driver_memory']}, Python {facts['python']}; "
+        f"{describe_load(result['load'])}"
+    )
 
 
 def print_markdown(results: list[dict]) -> None:
     first = results[0]
-    print(f"\n{first['rows']:,} rows; each engine in its own process, against Spark's Parquet in that process; "
-          f"median of {first['repeat']} writes and {2 * first['repeat']} reads "
-          f"(first reads: {first['repeat']})\n")
+    print(
+        f"\n{first['rows']:,} rows; each engine in its own process, against Spark's Parquet in that process; "
+        f"median of {first['repeat']} writes and {2 * first['repeat']} reads "
+        f"(first reads: {first['repeat']})\n"
+    )
     for result in results:
         print(describe_run(result))
-    print("\nRatio to Parquet: of the medians. Paired: the median of each repeat's own ratio (the step "
-          "against the baseline of the same repeat, under that moment's load); its middle half: the first "
-          "to the third quartile of those ratios.\n")
-    print("| engine | step | wall s | ratio to Parquet | paired | paired, middle half | CPU s | CPU ratio | paired | target |")
+    print(
+        "\nRatio to Parquet: of the medians. Paired: the median of each repeat's own ratio (the step "
+        "against the baseline of the same repeat, under that moment's load); its middle half: the first "
+        "to the third quartile of those ratios.\n"
+    )
+    print(
+        "| engine | step | wall s | ratio to Parquet | paired | paired, middle half | CPU s | CPU ratio | paired | target |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:
         steps, engine, paired = result["steps"], result["facts"]["engine"], result["paired"]
@@ -522,9 +608,11 @@ def print_markdown(results: list[dict]) -> None:
             pair = {kind: f"{paired[name][kind]:.2f}x" if name in paired else "-" for kind in ("wall", "cpu")}
             quartiles = paired.get(name, {}).get("wall_quartiles")
             middle = f"{quartiles[0]:.2f} to {quartiles[1]:.2f}x" if quartiles else "-"
-            print(f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x | {pair['wall']} "
-                  f"| {middle} "
-                  f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {pair['cpu']} | {target or '-'} |")
+            print(
+                f"| {engine} | {label} | {step['wall']:.2f} | {step['wall'] / baseline['wall']:.2f}x | {pair['wall']} "
+                f"| {middle} "
+                f"| {step['cpu']:.2f} | {step['cpu'] / baseline['cpu']:.2f}x | {pair['cpu']} | {target or '-'} |"
+            )
     for result in results:
         if result.get("write_jobs"):
             print_write_jobs(result["write_jobs"])
@@ -538,24 +626,37 @@ def print_write_jobs(parts: dict[str, dict[str, float]]) -> None:
     print("| write | " + " | ".join(WRITE_PARTS) + " | rows' job / Parquet's | Spark jobs |")
     print("| --- |" + " ---: |" * (len(WRITE_PARTS) + 2))
     for name, part in parts.items():
-        print(f"| {labels[name]} | " + " | ".join(f"{part[p]:.2f}" for p in WRITE_PARTS)
-              + f" | {part['writing the rows'] / baseline:.2f}x | {part['jobs']:g} |")
+        print(
+            f"| {labels[name]} | "
+            + " | ".join(f"{part[p]:.2f}" for p in WRITE_PARTS)
+            + f" | {part['writing the rows'] / baseline:.2f}x | {part['jobs']:g} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--no-extra-rows", dest="extra_rows", action="store_false",
-                        help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
-                             "a write without column statistics)")
-    parser.add_argument("--stats-columns", action="store_true",
-                        help="delta-spark: instead of the usual rows, what each column's statistics cost: a first "
-                             "load appended to tables keeping statistics on 0, 2, 3, 5 and 6 of lineitem's columns")
-    parser.add_argument("--write-jobs", action="store_true",
-                        help="delta-spark: split each write's time into the Spark jobs it ran (writing the rows, "
-                             "building the state of the version an overwrite replaces, other jobs) and the time "
-                             "outside any job; turns the session's UI on")
+    parser.add_argument(
+        "--no-extra-rows",
+        dest="extra_rows",
+        action="store_false",
+        help="skip delta-spark's explanatory rows (Delta's default of 50 snapshot partitions; "
+        "a write without column statistics)",
+    )
+    parser.add_argument(
+        "--stats-columns",
+        action="store_true",
+        help="delta-spark: instead of the usual rows, what each column's statistics cost: a first "
+        "load appended to tables keeping statistics on 0, 2, 3, 5 and 6 of lineitem's columns",
+    )
+    parser.add_argument(
+        "--write-jobs",
+        action="store_true",
+        help="delta-spark: split each write's time into the Spark jobs it ran (writing the rows, "
+        "building the state of the version an overwrite replaces, other jobs) and the time "
+        "outside any job; turns the session's UI on",
+    )
     add_engine_arguments(parser)
     run_benchmark(parser, argv, os.path.abspath(__file__), run_one_engine, print_markdown)
 

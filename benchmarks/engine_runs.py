@@ -54,25 +54,43 @@ _JSON_MARKER = "BENCHMARK-JSON "
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """``--engine``, ``--master``, ``--delta-spark-jars`` and the internal ``--json``."""
-    parser.add_argument("--engine", choices=("all", *ENGINES), default="all",
-                        help="engine to measure; 'all' runs each in a child process of its own (default)")
+    parser.add_argument(
+        "--engine",
+        choices=("all", *ENGINES),
+        default="all",
+        help="engine to measure; 'all' runs each in a child process of its own (default)",
+    )
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--delta-spark-jars", default=os.environ.get("DELTA_SPARK_JARS"),
-                        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the raw figures as one JSON line (what a child run hands back)")
-    parser.add_argument("--from-json", nargs="+", metavar="FILE",
-                        help="measure nothing: print the table of runs saved from --json (one file per engine)")
+    parser.add_argument(
+        "--delta-spark-jars",
+        default=os.environ.get("DELTA_SPARK_JARS"),
+        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the raw figures as one JSON line (what a child run hands back)"
+    )
+    parser.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="FILE",
+        help="measure nothing: print the table of runs saved from --json (one file per engine)",
+    )
 
 
 def check_engine_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not args.from_json and args.engine in ("all", "delta-spark") and not args.delta_spark_jars:
-        parser.error("delta-spark needs its jars: set DELTA_SPARK_JARS or pass --delta-spark-jars "
-                     "(or run --engine delta-rs only)")
+        parser.error(
+            "delta-spark needs its jars: set DELTA_SPARK_JARS or pass --delta-spark-jars "
+            "(or run --engine delta-rs only)"
+        )
 
 
-def delta_spark_session(parser: argparse.ArgumentParser, args: argparse.Namespace, app_name: str,
-                        extra_config: Mapping[str, str] | None = None):
+def delta_spark_session(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    app_name: str,
+    extra_config: Mapping[str, str] | None = None,
+):
     """The delta-spark session of a benchmark that measures delta-spark alone, from ``--master`` and ``--delta-spark-jars``.
 
     ``parser`` must have had :func:`add_delta_spark_arguments`; without jars it exits saying how to give them.
@@ -86,12 +104,16 @@ def delta_spark_session(parser: argparse.ArgumentParser, args: argparse.Namespac
 def add_delta_spark_arguments(parser: argparse.ArgumentParser) -> None:
     """``--master`` and ``--delta-spark-jars``, for :func:`delta_spark_session`."""
     parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--delta-spark-jars", default=os.environ.get("DELTA_SPARK_JARS"),
-                        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)")
+    parser.add_argument(
+        "--delta-spark-jars",
+        default=os.environ.get("DELTA_SPARK_JARS"),
+        help="folder of the delta-spark jars, or a comma list of jars (default: $DELTA_SPARK_JARS)",
+    )
 
 
-def build_session(engine: str, master: str, jars: str | None, app_name: str,
-                  extra_config: Mapping[str, str] | None = None):
+def build_session(
+    engine: str, master: str, jars: str | None, app_name: str, extra_config: Mapping[str, str] | None = None
+):
     """A session with ``engine``, built by ``SparkResource`` as the project builds its embedded one.
 
     ``extra_config`` goes on top of :data:`BENCHMARK_SPARK_CONFIG` (e.g. the UI,
@@ -196,8 +218,11 @@ def job_moment(text: str) -> float:
 
 def seconds_inside_jobs(jobs: Sequence[dict]) -> float:
     """How long at least one of ``jobs`` ran: their intervals' union (jobs that overlap count once)."""
-    intervals = sorted((job_moment(job["submissionTime"]), job_moment(job["completionTime"]))
-                       for job in jobs if "completionTime" in job)
+    intervals = sorted(
+        (job_moment(job["submissionTime"]), job_moment(job["completionTime"]))
+        for job in jobs
+        if "completionTime" in job
+    )
     total, end = 0.0, float("-inf")
     for start, stop in intervals:
         if stop > end:
@@ -206,8 +231,7 @@ def seconds_inside_jobs(jobs: Sequence[dict]) -> float:
     return total
 
 
-def spark_jobs_by_kind(jobs: list[dict], after_job: int,
-                       kind: Callable[[dict], str]) -> dict[str, dict[str, float]]:
+def spark_jobs_by_kind(jobs: list[dict], after_job: int, kind: Callable[[dict], str]) -> dict[str, dict[str, float]]:
     """Count and seconds of the jobs numbered above ``after_job``, grouped by ``kind(job)``.
 
     Seconds run from a job's submission to its completion, so jobs that run
@@ -231,7 +255,7 @@ def emit_json(result: dict[str, Any]) -> None:
 def last_result(output: str) -> dict[str, Any] | None:
     """The last result :func:`emit_json` printed into ``output``, or None if it printed none."""
     lines = [line for line in output.splitlines() if line.startswith(_JSON_MARKER)]
-    return json.loads(lines[-1][len(_JSON_MARKER):]) if lines else None
+    return json.loads(lines[-1][len(_JSON_MARKER) :]) if lines else None
 
 
 def run_child(argv: Sequence[str], what: str) -> dict[str, Any]:
@@ -267,8 +291,12 @@ def run_engines(script: str, argv: Sequence[str], engines: Sequence[str] = ENGIN
     results = []
     for engine in engines:
         print(f"running {engine} ...", file=sys.stderr, flush=True)
-        child = subprocess.run([sys.executable, script, *argv, "--engine", engine, "--json"],
-                               stdout=subprocess.PIPE, text=True, check=False)
+        child = subprocess.run(
+            [sys.executable, script, *argv, "--engine", engine, "--json"],
+            stdout=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
         if child.returncode != 0:
             raise SystemExit(f"the {engine} run failed (exit status {child.returncode}); its error is above")
         result = last_result(child.stdout)
@@ -333,7 +361,7 @@ def _read_stat(path: str) -> tuple[str, list[str]] | None:
     except OSError:
         return None
     # The name may hold spaces and parentheses; after it, [0] is the state, [1] the parent.
-    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -355,8 +383,11 @@ def _own_cpu_ticks(fields: list[str]) -> int:
 
 def process_tree(root: int) -> dict[int, list[str]]:
     """``root`` and its live descendants: pid -> its :func:`stat_fields`."""
-    stats = {int(entry): fields for entry in os.listdir("/proc")
-             if entry.isdigit() and (fields := stat_fields(int(entry))) is not None}
+    stats = {
+        int(entry): fields
+        for entry in os.listdir("/proc")
+        if entry.isdigit() and (fields := stat_fields(int(entry))) is not None
+    }
     parents = {pid: int(fields[1]) for pid, fields in stats.items()}
     tree = {}
     for pid, fields in stats.items():
@@ -424,14 +455,19 @@ class CpuSplit:
 
     def seconds(self, *, smallest: float = 0.5) -> dict[str, Any]:
         """``python_driver``, ``jvm`` and ``jvm_by_thread`` (kinds with at least ``smallest`` seconds)."""
-        threads = {name: seconds - self._threads.get(name, 0.0) for name, seconds in thread_cpu_seconds(self.jvm).items()}
+        threads = {
+            name: seconds - self._threads.get(name, 0.0) for name, seconds in thread_cpu_seconds(self.jvm).items()
+        }
         jvm = process_cpu_seconds(self.jvm) - self._jvm_total
         threads["threads that ended"] = jvm - sum(threads.values())
         return {
             "python_driver": round(time.process_time() - self._python, 1),
             "jvm": round(jvm, 1),
-            "jvm_by_thread": {name: round(value, 1) for name, value in sorted(threads.items(), key=lambda item: -item[1])
-                              if value >= smallest},
+            "jvm_by_thread": {
+                name: round(value, 1)
+                for name, value in sorted(threads.items(), key=lambda item: -item[1])
+                if value >= smallest
+            },
         }
 
 
@@ -495,8 +531,10 @@ class LoadSampler(PeriodicSampler):
 def describe_load(samples: Sequence[float]) -> str:
     if not samples:
         return "load average: not sampled"
-    return (f"1-minute load average {min(samples):.1f} to {max(samples):.1f} "
-            f"(median {statistics.median(samples):.1f}, {len(samples)} samples)")
+    return (
+        f"1-minute load average {min(samples):.1f} to {max(samples):.1f} "
+        f"(median {statistics.median(samples):.1f}, {len(samples)} samples)"
+    )
 
 
 class Timings:
@@ -523,8 +561,14 @@ class Timings:
         return value
 
     def medians(self) -> dict[str, dict[str, float]]:
-        return {name: {"wall": statistics.median(self.wall[name]), "cpu": statistics.median(self.cpu[name]),
-                       "samples": len(self.wall[name])} for name in self.wall}
+        return {
+            name: {
+                "wall": statistics.median(self.wall[name]),
+                "cpu": statistics.median(self.cpu[name]),
+                "samples": len(self.wall[name]),
+            }
+            for name in self.wall
+        }
 
     def paired_ratios(self, pairs: Iterable[tuple[str, str]]) -> dict[str, dict[str, float]]:
         """Per step, the median of its sample-by-sample ratios to its baseline's (the i-th to the i-th).
@@ -539,8 +583,10 @@ class Timings:
         paired = {}
         for name, base in pairs:
             if name in self.wall and base in self.wall and len(self.wall[name]) == len(self.wall[base]):
-                ratios = {kind: [step / baseline for step, baseline in zip(times[name], times[base])]
-                          for kind, times in (("wall", self.wall), ("cpu", self.cpu))}
+                ratios = {
+                    kind: [step / baseline for step, baseline in zip(times[name], times[base], strict=False)]
+                    for kind, times in (("wall", self.wall), ("cpu", self.cpu))
+                }
                 paired[name] = {kind: statistics.median(values) for kind, values in ratios.items()}
                 if len(ratios["wall"]) > 1:
                     first, _, third = statistics.quantiles(ratios["wall"], n=4)

@@ -85,6 +85,7 @@ def with_java_options(env: dict[str, str], options: str) -> dict[str, str]:
 
 def wait_for_jvms_naming(text: str, timeout: float = 300.0) -> None:
     """Wait until no ``java`` process has ``text`` in its command line (a JVM still writing its archive)."""
+
     def names_it(process: Path) -> bool:
         try:
             return text.encode() in (process / "cmdline").read_bytes()
@@ -104,13 +105,17 @@ def run_once(checkout: Path, env: dict[str, str], select: list[str] | None = Non
     started = time.monotonic()
     # -P: without it ``-c`` puts the working folder first on the path, and a run started in one
     # checkout would import that one whatever PYTHONPATH names.
-    done = subprocess.run([sys.executable, "-P", "-c", RUN, *(select or [])], env={**env, "PYTHONPATH": str(checkout)},
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", RUN, *(select or [])],
+        env={**env, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+    )
     process_s = round(time.monotonic() - started, 1)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         raise SystemExit(f"the run from {checkout} failed:\n{done.stderr[-4000:]}")
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = json.loads(lines[-1][len("RESULT ") :])
     if not result["success"]:
         raise SystemExit(f"the run from {checkout} did not succeed:\n{done.stderr[-4000:]}")
     if not Path(result["code"]).resolve().is_relative_to(checkout.resolve()):
@@ -124,19 +129,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs with nothing new per checkout and engine")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--compare-with", type=Path, help="another checkout, run alternately with this one")
-    parser.add_argument("--select", nargs="+", metavar="KEY",
-                        help="the runs with nothing new materialize only these assets (e.g. gold/pricing_summary), "
-                        "as a schedule of one table does")
-    parser.add_argument("--jvm", nargs="+", choices=list(JVM_VARIANTS), metavar="VARIANT",
-                        help=f"driver JVM variants to alternate ({', '.join(JVM_VARIANTS)}); "
-                        "see the module's docstring")
+    parser.add_argument(
+        "--select",
+        nargs="+",
+        metavar="KEY",
+        help="the runs with nothing new materialize only these assets (e.g. gold/pricing_summary), "
+        "as a schedule of one table does",
+    )
+    parser.add_argument(
+        "--jvm",
+        nargs="+",
+        choices=list(JVM_VARIANTS),
+        metavar="VARIANT",
+        help=f"driver JVM variants to alternate ({', '.join(JVM_VARIANTS)}); see the module's docstring",
+    )
     args = parser.parse_args(argv)
     if "delta-spark" in args.engines and not os.environ.get("DELTA_SPARK_JARS"):
         parser.error("delta-spark needs DELTA_SPARK_JARS (or leave it out of --engines)")
     conf_dir = os.environ.get("SPARK_CONF_DIR")
     if "class-archive" in (args.jvm or []) and conf_dir and Path(conf_dir).is_dir() and any(Path(conf_dir).iterdir()):
-        parser.error(f"--jvm class-archive: SPARK_CONF_DIR={conf_dir} holds files, and spark-submit puts it on the "
-                     "class path, where the JDK refuses a class archive; unset it or point it at an empty folder")
+        parser.error(
+            f"--jvm class-archive: SPARK_CONF_DIR={conf_dir} holds files, and spark-submit puts it on the "
+            "class path, where the JDK refuses a class archive; unset it or point it at an empty folder"
+        )
     if args.compare_with and args.jvm:
         parser.error("--compare-with and --jvm: one comparison at a time")
     #: name -> (checkout, driver JVM options; None: the class archive's, set per engine)
@@ -152,10 +167,17 @@ def main(argv: list[str] | None = None) -> int:
         for engine in args.engines:
             lake, home = Path(folder) / engine / "lake", Path(folder) / engine / "dagster_home"
             home.mkdir(parents=True)
-            env = {**os.environ, "MEDALLION_LAKE_ROOT": str(lake), "DAGSTER_HOME": str(home),
-                   "MEDALLION_DELTA_ENGINE": engine}
-            subprocess.run([sys.executable, "-P", "-c", LAND, str(lake / "landing"), str(args.scale_factor)],
-                           env={**env, "PYTHONPATH": str(HERE)}, check=True)
+            env = {
+                **os.environ,
+                "MEDALLION_LAKE_ROOT": str(lake),
+                "DAGSTER_HOME": str(home),
+                "MEDALLION_DELTA_ENGINE": engine,
+            }
+            subprocess.run(
+                [sys.executable, "-P", "-c", LAND, str(lake / "landing"), str(args.scale_factor)],
+                env={**env, "PYTHONPATH": str(HERE)},
+                check=True,
+            )
             first = run_once(HERE, env)
             print(f"{engine}: first run {first['run_s']} s", file=sys.stderr, flush=True)
             options = {name: java for name, (_, java) in variants.items()}
@@ -168,12 +190,14 @@ def main(argv: list[str] | None = None) -> int:
                 archives.append((engine, written, archive.stat().st_size if archive.exists() else 0))
                 print(f"{engine}: archive written by a run of {written}", file=sys.stderr, flush=True)
                 # -Xshare:on: a run that cannot map the archive fails instead of running without it.
-                options = {name: f"-Xshare:on -XX:SharedArchiveFile={archive}" if java is None else java
-                           for name, java in options.items()}
+                options = {
+                    name: f"-Xshare:on -XX:SharedArchiveFile={archive}" if java is None else java
+                    for name, java in options.items()
+                }
             runs: dict[str, list[dict]] = {name: [] for name in variants}
             order = list(variants)
             for number in range(args.rounds):
-                for name in (order if number % 2 == 0 else order[::-1]):
+                for name in order if number % 2 == 0 else order[::-1]:
                     checkout = variants[name][0]
                     runs[name].append(run_once(checkout, with_java_options(env, options[name]), args.select))
                     print(f"{engine}, {name}: {runs[name][-1]}", file=sys.stderr, flush=True)
@@ -188,11 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | ---: | ---: | --- |")
     for engine, name, measured in rows:
         each = ", ".join(f"{m['run_s']} / {m['process_s']}" for m in measured)
-        print(f"| {engine} | {name} | {statistics.median(m['run_s'] for m in measured):.1f} "
-              f"| {statistics.median(m['process_s'] for m in measured):.1f} | {each} |")
+        print(
+            f"| {engine} | {name} | {statistics.median(m['run_s'] for m in measured):.1f} "
+            f"| {statistics.median(m['process_s'] for m in measured):.1f} | {each} |"
+        )
     for engine, written, size in archives:
-        print(f"\n{engine}: the run that wrote the class archive took {written['run_s']} s "
-              f"(process {written['process_s']} s, until its JVM had exited); the archive holds {size / 2**20:.0f} MB.")
+        print(
+            f"\n{engine}: the run that wrote the class archive took {written['run_s']} s "
+            f"(process {written['process_s']} s, until its JVM had exited); the archive holds {size / 2**20:.0f} MB."
+        )
     return 0
 
 

@@ -39,11 +39,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.testing import assertDataFrameEqual
-
-from medallion_assets.io_manager import DELETION_VECTORS
 from engine_runs import (
     LoadSampler,
     Timings,
@@ -52,6 +47,11 @@ from engine_runs import (
     describe_load,
     describe_session,
 )
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from medallion_assets.io_manager import DELETION_VECTORS
 
 SEQUENCE, DELETED = "_sequence", "_deleted"
 #: Each variant: its name, and the properties its silver tables are created with.
@@ -73,8 +73,7 @@ def silver_specs(properties: dict[str, str]) -> dict:
 
     return {
         "orders": merge(merge_keys=("o_orderkey",), delete_column=DELETED),
-        "lineitem": merge(merge_keys=("l_orderkey", "l_linenumber"), replace_group="l_orderkey",
-                          delete_column=DELETED),
+        "lineitem": merge(merge_keys=("l_orderkey", "l_linenumber"), replace_group="l_orderkey", delete_column=DELETED),
         "customers": merge(merge_keys=("c_custkey",)),
     }
 
@@ -95,25 +94,37 @@ def batch(tables: dict[str, DataFrame], share: float) -> dict[str, DataFrame]:
     deleted = picked("o_orderkey", 0.1, "delete")
     restated = changed.where(~deleted).select(
         *[F.date_add("o_orderdate", 1).alias(c) if c == "o_orderdate" else F.col(c) for c in orders.columns],
-        F.lit(2).cast("long").alias(SEQUENCE), F.lit(False).alias(DELETED),
+        F.lit(2).cast("long").alias(SEQUENCE),
+        F.lit(False).alias(DELETED),
     )
-    gone = changed.where(deleted).select(*orders.columns, F.lit(2).cast("long").alias(SEQUENCE),
-                                         F.lit(True).alias(DELETED))
-    lines = lineitem.join(changed.select(F.col("o_orderkey").alias("l_orderkey"), deleted.alias("_gone")),
-                          "l_orderkey", "inner")
-    line_changes = lines.where(~F.col("_gone")).select(
-        *[(F.col(c) + 1).alias(c) if c == "l_extendedprice" else F.col(c) for c in lineitem.columns],
-        F.lit(2).cast("long").alias(SEQUENCE), F.lit(False).alias(DELETED),
-    ).unionByName(
-        lines.where(F.col("_gone") & (F.col("l_linenumber") == 1)).select(
-            *lineitem.columns, F.lit(2).cast("long").alias(SEQUENCE), F.lit(True).alias(DELETED)
+    gone = changed.where(deleted).select(
+        *orders.columns, F.lit(2).cast("long").alias(SEQUENCE), F.lit(True).alias(DELETED)
+    )
+    lines = lineitem.join(
+        changed.select(F.col("o_orderkey").alias("l_orderkey"), deleted.alias("_gone")), "l_orderkey", "inner"
+    )
+    line_changes = (
+        lines.where(~F.col("_gone"))
+        .select(
+            *[(F.col(c) + 1).alias(c) if c == "l_extendedprice" else F.col(c) for c in lineitem.columns],
+            F.lit(2).cast("long").alias(SEQUENCE),
+            F.lit(False).alias(DELETED),
+        )
+        .unionByName(
+            lines.where(F.col("_gone") & (F.col("l_linenumber") == 1)).select(
+                *lineitem.columns, F.lit(2).cast("long").alias(SEQUENCE), F.lit(True).alias(DELETED)
+            )
         )
     )
     segments = F.array(*[F.lit(s) for s in SEGMENTS])
     position = F.array_position(segments, F.col("c_mktsegment"))  # 1-based; the next segment, round
     moved = customers.where(picked("c_custkey", share)).select(
-        *[F.element_at(segments, (position % len(SEGMENTS)).cast("int") + 1).alias(c) if c == "c_mktsegment"
-          else F.col(c) for c in customers.columns],
+        *[
+            F.element_at(segments, (position % len(SEGMENTS)).cast("int") + 1).alias(c)
+            if c == "c_mktsegment"
+            else F.col(c)
+            for c in customers.columns
+        ],
         F.lit(2).cast("long").alias(SEQUENCE),
     )
     return {"orders": restated.unionByName(gone), "lineitem": line_changes, "customers": moved}
@@ -128,8 +139,14 @@ def read(spark: SparkSession, path: str, version: int | None = None) -> DataFram
 
 def changed_keys(spark: SparkSession, path: str, key: str, after: int, to: int) -> DataFrame:
     """Every key with a row in the change feed of versions ``after + 1 .. to`` (inserts, updates, deletes)."""
-    return (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", after + 1).option("endingVersion", to).load(path).select(key))
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", after + 1)
+        .option("endingVersion", to)
+        .load(path)
+        .select(key)
+    )
 
 
 def contributions(orders: DataFrame, lineitem: DataFrame, customers: DataFrame, touched: DataFrame) -> DataFrame:
@@ -143,37 +160,55 @@ def contributions(orders: DataFrame, lineitem: DataFrame, customers: DataFrame, 
     )
 
 
-def gold_from_changes(spark: SparkSession, paths: dict[str, str], before: dict[str, int], after: dict[str, int],
-                      gold_before: DataFrame, write) -> None:
+def gold_from_changes(
+    spark: SparkSession,
+    paths: dict[str, str],
+    before: dict[str, int],
+    after: dict[str, int],
+    gold_before: DataFrame,
+    write,
+) -> None:
     """``write`` the stored gold rows, less the touched orders' old contribution, plus their new one."""
     orders_changed = changed_keys(spark, paths["orders"], "o_orderkey", before["orders"], after["orders"])
     lines_changed = changed_keys(spark, paths["lineitem"], "l_orderkey", before["lineitem"], after["lineitem"])
-    customers_changed = changed_keys(spark, paths["customers"], "c_custkey", before["customers"],
-                                     after["customers"])
+    customers_changed = changed_keys(spark, paths["customers"], "c_custkey", before["customers"], after["customers"])
     now = {name: read(spark, path, after[name]) for name, path in paths.items()}
     then = {name: read(spark, path, before[name]) for name, path in paths.items()}
     # An order not in the orders' feed kept its customer, so the current orders find those of a moved customer.
-    of_moved_customers = now["orders"].join(
-        customers_changed.withColumnRenamed("c_custkey", "o_custkey"), "o_custkey", "left_semi"
-    ).select("o_orderkey")
-    touched = (orders_changed.unionByName(lines_changed.withColumnRenamed("l_orderkey", "o_orderkey"))
-               .unionByName(of_moved_customers).distinct().cache())
+    of_moved_customers = (
+        now["orders"]
+        .join(customers_changed.withColumnRenamed("c_custkey", "o_custkey"), "o_custkey", "left_semi")
+        .select("o_orderkey")
+    )
+    touched = (
+        orders_changed.unionByName(lines_changed.withColumnRenamed("l_orderkey", "o_orderkey"))
+        .unionByName(of_moved_customers)
+        .distinct()
+        .cache()
+    )
     try:
         touched.count()
         old = contributions(then["orders"], then["lineitem"], then["customers"], touched)
         new = contributions(now["orders"], now["lineitem"], now["customers"], touched)
         schema = gold_before.schema
-        delta = (new.select(*GOLD_KEYS, "revenue", "order_count")
-                 .unionByName(old.select(*GOLD_KEYS, (-F.col("revenue")).alias("revenue"),
-                                         (-F.col("order_count")).alias("order_count")))
-                 .groupBy(*GOLD_KEYS).agg(F.sum("revenue").alias("_d_revenue"),
-                                          F.sum("order_count").alias("_d_count")))
+        delta = (
+            new.select(*GOLD_KEYS, "revenue", "order_count")
+            .unionByName(
+                old.select(
+                    *GOLD_KEYS, (-F.col("revenue")).alias("revenue"), (-F.col("order_count")).alias("order_count")
+                )
+            )
+            .groupBy(*GOLD_KEYS)
+            .agg(F.sum("revenue").alias("_d_revenue"), F.sum("order_count").alias("_d_count"))
+        )
         merged = gold_before.join(delta, list(GOLD_KEYS), "full_outer").select(
             *GOLD_KEYS,
             (F.coalesce("revenue", F.lit(0)) + F.coalesce("_d_revenue", F.lit(0)))
-            .cast(schema["revenue"].dataType).alias("revenue"),
+            .cast(schema["revenue"].dataType)
+            .alias("revenue"),
             (F.coalesce("order_count", F.lit(0)) + F.coalesce("_d_count", F.lit(0)))
-            .cast(schema["order_count"].dataType).alias("order_count"),
+            .cast(schema["order_count"].dataType)
+            .alias("order_count"),
         )
         # A day and segment left with no order has no row, as when recomputed.
         write(merged.where(F.col("order_count") > 0).orderBy(*GOLD_KEYS))
@@ -204,10 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     def recompute(paths: dict[str, str], gold_path: str) -> None:
         now = {name: read(spark, path) for name, path in paths.items()}
         client.write(G.daily_revenue(now["orders"], now["lineitem"], now["customers"]), gold_path, overwrite)
+
     try:
-        source = {"orders": spark.read.parquet(str(folder / "orders.parquet")),
-                  "lineitem": spark.read.parquet(str(folder / "lineitem.parquet")),
-                  "customers": spark.read.parquet(str(folder / "customer.parquet"))}
+        source = {
+            "orders": spark.read.parquet(str(folder / "orders.parquet")),
+            "lineitem": spark.read.parquet(str(folder / "lineitem.parquet")),
+            "customers": spark.read.parquet(str(folder / "customer.parquet")),
+        }
         changes = {name: frame.cache() for name, frame in batch(source, args.share).items()}
         counts = {name: frame.count() for name, frame in changes.items()}
         paths: dict[str, dict[str, str]] = {}
@@ -218,8 +256,7 @@ def main(argv: list[str] | None = None) -> None:
                 specs = silver_specs(properties)
                 paths[variant] = {name: str(work / f"{number}-{name}") for name in specs}
                 for name, spec in specs.items():
-                    client.write(first_load(source[name], deletes=bool(spec.delete_column)), paths[variant][name],
-                                 spec)
+                    client.write(first_load(source[name], deletes=bool(spec.delete_column)), paths[variant][name], spec)
                 before[variant] = {n: client.last_commit_info(p)["version"] for n, p in paths[variant].items()}
             gold_path = str(work / "gold-before")
             recompute(paths[PLAIN], gold_path)
@@ -240,28 +277,39 @@ def main(argv: list[str] | None = None) -> None:
                 stored = client.read(maintained).cache()
                 try:
                     stored.count()
-                    gold_from_changes(spark, paths[variant], before[variant], after[variant], stored,
-                                      lambda frame: client.write(frame, maintained, overwrite))
+                    gold_from_changes(
+                        spark,
+                        paths[variant],
+                        before[variant],
+                        after[variant],
+                        stored,
+                        lambda frame: client.write(frame, maintained, overwrite),
+                    )
                 finally:
                     stored.unpersist()
 
-            timings.run("gold recomputed from all of silver, as the pipeline does",
-                        lambda: recompute(paths[PLAIN], recomputed))
+            timings.run(
+                "gold recomputed from all of silver, as the pipeline does", lambda: recompute(paths[PLAIN], recomputed)
+            )
             maintained = {}
             for number, variant in enumerate(v for v in VARIANTS if v != PLAIN):
                 maintained[variant] = str(work / f"gold-maintained-{number}")
                 shutil.copytree(gold_path, maintained[variant])
-                timings.run(f"gold from silver's changes, {variant}",
-                            lambda variant=variant: maintain(variant, maintained[variant]))
+                timings.run(
+                    f"gold from silver's changes, {variant}",
+                    lambda variant=variant: maintain(variant, maintained[variant]),
+                )
         expected = client.read(recomputed)
         for path in maintained.values():
             assertDataFrameEqual(client.read(path), expected)
         changed_rows = expected.exceptAll(client.read(gold_path)).count()
         facts = describe_session(spark, "delta-spark")
-        print(f"SF {args.scale_factor:g}: `daily_revenue` has {expected.count():,} rows, {changed_rows:,} of them "
-              f"changed by the batch ({counts['orders']:,} order changes, {counts['lineitem']:,} line item "
-              f"changes, {counts['customers']:,} customers moved); {facts['delta']}, {facts['cores']} cores; "
-              f"{describe_load(load.samples)}\n")
+        print(
+            f"SF {args.scale_factor:g}: `daily_revenue` has {expected.count():,} rows, {changed_rows:,} of them "
+            f"changed by the batch ({counts['orders']:,} order changes, {counts['lineitem']:,} line item "
+            f"changes, {counts['customers']:,} customers moved); {facts['delta']}, {facts['cores']} cores; "
+            f"{describe_load(load.samples)}\n"
+        )
         print("| step | s | CPU s |")
         print("| --- | ---: | ---: |")
         for name, figures in timings.medians().items():

@@ -63,7 +63,9 @@ def main() -> None:
 
     def computed(name: str):
         transform = getattr(gold_transforms, name)
-        inputs = [p.name for p in inspect.signature(transform).parameters.values() if p.default is inspect.Parameter.empty]
+        inputs = [
+            p.name for p in inspect.signature(transform).parameters.values() if p.default is inspect.Parameter.empty
+        ]
         return lambda: transform(*(table(p) for p in inputs)).toArrow()
 
     work = {name: computed(name) for name in args.tables}

@@ -116,8 +116,7 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares ``(intercept, slope)`` of ``y`` on ``x``."""
     mean_x = sum(x for x, _ in points) / len(points)
     mean_y = sum(y for _, y in points) / len(points)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
-             / sum((x - mean_x) ** 2 for x, _ in points))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
     return mean_y - slope * mean_x, slope
 
 
@@ -141,15 +140,15 @@ def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str
     if len({r["scale_factor"] for r in reports}) < 2:
         raise SystemExit("--fit needs runs at two scale factors at least")
     runs = [{run["run"]: run for run in r["runs"]} for r in reports]
-    lines = ["| SF | full run s | the batch s | nothing new s | batch / full |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for r, by_name in zip(reports, runs):
+    lines = ["| SF | full run s | the batch s | nothing new s | batch / full |", "| --- | ---: | ---: | ---: | ---: |"]
+    for r, by_name in zip(reports, runs, strict=False):
         full, batch = by_name["full"]["work_s"], by_name["incremental"]["work_s"]
-        lines.append(f"| {r['scale_factor']:g} | {full} | {batch} | {by_name['nothing new']['work_s']} "
-                     f"| {batch / full:.2f} |")
+        lines.append(
+            f"| {r['scale_factor']:g} | {full} | {batch} | {by_name['nothing new']['work_s']} | {batch / full:.2f} |"
+        )
     fits = {}
     for name in ("full", "incremental"):
-        points = [(r["scale_factor"], by_name[name]["work_s"]) for r, by_name in zip(reports, runs)]
+        points = [(r["scale_factor"], by_name[name]["work_s"]) for r, by_name in zip(reports, runs, strict=False)]
         fits[name] = _line(points)
         miss = max(abs(y - (fits[name][0] + fits[name][1] * x)) for x, y in points)
         lines.append(f"\n{name}: {fits[name][0]:.1f} s + {fits[name][1]:.1f} s per SF (largest miss {miss:.1f} s)")
@@ -157,25 +156,27 @@ def fit_report(reports: list[dict], layers: dict[str, str], top: int = 6) -> str
 
     def per_layer(name: str) -> dict[str, list[tuple[float, float]]]:
         points: dict[str, list[tuple[float, float]]] = {}
-        for r, by_name in zip(reports, runs):
+        for r, by_name in zip(reports, runs, strict=False):
             for layer, seconds in seconds_by_layer(by_name[name], layers).items():
                 points.setdefault(layer, []).append((r["scale_factor"], seconds))
         return points
 
-    lines += ["", "| layer | batch: fixed s | batch: s per SF | full run: fixed s | full run: s per SF |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "| layer | batch: fixed s | batch: s per SF | full run: fixed s | full run: s per SF |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     batch_layers, full_layers = per_layer("incremental"), per_layer("full")
     for layer in sorted(batch_layers, key=lambda layer: -_line(batch_layers[layer])[1]):
         (batch_fixed, batch_per_sf) = _line(batch_layers[layer])
         (full_fixed, full_per_sf) = _line(full_layers[layer]) if layer in full_layers else (0.0, 0.0)
         lines.append(f"| {layer} | {batch_fixed:.1f} | {batch_per_sf:.1f} | {full_fixed:.1f} | {full_per_sf:.1f} |")
     by_step: dict[str, list[tuple[float, float]]] = {}
-    for r, by_name in zip(reports, runs):
+    for r, by_name in zip(reports, runs, strict=False):
         for step, seconds in _steps(by_name["incremental"]).items():
             by_step.setdefault(step, []).append((r["scale_factor"], seconds))
     fitted = {step: _line(points) for step, points in by_step.items() if len(points) == len(reports)}
-    lines += ["", "| step (fastest growing in the batch) | batch: fixed s | batch: s per SF |",
-              "| --- | ---: | ---: |"]
+    lines += ["", "| step (fastest growing in the batch) | batch: fixed s | batch: s per SF |", "| --- | ---: | ---: |"]
     for step, (fixed, per_sf) in sorted(fitted.items(), key=lambda item: -item[1][1])[:top]:
         lines.append(f"| `{step}` | {fixed:.1f} | {per_sf:.1f} |")
     return "\n".join(lines)
@@ -197,17 +198,22 @@ def targets_summary(report: dict, layers: dict[str, str]) -> str:
     fresh = {run["run"]: run for run in report.get("fresh_process", {}).get("runs", [])}
     lines = [f"SF {report['scale_factor']:g}, {report['engine']}: the full run {full['work_s']} s of work", ""]
     shown = [("same process", batch, idle)] + (
-        [("fresh process", fresh["incremental"], fresh["nothing new"])] if fresh else [])
+        [("fresh process", fresh["incremental"], fresh["nothing new"])] if fresh else []
+    )
     for where, batch_run, idle_run in shown:
         share = batch_run["work_s"] / full["work_s"]
         share_miss = (share - BATCH_SHARE_TARGET) * 100
-        lines.append(f"- the batch, {where}: {batch_run['work_s']} s, {share:.1%} of the full run: "
-                     + ("met" if share_miss <= 0 else f"missed by {share_miss:.1f} points")
-                     + f" (target at most {BATCH_SHARE_TARGET:.0%})")
+        lines.append(
+            f"- the batch, {where}: {batch_run['work_s']} s, {share:.1%} of the full run: "
+            + ("met" if share_miss <= 0 else f"missed by {share_miss:.1f} points")
+            + f" (target at most {BATCH_SHARE_TARGET:.0%})"
+        )
         idle_miss = idle_run["work_s"] - NOTHING_NEW_TARGET_S
-        lines.append(f"- nothing new, {where}: {idle_run['work_s']} s: "
-                     + ("met" if idle_miss <= 0 else f"missed by {idle_miss:.1f} s")
-                     + f" (target at most {NOTHING_NEW_TARGET_S:g} s)")
+        lines.append(
+            f"- nothing new, {where}: {idle_run['work_s']} s: "
+            + ("met" if idle_miss <= 0 else f"missed by {idle_miss:.1f} s")
+            + f" (target at most {NOTHING_NEW_TARGET_S:g} s)"
+        )
 
     full_layers, batch_layers = seconds_by_layer(full, layers), seconds_by_layer(batch, layers)
     lines += ["", "| layer | full run s | batch s | batch / full |", "| --- | ---: | ---: | ---: |"]
@@ -226,8 +232,11 @@ def _copy_aside(folder: Path, aside: Path) -> None:
     """Copy what a run changes into ``aside``, before the batch."""
     shutil.rmtree(aside, ignore_errors=True)
     for name in _RUN_STATE:
-        shutil.copytree(folder / name, aside / name,
-                        ignore=lambda where, names: ["landing"] if Path(where) == folder / "lake" else [])
+        shutil.copytree(
+            folder / name,
+            aside / name,
+            ignore=lambda where, names: ["landing"] if Path(where) == folder / "lake" else [],
+        )
 
 
 def _put_back(aside: Path, folder: Path) -> None:
@@ -247,16 +256,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=100, help="the delivery's batches; the last is the increment")
     parser.add_argument("--folder", help="keep the lake here (default: a temporary folder)")
     parser.add_argument("--slowest", type=int, default=8, help="steps listed per run, slowest first")
-    parser.add_argument("--probes", action="store_true",
-                        help="time the Spark, Delta and IO-manager calls of each run, by call site")
-    parser.add_argument("--deletion-vectors", action="store_true",
-                        help="create the tables written by MERGE with deletion vectors (delta-spark only)")
-    parser.add_argument("--fit", nargs="+", metavar="FILE",
-                        help="measure nothing: fit the JSON of runs at several scale factors (see above)")
-    parser.add_argument("--summary", metavar="FILE",
-                        help="measure nothing: the targets and the seconds by layer of a run's JSON (see above)")
-    parser.add_argument("--fresh-process-batch", action="store_true",
-                        help="also run the batch and the run with nothing new in a fresh process (see above)")
+    parser.add_argument(
+        "--probes", action="store_true", help="time the Spark, Delta and IO-manager calls of each run, by call site"
+    )
+    parser.add_argument(
+        "--deletion-vectors",
+        action="store_true",
+        help="create the tables written by MERGE with deletion vectors (delta-spark only)",
+    )
+    parser.add_argument(
+        "--fit",
+        nargs="+",
+        metavar="FILE",
+        help="measure nothing: fit the JSON of runs at several scale factors (see above)",
+    )
+    parser.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="measure nothing: the targets and the seconds by layer of a run's JSON (see above)",
+    )
+    parser.add_argument(
+        "--fresh-process-batch",
+        action="store_true",
+        help="also run the batch and the run with nothing new in a fresh process (see above)",
+    )
     # The child of --fresh-process-batch: the batch on the lake its parent put back.
     parser.add_argument("--batch-in-this-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -305,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     engine = warm.delta_engine_in_use.name
     session_start_s = time.monotonic() - started
     if args.deletion_vectors and engine != "delta-spark":
-        parser.error(f"--deletion-vectors needs the delta-spark engine (this session runs {engine}): "
-                     "set DELTA_SPARK_JARS or MEDALLION_DELTA_ENGINE=delta-spark")
+        parser.error(
+            f"--deletion-vectors needs the delta-spark engine (this session runs {engine}): "
+            "set DELTA_SPARK_JARS or MEDALLION_DELTA_ENGINE=delta-spark"
+        )
 
     lake_tables = defs.resources["lake"].process_config_and_initialize()
 
@@ -319,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         began, began_wall = time.monotonic(), time.time()
         # Matched to the step running at each sample: which step grows the driver.
         with PeriodicSampler(driver_memory_sample, interval=0.2) as driver_memory:
-            result = materialize([*assets, *defs.asset_checks], resources=defs.resources, instance=instance,
-                                 raise_on_error=False)
+            result = materialize(
+                [*assets, *defs.asset_checks], resources=defs.resources, instance=instance, raise_on_error=False
+            )
         logs = instance.all_logs(result.run_id)
         seconds = step_seconds(logs)
         ended = time.monotonic()
@@ -350,11 +376,17 @@ def main(argv: list[str] | None = None) -> int:
             "steps_s": seconds,
             "table_versions_committed": sum(committed.values()),
             "table_versions_by_table": committed,
-            **({"calls_by_site_s": [
-                {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
-                for kind, site, calls, total in by_site(probed)[:15]
-            ], "python_driver_memory_by_call": memory_by_call(driver_memory.samples, probed)}
-               if probes else {}),
+            **(
+                {
+                    "calls_by_site_s": [
+                        {"call": kind, "site": site, "calls": calls, "seconds": round(total, 1)}
+                        for kind, site, calls, total in by_site(probed)[:15]
+                    ],
+                    "python_driver_memory_by_call": memory_by_call(driver_memory.samples, probed),
+                }
+                if probes
+                else {}
+            ),
         }
 
     if args.batch_in_this_process:
@@ -373,9 +405,20 @@ def main(argv: list[str] | None = None) -> int:
         warm.spark_session.stop()
         instance.dispose()
         _put_back(aside, folder)
-        child = [__file__, "--scale-factor", str(args.scale_factor), "--batches", str(args.batches),
-                 "--folder", str(folder), "--slowest", str(args.slowest), "--batch-in-this-process",
-                 *(["--probes"] if args.probes else []), *(["--deletion-vectors"] if args.deletion_vectors else [])]
+        child = [
+            __file__,
+            "--scale-factor",
+            str(args.scale_factor),
+            "--batches",
+            str(args.batches),
+            "--folder",
+            str(folder),
+            "--slowest",
+            str(args.slowest),
+            "--batch-in-this-process",
+            *(["--probes"] if args.probes else []),
+            *(["--deletion-vectors"] if args.deletion_vectors else []),
+        ]
         fresh = run_child(child, "the batch in a fresh process")
     report = {
         "scale_factor": args.scale_factor,
@@ -387,9 +430,16 @@ def main(argv: list[str] | None = None) -> int:
         "session_start_s": round(session_start_s, 1),
         "incremental_share_of_full": round(runs[1]["work_s"] / runs[0]["work_s"], 3),
         "runs": runs,
-        **({"fresh_process": {
-            "incremental_share_of_full": round(fresh["runs"][0]["work_s"] / runs[0]["work_s"], 3), **fresh,
-        }} if fresh else {}),
+        **(
+            {
+                "fresh_process": {
+                    "incremental_share_of_full": round(fresh["runs"][0]["work_s"] / runs[0]["work_s"], 3),
+                    **fresh,
+                }
+            }
+            if fresh
+            else {}
+        ),
     }
     print(json.dumps(report, indent=2))
     # On stderr: standard output stays the JSON that --fit and --summary read.

@@ -45,12 +45,17 @@ def write_table(root: str, rows: int) -> str:
 
     path = os.path.join(root, "gold", "bench")
     ids = list(range(rows))
-    write_deltalake(path, pa.table({
-        "key": pa.array(ids, pa.int64()),
-        "flag": pa.array(["AFNR"[i % 4] for i in ids]),
-        "amount": pa.array([Decimal(i % 100_000) / 100 for i in ids], pa.decimal128(15, 2)),
-        "day": pa.array([dt.date(1995, 1, 1) + dt.timedelta(days=i % 2000) for i in ids]),
-    }))
+    write_deltalake(
+        path,
+        pa.table(
+            {
+                "key": pa.array(ids, pa.int64()),
+                "flag": pa.array(["AFNR"[i % 4] for i in ids]),
+                "amount": pa.array([Decimal(i % 100_000) / 100 for i in ids], pa.decimal128(15, 2)),
+                "day": pa.array([dt.date(1995, 1, 1) + dt.timedelta(days=i % 2000) for i in ids]),
+            }
+        ),
+    )
     return path
 
 
@@ -58,8 +63,8 @@ def load_route(route: str, root: str, repeats: int) -> dict:
     """Seconds of each load of the table as pandas by ``route`` (run in the child process)."""
     import pandas as pd
     from dagster import AssetKey, build_input_context
-    from pyspark import SparkContext
     from dagster._core.types.dagster_type import resolve_dagster_type
+    from pyspark import SparkContext
     from pyspark.sql import DataFrame
 
     from medallion_assets.io_manager import DeltaIOManager
@@ -78,8 +83,13 @@ def load_route(route: str, root: str, repeats: int) -> dict:
         seconds.append(time.perf_counter() - started)
         rows = len(frame)
     engine = spark.delta_engine_in_use.name if route == "spark" else "delta-rs (no Spark)"
-    return {"route": route, "engine": engine, "seconds": seconds, "rows": rows,
-            "spark_started": SparkContext._active_spark_context is not None}
+    return {
+        "route": route,
+        "engine": engine,
+        "seconds": seconds,
+        "rows": rows,
+        "spark_started": SparkContext._active_spark_context is not None,
+    }
 
 
 def main() -> None:
@@ -96,20 +106,28 @@ def main() -> None:
         write_table(root, args.rows)
         results = []
         for route in ROUTES:
-            done = subprocess.run([sys.executable, __file__, "--repeats", str(args.repeats), "--child", route, root],
-                                  capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [sys.executable, __file__, "--repeats", str(args.repeats), "--child", route, root],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             [line] = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
             results.append(json.loads(line.removeprefix("RESULT ")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{args.rows:,} rows; {args.repeats} loads after the first; load average {os.getloadavg()[0]:.2f}\n")
-    print("| route | Delta engine | first load, start included (s) | median load, start excluded (s) | rows "
-          "| Spark started |")
+    print(
+        "| route | Delta engine | first load, start included (s) | median load, start excluded (s) | rows "
+        "| Spark started |"
+    )
     print("|---|---|---|---|---|---|")
     for result in results:
         first, rest = result["seconds"][0], statistics.median(result["seconds"][1:])
-        print(f"| {result['route']} | {result['engine']} | {first:.2f} | {rest:.3f} | {result['rows']:,} | "
-              f"{'yes' if result['spark_started'] else 'no'} |")
+        print(
+            f"| {result['route']} | {result['engine']} | {first:.2f} | {rest:.3f} | {result['rows']:,} | "
+            f"{'yes' if result['spark_started'] else 'no'} |"
+        )
 
 
 if __name__ == "__main__":

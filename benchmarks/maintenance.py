@@ -58,8 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="medallion-maintenance-"))
     lake = work / "lake"
     # The definitions' resources read these when Dagster initializes them.
-    os.environ.update(MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(work / "dagster_home"),
-                      MEDALLION_DELTA_ENGINE="delta-spark", DELTA_SPARK_JARS=args.delta_spark_jars or "")
+    os.environ.update(
+        MEDALLION_LAKE_ROOT=str(lake),
+        DAGSTER_HOME=str(work / "dagster_home"),
+        MEDALLION_DELTA_ENGINE="delta-spark",
+        DELTA_SPARK_JARS=args.delta_spark_jars or "",
+    )
     (work / "dagster_home").mkdir()
     spark = delta_spark_session(parser, args, "maintenance")
     try:
@@ -94,10 +98,15 @@ def main(argv: list[str] | None = None) -> None:
                 with LoadSampler() as load:
                     cpu, wall = tree_cpu_seconds(), time.perf_counter()
                     result = table_maintenance.execute_in_process(
-                        resources={"spark": SparkResource(master=args.master, delta_engine="delta-spark",
-                                                          delta_spark_jars=args.delta_spark_jars,
-                                                          spark_config=chosen),
-                                   "lake": LakeResource(root=str(copy))},
+                        resources={
+                            "spark": SparkResource(
+                                master=args.master,
+                                delta_engine="delta-spark",
+                                delta_spark_jars=args.delta_spark_jars,
+                                spark_config=chosen,
+                            ),
+                            "lake": LakeResource(root=str(copy)),
+                        },
                         instance=DagsterInstance.ephemeral(),
                     )
                     wall, cpu = time.perf_counter() - wall, tree_cpu_seconds() - cpu
@@ -109,8 +118,10 @@ def main(argv: list[str] | None = None) -> None:
             rows.append((name, ran_with, tables, wall, cpu, describe_load(load.samples)))
             print(f"{name}: {wall:.1f} s", flush=True)
 
-        print(f"\nSF {args.scale_factor} lake, delta-spark, {os.cpu_count()} cores, `table_maintenance` on a fresh copy "
-              "per variant\n")
+        print(
+            f"\nSF {args.scale_factor} lake, delta-spark, {os.cpu_count()} cores, `table_maintenance` on a fresh copy "
+            "per variant\n"
+        )
         print("| variant | listing tasks | tables | wall s | s per table | CPU s | load |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
         for name, tasks, tables, wall, cpu, load_text in rows:

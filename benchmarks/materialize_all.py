@@ -140,8 +140,12 @@ def jobs_by_step(intervals: dict[str, tuple[float, float]], jobs: list[dict], af
     for step, (start, end) in sorted(intervals.items(), key=lambda item: item[1][0]):
         inside = [job for job in done if start <= job_moment(job["submissionTime"]) <= end]
         in_jobs = seconds_inside_jobs(inside)
-        report[step] = {"s": round(end - start, 2), "jobs": len(inside), "in_jobs_s": round(in_jobs, 2),
-                        "outside_jobs_s": round(end - start - in_jobs, 2)}
+        report[step] = {
+            "s": round(end - start, 2),
+            "jobs": len(inside),
+            "in_jobs_s": round(in_jobs, 2),
+            "outside_jobs_s": round(end - start - in_jobs, 2),
+        }
     return report
 
 
@@ -157,10 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2, help="materializations (the 2nd+ find nothing new)")
     parser.add_argument("--slowest", type=int, default=12, help="steps listed per run, slowest first")
     parser.add_argument("--profile", help="write cProfile stats of the last run to this file")
-    parser.add_argument("--spark-jobs", action="store_true",
-                        help="per run, the Spark jobs it ran and their seconds, by kind (from the session's UI)")
-    parser.add_argument("--by-step", action="store_true",
-                        help="with --spark-jobs: per step, its Spark jobs and the seconds spent outside them")
+    parser.add_argument(
+        "--spark-jobs",
+        action="store_true",
+        help="per run, the Spark jobs it ran and their seconds, by kind (from the session's UI)",
+    )
+    parser.add_argument(
+        "--by-step",
+        action="store_true",
+        help="with --spark-jobs: per step, its Spark jobs and the seconds spent outside them",
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -225,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             durations = step_seconds(records)
             all_jobs = spark_jobs(warm.spark_session) if args.spark_jobs else []
             jobs = spark_jobs_by_kind(all_jobs, last_job, _job_kind) if args.spark_jobs else None
-            per_step = (jobs_by_step(step_intervals(records), all_jobs, last_job)
-                        if args.spark_jobs and args.by_step else None)
+            per_step = (
+                jobs_by_step(step_intervals(records), all_jobs, last_job) if args.spark_jobs and args.by_step else None
+            )
             runs.append(
                 {
                     "run": number + 1,
@@ -239,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                     "step_s_total": round(sum(durations.values()), 1),
                     "work_cpu": cpu_s,
                     **codegen_spent,
-                    "slowest_steps_s": dict(
-                        sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]
-                    ),
+                    "slowest_steps_s": dict(sorted(durations.items(), key=lambda item: -item[1])[: args.slowest]),
                     **({"spark_jobs": jobs} if jobs is not None else {}),
                     **({"steps_by_spark_jobs": per_step} if per_step is not None else {}),
                 }

@@ -32,10 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from medallion_assets.io_manager import DELETION_VECTORS
 from engine_runs import (
     LoadSampler,
     add_delta_spark_arguments,
@@ -47,6 +43,10 @@ from engine_runs import (
     spark_jobs_by_kind,
     tree_cpu_seconds,
 )
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from medallion_assets.io_manager import DELETION_VECTORS
 
 #: ``silver.lineitem``'s merge declaration (``pipelines/tpch/silver.py``).
 KEYS = ("l_orderkey", "l_linenumber")
@@ -86,10 +86,13 @@ def batch(lineitem: DataFrame, share: float) -> DataFrame:
     deleted = F.abs(F.xxhash64(GROUP, F.lit("delete"))) % 10 == 0
     updates = picked.where(~deleted).select(
         *[(F.col(c) + 1).alias(c) if c == "l_quantity" else F.col(c) for c in lineitem.columns],
-        F.lit(2).cast("long").alias(SEQUENCE), F.lit(False).alias(DELETED),
+        F.lit(2).cast("long").alias(SEQUENCE),
+        F.lit(False).alias(DELETED),
     )
-    deletes = picked.where(deleted).where(F.col("l_linenumber") == 1).select(
-        *lineitem.columns, F.lit(2).cast("long").alias(SEQUENCE), F.lit(True).alias(DELETED)
+    deletes = (
+        picked.where(deleted)
+        .where(F.col("l_linenumber") == 1)
+        .select(*lineitem.columns, F.lit(2).cast("long").alias(SEQUENCE), F.lit(True).alias(DELETED))
     )
     return updates.unionByName(deletes)
 
@@ -111,8 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     source = tpch_folder(args.work_dir, args.scale_factor) / "lineitem.parquet"
     client = DeltaTableClient(spark)
     work = Path(tempfile.mkdtemp(prefix="merge-dv-"))
-    samples: dict[str, dict[str, list[float]]] = {name: {"merge_s": [], "merge_cpu_s": [], "read_s": []}
-                                                  for name in VARIANTS}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"merge_s": [], "merge_cpu_s": [], "read_s": []} for name in VARIANTS
+    }
     metrics: dict[str, dict] = {}
     phases: dict[str, dict[str, dict[str, float]]] = {}
     try:
@@ -121,8 +125,14 @@ def main(argv: list[str] | None = None) -> None:
         changed_rows, changed_orders = changes.count(), changes.select(GROUP).distinct().count()
         bases = {}
         for number, (name, properties) in enumerate(VARIANTS.items()):
-            spec = WriteSpec(mode="merge", merge_keys=KEYS, replace_group=GROUP, sequence_column=SEQUENCE,
-                             delete_column=DELETED, table_properties=properties)
+            spec = WriteSpec(
+                mode="merge",
+                merge_keys=KEYS,
+                replace_group=GROUP,
+                sequence_column=SEQUENCE,
+                delete_column=DELETED,
+                table_properties=properties,
+            )
             bases[name] = (work / f"base{number}", spec)
             client.write(first_load(lineitem), str(bases[name][0]), spec)
         files = {name: client.describe(str(path)).num_files for name, (path, _) in bases.items()}
@@ -156,21 +166,29 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as error:  # the reason is what is reported
             delta_rs = f"deltalake refuses it: {str(error).splitlines()[0]}"
         facts = describe_session(spark, "delta-spark")
-        print(f"`lineitem` at SF {args.scale_factor:g} ({lineitem.count():,} rows); the batch restates "
-              f"{changed_orders:,} orders ({changed_rows:,} rows), {args.rounds} rounds; {facts['delta']}, "
-              f"{facts['cores']} cores; {describe_load(load.samples)}\n")
-        print("| table | files | MERGE s (median) | MERGE CPU s | files removed / added | rows copied "
-              "| deletion vectors added | full read after, s |")
+        print(
+            f"`lineitem` at SF {args.scale_factor:g} ({lineitem.count():,} rows); the batch restates "
+            f"{changed_orders:,} orders ({changed_rows:,} rows), {args.rounds} rounds; {facts['delta']}, "
+            f"{facts['cores']} cores; {describe_load(load.samples)}\n"
+        )
+        print(
+            "| table | files | MERGE s (median) | MERGE CPU s | files removed / added | rows copied "
+            "| deletion vectors added | full read after, s |"
+        )
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name in VARIANTS:
             m, s = metrics[name], samples[name]
-            print(f"| {name} | {files[name]} | {statistics.median(s['merge_s']):.1f} "
-                  f"| {statistics.median(s['merge_cpu_s']):.1f} "
-                  f"| {m.get('numTargetFilesRemoved', '?')} / {m.get('numTargetFilesAdded', '?')} "
-                  f"| {int(m.get('numTargetRowsCopied', 0)):,} | {m.get('numTargetDeletionVectorsAdded', 0)} "
-                  f"| {statistics.median(s['read_s']):.1f} |")
-        print(f"\nSame rows in both: {same}. Each MERGE's seconds: "
-              + "; ".join(f"{n}: {', '.join(f'{v:.1f}' for v in samples[n]['merge_s'])}" for n in VARIANTS))
+            print(
+                f"| {name} | {files[name]} | {statistics.median(s['merge_s']):.1f} "
+                f"| {statistics.median(s['merge_cpu_s']):.1f} "
+                f"| {m.get('numTargetFilesRemoved', '?')} / {m.get('numTargetFilesAdded', '?')} "
+                f"| {int(m.get('numTargetRowsCopied', 0)):,} | {m.get('numTargetDeletionVectorsAdded', 0)} "
+                f"| {statistics.median(s['read_s']):.1f} |"
+            )
+        print(
+            f"\nSame rows in both: {same}. Each MERGE's seconds: "
+            + "; ".join(f"{n}: {', '.join(f'{v:.1f}' for v in samples[n]['merge_s'])}" for n in VARIANTS)
+        )
         print(f"delta-rs on the table with deletion vectors: {delta_rs}")
         print("\nSpark jobs of each variant's last MERGE, by part (seconds from submission to completion):\n")
         print("| part | " + " | ".join(VARIANTS) + " |")

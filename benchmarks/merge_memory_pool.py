@@ -53,6 +53,7 @@ import time
 
 from engine_runs import emit_json, memory_kb, reset_peak_rss, run_child
 
+
 def write_source(table: str, group: str, fraction: float, folder: str) -> str:
     """The stored rows of ``fraction`` of the ``group`` values, as a Parquet file in ``folder``."""
     import deltalake
@@ -93,8 +94,12 @@ def measure(args: argparse.Namespace) -> dict:
         started = time.perf_counter()
         error = None
         try:
-            (table.merge(source, on, source_alias="s", target_alias="t", **options)
-             .when_matched_update_all().when_not_matched_insert_all().execute())
+            (
+                table.merge(source, on, source_alias="s", target_alias="t", **options)
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
         except Exception as exc:  # delta-rs' own error is the result being measured
             error = str(exc).splitlines()[0][:300]
         seconds = time.perf_counter() - started
@@ -130,12 +135,21 @@ def main() -> None:
     parser.add_argument("--keys", nargs="+", required=True, help="the MERGE's keys")
     parser.add_argument("--group", required=True, help="an integer column; a share of its values picks the source rows")
     parser.add_argument("--fractions", nargs="+", type=float, default=[0.01, 0.1, 0.3])
-    parser.add_argument("--pools", nargs="+", type=int, default=[0, 256, 1024],
-                        help="max_spill_size in MB; 0 for none")
-    parser.add_argument("--row-group-rows", nargs="+", type=int, default=[0],
-                        help="the rewritten files' row groups, at most this many rows; 0 for deltalake's default")
-    parser.add_argument("--change-data-feed", nargs="+", choices=("off", "on"), default=["off"],
-                        help="run each MERGE without and/or with the table's change data feed")
+    parser.add_argument("--pools", nargs="+", type=int, default=[0, 256, 1024], help="max_spill_size in MB; 0 for none")
+    parser.add_argument(
+        "--row-group-rows",
+        nargs="+",
+        type=int,
+        default=[0],
+        help="the rewritten files' row groups, at most this many rows; 0 for deltalake's default",
+    )
+    parser.add_argument(
+        "--change-data-feed",
+        nargs="+",
+        choices=("off", "on"),
+        default=["off"],
+        help="run each MERGE without and/or with the table's change data feed",
+    )
     parser.add_argument("--fraction", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--feed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--pool", type=int, help=argparse.SUPPRESS)
@@ -145,8 +159,10 @@ def main() -> None:
     if args.fraction is not None:
         emit_json(measure(args))
         return
-    print("| share of groups | source rows | source MB | spill bound | row groups up to | change feed | MERGE s "
-          "| peak above the source in hand, MB | rows after | feed rows | feed read s | error | load |")
+    print(
+        "| share of groups | source rows | source MB | spill bound | row groups up to | change feed | MERGE s "
+        "| peak above the source in hand, MB | rows after | feed rows | feed read s | error | load |"
+    )
     print("| ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     sources = tempfile.mkdtemp(prefix="merge_pool_sources_")
     try:
@@ -161,16 +177,32 @@ def main() -> None:
 
 
 def print_run(fraction: float, pool: int, row_group: int, feed: bool, source: str) -> None:
-    r = run_child([*sys.argv, "--fraction", str(fraction), "--pool", str(pool), "--row-group", str(row_group),
-                   "--feed", str(int(feed)), "--source", source],
-                  f"the run at {fraction} with a {pool} MB bound, row groups {row_group}, change feed {feed}")
+    r = run_child(
+        [
+            *sys.argv,
+            "--fraction",
+            str(fraction),
+            "--pool",
+            str(pool),
+            "--row-group",
+            str(row_group),
+            "--feed",
+            str(int(feed)),
+            "--source",
+            source,
+        ],
+        f"the run at {fraction} with a {pool} MB bound, row groups {row_group}, change feed {feed}",
+    )
     bound = f"{r['pool_mb']} MB" if r["pool_mb"] else "none"
     groups = f"{r['row_group_rows']:,} rows" if r["row_group_rows"] else "default"
     feed_rows = "" if r["feed_rows"] is None else f"{r['feed_rows']:,}"
-    print(f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {groups} "
-          f"| {'on' if r['change_data_feed'] else 'off'} | {r['seconds']} | {r['peak_growth_mb']} | {r['rows_after']:,} "
-          f"| {feed_rows} | {r['feed_read_s'] if r['feed_read_s'] is not None else ''} | {r['error'] or ''} "
-          f"| {r['load_average']} |", flush=True)
+    print(
+        f"| {r['fraction']:.0%} | {r['source_rows']:,} | {r['source_mb']} | {bound} | {groups} "
+        f"| {'on' if r['change_data_feed'] else 'off'} | {r['seconds']} | {r['peak_growth_mb']} | {r['rows_after']:,} "
+        f"| {feed_rows} | {r['feed_read_s'] if r['feed_read_s'] is not None else ''} | {r['error'] or ''} "
+        f"| {r['load_average']} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,6 @@ import tempfile
 import time
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 from engine_runs import (
     LoadSampler,
     add_engine_arguments,
@@ -63,6 +60,8 @@ from engine_runs import (
     run_benchmark,
     tree_cpu_seconds,
 )
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 MB = 1024 * 1024
 
@@ -85,7 +84,8 @@ def upsert_source(spark: SparkSession, table_rows: int, size: int):
 
 def merge(table_class, spark: SparkSession, path: str, source) -> None:
     (
-        table_class.forPath(spark, path).alias("t")
+        table_class.forPath(spark, path)
+        .alias("t")
         .merge(source.alias("s"), "t.k = s.k")
         .whenMatchedUpdateAll(condition="s.seq > t.seq")
         .whenNotMatchedInsertAll()
@@ -103,8 +103,11 @@ class MemoryProbe:
         self.heap_before = 0
 
     def _heap_pools(self):
-        return [pool for pool in self.jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-                if pool.getType().toString() == "Heap memory"]
+        return [
+            pool
+            for pool in self.jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+            if pool.getType().toString() == "Heap memory"
+        ]
 
     def start(self) -> None:
         gc.collect()
@@ -112,8 +115,9 @@ class MemoryProbe:
         self.jvm.java.lang.System.gc()
         for pool in self._heap_pools():
             pool.resetPeakUsage()
-        self.heap_before = self.jvm.java.lang.management.ManagementFactory.getMemoryMXBean() \
-            .getHeapMemoryUsage().getUsed()
+        self.heap_before = (
+            self.jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()
+        )
         for name, pid in self.pids.items():
             reset_peak_rss(pid)
             self.rss_before[name] = memory_kb(pid, "VmRSS")
@@ -175,8 +179,13 @@ def run_one_engine(args: argparse.Namespace) -> dict:
             base_table = os.path.join(work, "base")
             rows(spark, 0, args.table_rows).write.format("delta").mode("overwrite").save(base_table)
             sizes = [measure_size(spark, table_class, base_table, work, args, size) for size in args.source_rows]
-        return {"facts": describe_session(spark, args.engine), "table_rows": args.table_rows,
-                "repeat": args.repeat, "sizes": sizes, "load": load.samples}
+        return {
+            "facts": describe_session(spark, args.engine),
+            "table_rows": args.table_rows,
+            "repeat": args.repeat,
+            "sizes": sizes,
+            "load": load.samples,
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
@@ -189,20 +198,28 @@ def megabytes(growth: float) -> str:
 
 def print_markdown(results: list[dict]) -> None:
     first = results[0]
-    print(f"\nMERGE into a {first['table_rows']:,}-row table (half of each source updates, half inserts); "
-          f"time: median of {first['repeat']}, memory: largest of {first['repeat']}\n")
+    print(
+        f"\nMERGE into a {first['table_rows']:,}-row table (half of each source updates, half inserts); "
+        f"time: median of {first['repeat']}, memory: largest of {first['repeat']}\n"
+    )
     for result in results:
         facts = result["facts"]
-        print(f"* {facts['engine']}: {facts['delta']}; Spark {facts['spark']}, {facts['master']}, "
-              f"{facts['cores']} cores, driver memory {facts['driver_memory']}; {describe_load(result['load'])}")
-    print("\n| engine | source rows | MERGE s | rows/s | MERGE CPU s | Python driver peak RSS growth MB | bytes per source row "
-          "| JVM peak RSS growth MB | JVM heap peak over live MB | write of the same rows s |")
+        print(
+            f"* {facts['engine']}: {facts['delta']}; Spark {facts['spark']}, {facts['master']}, "
+            f"{facts['cores']} cores, driver memory {facts['driver_memory']}; {describe_load(result['load'])}"
+        )
+    print(
+        "\n| engine | source rows | MERGE s | rows/s | MERGE CPU s | Python driver peak RSS growth MB | bytes per source row "
+        "| JVM peak RSS growth MB | JVM heap peak over live MB | write of the same rows s |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:
         for s in result["sizes"]:
-            print(f"| {result['facts']['engine']} | {s['size']:,} | {s['merge_s']:.1f} | {s['size'] / s['merge_s']:,.0f} "
-                  f"| {s['merge_cpu_s']:.1f} | {megabytes(s['python_growth'])} | {max(s['python_growth'], 0) / s['size']:,.0f} "
-                  f"| {megabytes(s['jvm_growth'])} | {megabytes(s['heap_growth'])} | {s['append_s']:.1f} |")
+            print(
+                f"| {result['facts']['engine']} | {s['size']:,} | {s['merge_s']:.1f} | {s['size'] / s['merge_s']:,.0f} "
+                f"| {s['merge_cpu_s']:.1f} | {megabytes(s['python_growth'])} | {max(s['python_growth'], 0) / s['size']:,.0f} "
+                f"| {megabytes(s['jvm_growth'])} | {megabytes(s['heap_growth'])} | {s['append_s']:.1f} |"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

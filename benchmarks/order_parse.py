@@ -22,9 +22,8 @@ import json
 import os
 from pathlib import Path
 
-from pyspark.sql import functions as F
-
 from engine_runs import LoadSampler, Timings, add_delta_spark_arguments, delta_spark_session, describe_load
+from pyspark.sql import functions as F
 
 
 def judged_digest(judged) -> tuple[int, int, int]:
@@ -45,16 +44,23 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     orders = args.landing / "orders"
     if not orders.is_dir():
-        parser.error(f"--landing {args.landing} has no orders/ folder: land a delivery first "
-                     "(medallion-assets simulate --all)")
+        parser.error(
+            f"--landing {args.landing} has no orders/ folder: land a delivery first (medallion-assets simulate --all)"
+        )
 
     from medallion_assets.pipelines.tpch.transforms import judge_order_lines
 
     spark = delta_spark_session(parser, args, "order-parse")
-    lines = spark.read.text(str(orders)).select(
-        # A fixed ingestion time: two runs of the same lines then hash alike.
-        "value", F.input_file_name().alias("_source_file"), F.lit("2026-01-01 00:00:00").cast("timestamp").alias("_ingested_at")
-    ).cache()
+    lines = (
+        spark.read.text(str(orders))
+        .select(
+            # A fixed ingestion time: two runs of the same lines then hash alike.
+            "value",
+            F.input_file_name().alias("_source_file"),
+            F.lit("2026-01-01 00:00:00").cast("timestamp").alias("_ingested_at"),
+        )
+        .cache()
+    )
     lines.count()
     timings, digests = Timings(), set()
     with LoadSampler() as load:
@@ -65,9 +71,20 @@ def main(argv: list[str] | None = None) -> None:
         raise AssertionError(f"the same lines were judged differently from one repeat to the next: {sorted(digests)}")
     [(count, rejects, digest)] = digests
     median = timings.medians()["judge"]
-    print(json.dumps({"lines": count, "rejects": rejects, "digest": digest, "wall_s": round(median["wall"], 2),
-                      "cpu_s": round(median["cpu"], 2), "repeat": args.repeat, "load": describe_load(load.samples),
-                      "cores": os.cpu_count()}))
+    print(
+        json.dumps(
+            {
+                "lines": count,
+                "rejects": rejects,
+                "digest": digest,
+                "wall_s": round(median["wall"], 2),
+                "cpu_s": round(median["cpu"], 2),
+                "repeat": args.repeat,
+                "load": describe_load(load.samples),
+                "cores": os.cpu_count(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

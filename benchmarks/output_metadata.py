@@ -99,7 +99,9 @@ def child(args: argparse.Namespace) -> int:
     path = str(Path(args.folder) / f"table_{args.engine}")
     rows = (
         spark.range(args.rows)
-        .select(F.col("id"), (F.col("id") % 97).alias("k"), F.col("id").cast("string").alias("s"), F.lit(0).alias("seq"))
+        .select(
+            F.col("id"), (F.col("id") % 97).alias("k"), F.col("id").cast("string").alias("s"), F.lit(0).alias("seq")
+        )
         .repartition(8)
         .cache()
     )
@@ -109,8 +111,10 @@ def child(args: argparse.Namespace) -> int:
         "overwrite": (rows, WriteSpec(mode="overwrite")),
         "append": (rows.limit(10_000).withColumn("id", F.col("id") + 10 * args.rows), WriteSpec(mode="append")),
     }
-    describe = {"before": lambda commit: before_output_metadata(client, path, commit=commit),
-                "after": lambda commit: table_metadata(client, path, commit=commit)}
+    describe = {
+        "before": lambda commit: before_output_metadata(client, path, commit=commit),
+        "after": lambda commit: table_metadata(client, path, commit=commit),
+    }
     samples: dict[str, dict[str, list[float]]] = {op: {v: [] for v in VARIANTS} for op in OPERATIONS}
     checks = 0
     for round_ in range(args.rounds + 1):
@@ -135,7 +139,11 @@ def child(args: argparse.Namespace) -> int:
                 elapsed = time.perf_counter() - start
                 if round_:
                     samples[operation][variant].append(elapsed)
-                facts[variant] = (metadata["dagster/row_count"], metadata["delta/num_files"], metadata["delta/size_bytes"])
+                facts[variant] = (
+                    metadata["dagster/row_count"],
+                    metadata["delta/num_files"],
+                    metadata["delta/size_bytes"],
+                )
             # The two describe different commits; an overwrite leaves the same rows both times.
             if operation == "overwrite" and facts["before"][0] != facts["after"][0]:
                 raise AssertionError(f"row counts differ after an overwrite: {facts}")
@@ -167,8 +175,18 @@ def main() -> int:
     folder = tempfile.mkdtemp(prefix="output-metadata-")
     try:
         for engine in args.engines:
-            command = [sys.executable, __file__, "--engine", engine, "--folder", folder,
-                       "--rows", str(args.rows), "--rounds", str(args.rounds)]
+            command = [
+                sys.executable,
+                __file__,
+                "--engine",
+                engine,
+                "--folder",
+                folder,
+                "--rows",
+                str(args.rows),
+                "--rounds",
+                str(args.rounds),
+            ]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode:
                 sys.stderr.write(done.stderr[-4000:])

@@ -65,8 +65,9 @@ import threading
 import time
 import types
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from engine_runs import (
     CodegenSpend,
@@ -108,8 +109,13 @@ def tree_peak_memory(root: int) -> dict[str, float]:
             continue
         mb = int(fields["VmHWM"].split()[0]) / 1024
         name = fields.get("Name", "").strip()
-        kind = "python_driver_mb" if pid == root else "jvm_mb" if name == "java" else (
-            "python_workers_mb" if name.startswith("python") or name.startswith("pyspark") else None)
+        kind = (
+            "python_driver_mb"
+            if pid == root
+            else "jvm_mb"
+            if name == "java"
+            else ("python_workers_mb" if name.startswith("python") or name.startswith("pyspark") else None)
+        )
         if kind:
             peaks[kind] = max(peaks[kind], mb)
     return peaks
@@ -126,12 +132,16 @@ def driver_memory_sample() -> tuple[float, float, float]:
 
 def step_events(records) -> list[dict]:
     """The run's Dagster events from its event log: time, type and step (``None`` for run events)."""
-    return [{"t": record.timestamp, "type": record.dagster_event.event_type_value, "step": record.dagster_event.step_key}
-            for record in records if record.dagster_event is not None]
+    return [
+        {"t": record.timestamp, "type": record.dagster_event.event_type_value, "step": record.dagster_event.step_key}
+        for record in records
+        if record.dagster_event is not None
+    ]
 
 
-def _samples_in(samples: list[tuple[float, float, float]], start: float, end: float
-                ) -> tuple[float, list[tuple[float, float, float]]] | None:
+def _samples_in(
+    samples: list[tuple[float, float, float]], start: float, end: float
+) -> tuple[float, list[tuple[float, float, float]]] | None:
     """The resident MB when ``start`` came (the last sample before it) and the samples up to ``end``; None if none."""
     inside = [s for s in samples if start <= s[0] <= end]
     if not inside:
@@ -154,9 +164,15 @@ def memory_by_step(samples: list[tuple[float, float, float]], events: list[dict]
         if window is None:
             continue
         entry_mb, inside = window
-        rows.append({"step": step, "rss_at_start_mb": round(entry_mb), "rss_peak_mb": round(max(s[1] for s in inside)),
-                     "rise_mb": round(max(s[1] for s in inside) - entry_mb),
-                     "arrow_peak_mb": round(max(s[2] for s in inside))})
+        rows.append(
+            {
+                "step": step,
+                "rss_at_start_mb": round(entry_mb),
+                "rss_peak_mb": round(max(s[1] for s in inside)),
+                "rise_mb": round(max(s[1] for s in inside) - entry_mb),
+                "arrow_peak_mb": round(max(s[2] for s in inside)),
+            }
+        )
     return sorted(rows, key=lambda row: -row["rise_mb"])[:top]
 
 
@@ -175,8 +191,10 @@ def memory_by_call(samples: list[tuple[float, float, float]], records: list[dict
         entry_mb, inside = window
         peak_mb = max(s[1] for s in inside)
         site = record["site"].rsplit(":", 1)[0]  # file:function, as by_site groups them
-        row = by_site.setdefault((record["kind"], site), {"call": record["kind"], "site": site, "calls": 0,
-                                                          "largest_rise_mb": 0, "rss_peak_mb": 0})
+        row = by_site.setdefault(
+            (record["kind"], site),
+            {"call": record["kind"], "site": site, "calls": 0, "largest_rise_mb": 0, "rss_peak_mb": 0},
+        )
         row["calls"] += 1
         row["largest_rise_mb"] = max(row["largest_rise_mb"], round(peak_mb - entry_mb))
         row["rss_peak_mb"] = max(row["rss_peak_mb"], round(peak_mb))
@@ -269,8 +287,12 @@ def heap_after_result_dropped(spark, top: int = 10) -> dict:
     pinned_mb, _ = jvm_live_heap(spark, top=0)
     released = release_objects_pinned_by_dagster()
     live_mb, by_class = jvm_live_heap(spark, top=top)
-    return {"jvm_live_heap_mb": live_mb, "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_mb,
-            "objects_pinned_by_dagster": released, "jvm_live_heap_by_class": by_class}
+    return {
+        "jvm_live_heap_mb": live_mb,
+        "jvm_live_heap_with_outputs_pinned_by_dagster_mb": pinned_mb,
+        "objects_pinned_by_dagster": released,
+        "jvm_live_heap_by_class": by_class,
+    }
 
 
 def process_age_seconds(pid: int) -> float:
@@ -324,6 +346,7 @@ class Probes:
 
         def wrap_like(_: object, timed):
             return type(descriptor)(timed) if isinstance(descriptor, (classmethod, staticmethod)) else timed
+
         label = kind or f"{owner.__name__}.{method}"
         probes = self
 
@@ -412,8 +435,11 @@ def install_probes(ablate: set[str]) -> Probes:
     from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
 
     # The IO manager's small writes, run by deltalake in this process (the driver's memory follows them).
-    for method, kind in (("merge_into_existing", "deltalake MERGE"), ("append_to_existing", "deltalake append"),
-                         ("write", "deltalake write")):
+    for method, kind in (
+        ("merge_into_existing", "deltalake MERGE"),
+        ("append_to_existing", "deltalake append"),
+        ("write", "deltalake write"),
+    ):
         probes.action(ArrowDeltaClient, method, kind)
 
     for cls in (engine.DeltaSparkEngine, engine.DeltaRsEngine):
@@ -474,8 +500,7 @@ def dagster_child(args: argparse.Namespace) -> int:
     # The session is started before the timed work, as the plain script does. The
     # definitions' resource holds EnvVars that only a run resolves, so a twin with the
     # same settings starts it; the run's resource then gets the same session (getOrCreate).
-    from medallion_assets.resources import ENGINE_VARIABLES
-    from medallion_assets.resources import SparkResource
+    from medallion_assets.resources import ENGINE_VARIABLES, SparkResource
 
     settings = {
         field: os.environ[name]
@@ -581,8 +606,12 @@ def _run_child(command: list[str], env: dict[str, str], timeout: float, log: Pat
     wall = time.time() - started
     if process.returncode not in (0, 3):
         raise RuntimeError(f"{shlex.join(command)} exited {process.returncode}; see {log}")
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "returncode": process.returncode,
-            **{kind: round(mb) for kind, mb in memory.items()}}
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "returncode": process.returncode,
+        **{kind: round(mb) for kind, mb in memory.items()},
+    }
 
 
 class Job(NamedTuple):
@@ -617,8 +646,19 @@ def _child_env(extra: dict[str, str], driver_memory: str | None) -> dict[str, st
 def land(folder: Path, args: argparse.Namespace) -> dict:
     """Land every batch with the simulator's command, in a process of its own."""
     command = [
-        sys.executable, "-m", "medallion_assets.cli", "simulate", "--lake-root", str(folder),
-        "--scale-factor", str(args.scale_factor), "--batches", str(args.batches), "--seed", str(args.seed), "--all",
+        sys.executable,
+        "-m",
+        "medallion_assets.cli",
+        "simulate",
+        "--lake-root",
+        str(folder),
+        "--scale-factor",
+        str(args.scale_factor),
+        "--batches",
+        str(args.batches),
+        "--seed",
+        str(args.seed),
+        "--all",
     ]
     if args.work_dir:
         command += ["--work-dir", str(args.work_dir)]
@@ -638,8 +678,18 @@ def summarize_dagster(report: dict) -> dict:
         key, kind, t = event["step"], event["type"], event["t"]
         if not key:
             continue
-        step = steps.setdefault(key, {"step": key, "start": None, "end": None, "inputs_s": 0.0, "outputs_s": 0.0,
-                                      "status": None, "last_input": None})
+        step = steps.setdefault(
+            key,
+            {
+                "step": key,
+                "start": None,
+                "end": None,
+                "inputs_s": 0.0,
+                "outputs_s": 0.0,
+                "status": None,
+                "last_input": None,
+            },
+        )
         if kind == "STEP_START":
             step["start"] = t
         elif kind in ("LOADED_INPUT", "STEP_INPUT"):
@@ -669,18 +719,38 @@ def summarize_dagster(report: dict) -> dict:
 #: (label, what the probes recorded): the calls the framework adds on top of the data work.
 OVERHEAD_RULES: list[tuple[str, str, str]] = [
     ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager/client.py:describe"),
-    ("output metadata: 5-row preview (`limit(5).collect()`)", "DataFrame.collect", "io_manager/metadata.py:markdown_preview"),
-    ("output metadata: table state (files, bytes, rows of the written version)", "engine.table_state", "io_manager/client.py:describe"),
+    (
+        "output metadata: 5-row preview (`limit(5).collect()`)",
+        "DataFrame.collect",
+        "io_manager/metadata.py:markdown_preview",
+    ),
+    (
+        "output metadata: table state (files, bytes, rows of the written version)",
+        "engine.table_state",
+        "io_manager/client.py:describe",
+    ),
     ("output metadata: `detail()` (Connect, fallback)", "detail", "io_manager/client.py:describe"),
     ("output metadata: `detail().first()`", "DataFrame.first", "io_manager/client.py:describe"),
-    ("output metadata: last commit (`history(1)` / delta-rs log)", "engine.latest_commit", "io_manager/client.py:describe"),
+    (
+        "output metadata: last commit (`history(1)` / delta-rs log)",
+        "engine.latest_commit",
+        "io_manager/client.py:describe",
+    ),
     ("output metadata: `forPath` / snapshot", "forPath", "io_manager/client.py:describe"),
     ("output metadata: schema (read of the table)", "engine.read", "io_manager/client.py:describe"),
     ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager/client.py:latest_version"),
     ("`exists()` (`isDeltaTable`)", "isDeltaTable", ""),
     ("`isEmpty()` before append / merge / tombstones", "DataFrame.isEmpty", ""),
-    ("silver schema-drift scan (`drifted_order_fields(...).collect()`)", "DataFrame.collect", "pipelines/tpch/silver.py:orders_and_lineitem"),
-    ("expectation counts (`apply_expectations` ... `first()`)", "DataFrame.first", "expectations.py:apply_expectations"),
+    (
+        "silver schema-drift scan (`drifted_order_fields(...).collect()`)",
+        "DataFrame.collect",
+        "pipelines/tpch/silver.py:orders_and_lineitem",
+    ),
+    (
+        "expectation counts (`apply_expectations` ... `first()`)",
+        "DataFrame.first",
+        "expectations.py:apply_expectations",
+    ),
     ("gold reconciliation checks (`reconcile` ... `first()`)", "DataFrame.first", "pipelines/tpch/gold.py:reconcile"),
     ("Dagster instance look-ups (consumed versions, fingerprints)", "dagster instance", ""),
 ]
@@ -712,17 +782,25 @@ def _work_cpu_table(plain: dict | None, runs: list[dict]) -> list[str]:
     kinds: list[str] = []
     for _, run in columns:
         kinds += [kind for kind in run["work_cpu"]["jvm_by_thread"] if kind not in kinds]
-    lines = ["\nSpark jobs and CPU seconds of the work (session start excluded), the JVM's by kind of thread (Linux thread "
-             "names: `C2 CompilerThre` is the optimizing JIT, `C1` the quick one, `Executor task ...` Spark's "
-             "tasks, `Thread` the driver's calls from Python, `GC Thread` and `G1 Conc` the garbage "
-             "collector):\n",
-             "| | " + " | ".join(name for name, _ in columns) + " |",
-             "| --- |" + " ---: |" * len(columns)]
-    rows = [("Spark jobs (streams' not counted)", lambda run: run.get("spark_jobs", "")),
-            ("classes Spark's code generator compiled", lambda run: run.get("classes_generated", "")),
-            ("s compiling them (estimated)", lambda run: run.get("codegen_compile_s", "")),
-             ("CPU s: Python driver", lambda run: run["work_cpu"]["python_driver"]), ("CPU s: JVM", lambda run: run["work_cpu"]["jvm"])]
-    rows += [(f"CPU s: JVM, `{kind}`", lambda run, kind=kind: run["work_cpu"]["jvm_by_thread"].get(kind, "")) for kind in kinds]
+    lines = [
+        "\nSpark jobs and CPU seconds of the work (session start excluded), the JVM's by kind of thread (Linux thread "
+        "names: `C2 CompilerThre` is the optimizing JIT, `C1` the quick one, `Executor task ...` Spark's "
+        "tasks, `Thread` the driver's calls from Python, `GC Thread` and `G1 Conc` the garbage "
+        "collector):\n",
+        "| | " + " | ".join(name for name, _ in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
+    rows = [
+        ("Spark jobs (streams' not counted)", lambda run: run.get("spark_jobs", "")),
+        ("classes Spark's code generator compiled", lambda run: run.get("classes_generated", "")),
+        ("s compiling them (estimated)", lambda run: run.get("codegen_compile_s", "")),
+        ("CPU s: Python driver", lambda run: run["work_cpu"]["python_driver"]),
+        ("CPU s: JVM", lambda run: run["work_cpu"]["jvm"]),
+    ]
+    rows += [
+        (f"CPU s: JVM, `{kind}`", lambda run, kind=kind: run["work_cpu"]["jvm_by_thread"].get(kind, ""))
+        for kind in kinds
+    ]
     for label, value in rows:
         lines.append(f"| {label} | " + " | ".join(str(value(run)) for _, run in columns) + " |")
     return lines
@@ -733,9 +811,13 @@ def _rounds_table(rounds: list[dict]) -> list[str]:
     if len(rounds) < 2:
         return []
     runs = [name for name in rounds[0]["work"] if name != "plain"]
-    lines = [f"\n{len(rounds)} rounds, each the plain script then the Dagster runs (the first is the one above):\n",
-             "| round | load before | plain work s | " + " | ".join(f"{name}: work s | ratio | CPU ratio" for name in runs) + " |",
-             "| --- | --- | ---: |" + " ---: | ---: | ---: |" * len(runs)]
+    lines = [
+        f"\n{len(rounds)} rounds, each the plain script then the Dagster runs (the first is the one above):\n",
+        "| round | load before | plain work s | "
+        + " | ".join(f"{name}: work s | ratio | CPU ratio" for name in runs)
+        + " |",
+        "| --- | --- | ---: |" + " ---: | ---: | ---: |" * len(runs),
+    ]
     ratios: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     for number, entry in enumerate(rounds, start=1):
         plain = entry["work"]["plain"]
@@ -743,11 +825,15 @@ def _rounds_table(rounds: list[dict]) -> list[str]:
         for name in runs:
             run = entry["work"][name]
             ratios[name].append((run["work_s"] / plain["work_s"], run["cpu_s"] / plain["cpu_s"]))
-            cells.append(f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} | {_ratio(run['cpu_s'], plain['cpu_s'])}")
+            cells.append(
+                f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} | {_ratio(run['cpu_s'], plain['cpu_s'])}"
+            )
         lines.append(f"| {number} | {entry['load_before']} | {plain['work_s']:.1f} | " + " | ".join(cells) + " |")
-    medians = [f"{statistics.median(r for r, _ in ratios[name]):.2f}x (CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
-               for name in runs]
-    lines.append("\nMedian ratio: " + "; ".join(f"{name} {median}" for name, median in zip(runs, medians)) + ".")
+    medians = [
+        f"{statistics.median(r for r, _ in ratios[name]):.2f}x (CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
+        for name in runs
+    ]
+    lines.append("\nMedian ratio: " + "; ".join(f"{name} {median}" for name, median in zip(runs, medians, strict=False)) + ".")
     return lines
 
 
@@ -760,11 +846,17 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         f"{report['load_after']} after. Landing: "
         + (f"{report['landing']['wall_s']} s" if "wall_s" in report["landing"] else "landed before")
         + f" ({report['landing_mb']:.0f} MB)."
-        + (" The runs below ran at the same time (`--parallel`): compare CPU seconds." if report.get("parallel") else "")
+        + (
+            " The runs below ran at the same time (`--parallel`): compare CPU seconds."
+            if report.get("parallel")
+            else ""
+        )
         + "\n"
     )
-    out.append("| run | process wall s | session start s | work s | work ratio | process CPU s | CPU ratio "
-               "| peak MB: Python driver / JVM / Python worker |")
+    out.append(
+        "| run | process wall s | session start s | work s | work ratio | process CPU s | CPU ratio "
+        "| peak MB: Python driver / JVM / Python worker |"
+    )
     out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     if plain is not None:
         out.append(
@@ -792,13 +884,17 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
     )
     for run in report["dagster"]:
         if run.get("python_driver_memory_by_step"):
-            out.append(f"Python driver ({run['engine']}): {run.get('python_driver_rss_at_run_start_mb', '?')} MB resident "
-                       "when the run starts; the steps in whose time it rose most (sampled every 0.2 s in the process):\n")
+            out.append(
+                f"Python driver ({run['engine']}): {run.get('python_driver_rss_at_run_start_mb', '?')} MB resident "
+                "when the run starts; the steps in whose time it rose most (sampled every 0.2 s in the process):\n"
+            )
             out.append("| step | resident MB at its start | peak during it | rise | Arrow's allocated MB, peak |")
             out.append("| --- | ---: | ---: | ---: | ---: |")
             for row in run["python_driver_memory_by_step"]:
-                out.append(f"| {row['step']} | {row['rss_at_start_mb']} | {row['rss_peak_mb']} | {row['rise_mb']} "
-                           f"| {row['arrow_peak_mb']} |")
+                out.append(
+                    f"| {row['step']} | {row['rss_at_start_mb']} | {row['rss_peak_mb']} | {row['rise_mb']} "
+                    f"| {row['arrow_peak_mb']} |"
+                )
             out.append("")
     out.append("")
     out.append("Commands:\n")
@@ -821,10 +917,14 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         out.append("| --- | ---: | ---: | ---: |")
         for layer, (count, seconds, actions) in sorted(layers.items(), key=lambda kv: -kv[1][1]):
             out.append(f"| {layer} | {count} | {seconds:.1f} | {actions:.1f} |")
-        out.append(f"| outside steps (job build, run start/end, between steps) | | {summary['outside_steps_s']:.1f} | |")
+        out.append(
+            f"| outside steps (job build, run start/end, between steps) | | {summary['outside_steps_s']:.1f} | |"
+        )
         out.append(f"| **run total** | {len(summary['steps'])} | {run['work_s']:.1f} | |")
         out.append("")
-        out.append(f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n")
+        out.append(
+            f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n"
+        )
         out.append("| step | seconds | inputs | compute | outputs | in Spark/Delta calls |")
         out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
         for step in sorted(summary["steps"], key=lambda s: -s["duration_s"])[: args.top]:
@@ -858,8 +958,10 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             out.append("")
         if plain is None:
             failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
-            out.append(f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed"
-                       f"{': ' + ', '.join(failed) if failed else ''}.\n")
+            out.append(
+                f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed"
+                f"{': ' + ', '.join(failed) if failed else ''}.\n"
+            )
             continue
         mismatched = [
             (table, plain["rows"].get(table), info["rows"])
@@ -868,12 +970,17 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         ]
         compared = sum(1 for table in run["rows"] if table in plain.get("rows", {}))
         if mismatched:
-            out.append("Row counts that differ from the plain script's: " + ", ".join(
-                f"{t}: plain {p}, Dagster {d}" for t, p, d in mismatched) + "\n")
+            out.append(
+                "Row counts that differ from the plain script's: "
+                + ", ".join(f"{t}: plain {p}, Dagster {d}" for t, p, d in mismatched)
+                + "\n"
+            )
         else:
             out.append(f"Row counts: the {compared} tables both runs write have the same rows.\n")
         failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
-        out.append(f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n")
+        out.append(
+            f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n"
+        )
     return "\n".join(out)
 
 
@@ -920,32 +1027,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--engines", nargs="+", default=["delta-spark"], choices=["delta-spark", "delta-rs"])
-    parser.add_argument("--ablate", nargs="*", default=[], choices=["cache", "drift-scan"],
-                        help="extra Dagster runs per engine with these what-ifs (all at once in one run)")
+    parser.add_argument(
+        "--ablate",
+        nargs="*",
+        default=[],
+        choices=["cache", "drift-scan"],
+        help="extra Dagster runs per engine with these what-ifs (all at once in one run)",
+    )
     parser.add_argument("--landing", type=Path, default=None, help="an already landed delivery (skips the simulator)")
     parser.add_argument("--folder", type=Path, default=None, help="work folder (default: a temporary one, removed)")
     parser.add_argument("--work-dir", type=Path, default=None, help="the simulator's TPC-H cache")
-    parser.add_argument("--driver-memory", default=None,
-                        help="e.g. 6g, for both kinds of run (default: what SparkResource gives an embedded "
-                             "session on this machine, so the plain script gets the same)")
+    parser.add_argument(
+        "--driver-memory",
+        default=None,
+        help="e.g. 6g, for both kinds of run (default: what SparkResource gives an embedded "
+        "session on this machine, so the plain script gets the same)",
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per pipeline run")
     parser.add_argument("--land-timeout", type=float, default=3600)
-    parser.add_argument("--reuse-plain", action="store_true",
-                        help="take the baseline from an earlier run in the same --folder (same --landing)")
+    parser.add_argument(
+        "--reuse-plain",
+        action="store_true",
+        help="take the baseline from an earlier run in the same --folder (same --landing)",
+    )
     parser.add_argument("--no-probes", action="store_true", help="run the Dagster process without probes")
-    parser.add_argument("--no-plain", action="store_true",
-                        help="the Dagster runs only, no baseline and no ratio (completion and memory at a large scale)")
+    parser.add_argument(
+        "--no-plain",
+        action="store_true",
+        help="the Dagster runs only, no baseline and no ratio (completion and memory at a large scale)",
+    )
     parser.add_argument("--ephemeral-instance", action="store_true", help="in-memory Dagster instance, not sqlite")
-    parser.add_argument("--parallel", action="store_true",
-                        help="run the plain script and the Dagster runs at the same time (on a busy machine; compare CPU seconds then)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run the plain script and the Dagster runs this many times in turn, and report each "
-                             "round's ratio and their median (the first round's runs are shown in detail)")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the plain script and the Dagster runs at the same time (on a busy machine; compare CPU seconds then)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the plain script and the Dagster runs this many times in turn, and report each "
+        "round's ratio and their median (the first round's runs are shown in detail)",
+    )
     parser.add_argument("--top", type=int, default=12, help="steps shown")
     parser.add_argument("--top-sites", type=int, default=25, help="probe sites shown")
     parser.add_argument("--json", type=Path, default=None, help="write every number here")
-    parser.add_argument("--report-only", action="store_true",
-                        help="print the report from the JSON files an earlier run left in --folder")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="print the report from the JSON files an earlier run left in --folder",
+    )
     parser.add_argument("--child-dagster", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--lake", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -959,7 +1090,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.rounds > 1 and (args.no_plain or args.reuse_plain):
-        parser.error("--rounds compares each round's runs with that round's plain script: drop --no-plain and --reuse-plain")
+        parser.error(
+            "--rounds compares each round's runs with that round's plain script: drop --no-plain and --reuse-plain"
+        )
     if "delta-spark" in args.engines and not os.environ.get("DELTA_SPARK_JARS"):
         parser.error("delta-spark needs DELTA_SPARK_JARS (the folder of the delta-spark jars)")
 
@@ -981,7 +1114,9 @@ def main(argv: list[str] | None = None) -> int:
             from medallion_assets.resources import embedded_driver_memory
 
             args.driver_memory = embedded_driver_memory()
-        env_note = f"PYSPARK_SUBMIT_ARGS='--driver-memory {args.driver_memory} pyspark-shell' " if args.driver_memory else ""
+        env_note = (
+            f"PYSPARK_SUBMIT_ARGS='--driver-memory {args.driver_memory} pyspark-shell' " if args.driver_memory else ""
+        )
 
         plain_run = folder / "plain-run.json"
         plain_job = None
@@ -992,8 +1127,17 @@ def main(argv: list[str] | None = None) -> int:
             report["plain"] = json.loads(plain_run.read_text())
         else:
             out, plain_json = folder / "plain", folder / "plain.json"
-            command = [sys.executable, str(PLAIN_SCRIPT), "--landing", str(landing), "--out", str(out),
-                       "--json", str(plain_json), "--row-counts"]
+            command = [
+                sys.executable,
+                str(PLAIN_SCRIPT),
+                "--landing",
+                str(landing),
+                "--out",
+                str(out),
+                "--json",
+                str(plain_json),
+                "--row-counts",
+            ]
 
             def prepare_plain(out=out):
                 shutil.rmtree(out, ignore_errors=True)
@@ -1002,11 +1146,19 @@ def main(argv: list[str] | None = None) -> int:
                 report["plain"] = {**json.loads(plain_json.read_text()), **result}
                 plain_run.write_text(json.dumps(report["plain"]))
 
-            plain_job = Job("plain PySpark", command, _child_env({}, args.driver_memory), folder / "plain.log",
-                            prepare_plain, finish_plain,
-                            functools.partial(_round_figures, report_json=plain_json, written=out))
+            plain_job = Job(
+                "plain PySpark",
+                command,
+                _child_env({}, args.driver_memory),
+                folder / "plain.log",
+                prepare_plain,
+                finish_plain,
+                functools.partial(_round_figures, report_json=plain_json, written=out),
+            )
             jobs.append(plain_job)
-            report["commands"].append(env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts")
+            report["commands"].append(
+                env_note + "python benchmarks/plain_pipeline.py --landing LAKE/landing --out OUT --row-counts"
+            )
 
         variants = [(engine, []) for engine in args.engines]
         if args.ablate:
@@ -1016,8 +1168,15 @@ def main(argv: list[str] | None = None) -> int:
             lake = folder / f"lake-{name}"
             home = folder / f"dagster-home-{name}"
             child_json = folder / f"dagster-{name}.json"
-            command = [sys.executable, str(Path(__file__).resolve()), "--child-dagster", "--lake", str(lake),
-                       "--json", str(child_json)]
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--child-dagster",
+                "--lake",
+                str(lake),
+                "--json",
+                str(child_json),
+            ]
             if ablate:
                 command += ["--ablate", *ablate]
             if args.no_probes:
@@ -1039,9 +1198,17 @@ def main(argv: list[str] | None = None) -> int:
                 child["summary"] = summarize_dagster(child)
                 report["dagster"].append(child)
 
-            jobs.append(Job(f"Dagster on {name}", command, env, folder / f"dagster-{name}.log",
-                            prepare_dagster, finish_dagster,
-                            functools.partial(_round_figures, report_json=child_json, written=lake)))
+            jobs.append(
+                Job(
+                    f"Dagster on {name}",
+                    command,
+                    env,
+                    folder / f"dagster-{name}.log",
+                    prepare_dagster,
+                    finish_dagster,
+                    functools.partial(_round_figures, report_json=child_json, written=lake),
+                )
+            )
 
         def run_jobs(keep: Callable[[Job, dict], object]) -> dict[str, object]:
             """Each job's ``keep(job, result)``, or the error that stopped it."""
@@ -1083,8 +1250,12 @@ def main(argv: list[str] | None = None) -> int:
             report["failed"] += [f"round {number}: {failure}" for failure in failed] if number > 1 else failed
             if failed:
                 break
-            rounds.append({"load_before": load_before,
-                           "work": {"plain" if job is plain_job else job.name: results[job.name] for job in jobs}})
+            rounds.append(
+                {
+                    "load_before": load_before,
+                    "work": {"plain" if job is plain_job else job.name: results[job.name] for job in jobs},
+                }
+            )
         if args.rounds > 1:
             report["rounds"] = rounds
         if "plain" not in report and not args.no_plain:
@@ -1092,7 +1263,9 @@ def main(argv: list[str] | None = None) -> int:
         report["dagster"].sort(key=lambda run: (run["ablate"] != [], args.engines.index(run["engine"])))
         report["parallel"] = args.parallel
         report["commands"].append(
-            env_note + "python benchmarks/pipeline_vs_plain.py " + shlex.join(_shown_args(argv if argv is not None else sys.argv[1:]))
+            env_note
+            + "python benchmarks/pipeline_vs_plain.py "
+            + shlex.join(_shown_args(argv if argv is not None else sys.argv[1:]))
         )
         report["load_after"] = load_average()
         _learn_layers()

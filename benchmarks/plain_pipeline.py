@@ -77,7 +77,10 @@ def _split_expectations(frame, expectations, table_name):
         any_failed = any_failed | F.col(f"_reason_{i}")
     reason = F.concat_ws(
         "; ",
-        *[F.when(F.col(f"_reason_{i}"), F.lit(f"{expectations[i].name}: {expectations[i].condition}")) for i in dropping],
+        *[
+            F.when(F.col(f"_reason_{i}"), F.lit(f"{expectations[i].name}: {expectations[i].condition}"))
+            for i in dropping
+        ],
     )
     names = [f"_reason_{i}" for i in range(len(expectations))]
     bad = flagged.where(any_failed).withColumn("_reason", reason).drop(*names)
@@ -117,11 +120,11 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     """The whole pipeline: silver, then gold from the silver just written."""
     from pyspark.sql import functions as F
 
+    from medallion_assets.pipelines.tpch import gold_transforms as G
+    from medallion_assets.pipelines.tpch import transforms as T
     from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_EXPECTATIONS
     from medallion_assets.pipelines.tpch.silver import LINEITEM_EXPECTATIONS, ORDERS_EXPECTATIONS
     from medallion_assets.transforms import bronze as B
-    from medallion_assets.pipelines.tpch import gold_transforms as G
-    from medallion_assets.pipelines.tpch import transforms as T
 
     # ---- landing, read as batches (what bronze holds, without storing it)
     lines = spark.read.option("pathGlobFilter", "*.json").text(str(landing / "orders"))
@@ -141,7 +144,9 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
         F.max("_source_file").alias("_source_file")
     )
     changes = (
-        T.latest_order_changes(unique_events).join(winner_files, ["o_orderkey", "event_time", "event_id"], "left").cache()
+        T.latest_order_changes(unique_events)
+        .join(winner_files, ["o_orderkey", "event_time", "event_id"], "left")
+        .cache()
     )
     upserts = changes.where(F.col("op") == "upsert")
     order_upserts = T.order_rows(upserts).join(upserts.select("o_orderkey", "_source_file"), "o_orderkey")
@@ -150,7 +155,9 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
         upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_source_file"), "l_orderkey"
     )
     lineitem, lineitem_dropped = _split_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, "lineitem")
-    quarantine_orders = _rejects_to_quarantine(rejects, "orders").unionByName(orders_dropped).unionByName(lineitem_dropped)
+    quarantine_orders = (
+        _rejects_to_quarantine(rejects, "orders").unionByName(orders_dropped).unionByName(lineitem_dropped)
+    )
     timer.write("quarantine/orders", quarantine_orders, out / "quarantine" / "orders")
     timer.write("silver/orders", orders.drop("_source_file"), out / "silver" / "orders")
     timer.write("silver/lineitem", lineitem.drop("_source_file"), out / "silver" / "lineitem")
@@ -159,7 +166,9 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     # ---- silver: customers and their history (customers_and_history, customers_history)
     customer_changes, customer_rejects = T.parse_customer_changes(customers_cdc)
     customer_changes = customer_changes.cache()
-    customer_files = customer_changes.groupBy("c_custkey", "updated_at").agg(F.max("_source_file").alias("_source_file"))
+    customer_files = customer_changes.groupBy("c_custkey", "updated_at").agg(
+        F.max("_source_file").alias("_source_file")
+    )
     latest = T.latest_customer_changes(customer_changes).join(customer_files, ["c_custkey", "updated_at"], "left")
     customer_upserts_src = latest.where(F.col("op") != "D")
     customer_upserts = T.mask_customer_pii(T.customer_rows(customer_upserts_src)).join(
@@ -173,7 +182,8 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     )
     timer.write("silver/customers", customers.drop("_source_file"), out / "silver" / "customers")
     timer.write(
-        "silver/customers_history", T.mask_customer_pii(T.customer_history_rows(customer_changes)),
+        "silver/customers_history",
+        T.mask_customer_pii(T.customer_history_rows(customer_changes)),
         out / "silver" / "customers_history",
     )
     customer_changes.unpersist()

@@ -100,9 +100,7 @@ def run(scale_factor: float, batches: int, scratch: Path, warm_rerun: bool = Tru
                 step = f"batch 1/{batches}, generation included"
             else:
                 step = f"batch {batch}/{batches}"
-            rows.append(
-                {"scale_factor": scale_factor, "step": step, **figures, "landed_mb": folder_mb(lake) - before}
-            )
+            rows.append({"scale_factor": scale_factor, "step": step, **figures, "landed_mb": folder_mb(lake) - before})
         shutil.rmtree(lake, ignore_errors=True)
     shutil.rmtree(work_dir, ignore_errors=True)
     return rows

@@ -82,13 +82,20 @@ def measure(args: argparse.Namespace) -> dict:
             highest = rows.groupBy(args.group).agg(F.max(last).alias("_highest"))
             rows = rows.join(highest, args.group).where(F.col(last) != F.col("_highest")).drop("_highest")
         sequence = stored.schema[args.sequence]
-        source = (rows.withColumn(args.change, F.col(args.change) + F.lit(1))
-                  .withColumn(args.sequence, _newer(sequence))
-                  .withColumn("_deleted", F.lit(False))
-                  .localCheckpoint(eager=True))
+        source = (
+            rows.withColumn(args.change, F.col(args.change) + F.lit(1))
+            .withColumn(args.sequence, _newer(sequence))
+            .withColumn("_deleted", F.lit(False))
+            .localCheckpoint(eager=True)
+        )
         source_rows = source.count()
-        spec = WriteSpec(mode="merge", merge_keys=tuple(args.keys), sequence_column=args.sequence,
-                         delete_column="_deleted", replace_group=args.group)
+        spec = WriteSpec(
+            mode="merge",
+            merge_keys=tuple(args.keys),
+            sequence_column=args.sequence,
+            delete_column="_deleted",
+            replace_group=args.group,
+        )
         reset_peak_rss(os.getpid())
         before = memory_kb(os.getpid(), "VmRSS")
         started = time.perf_counter()
@@ -121,8 +128,9 @@ def main() -> None:
     parser.add_argument("--change", required=True, help="a numeric column the source adds one to")
     parser.add_argument("--fraction", type=float, default=0.01, help="share of the groups (or keys) changed")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--bound", type=int,
-                        help="the deltalake route's arrow_write_max_rows (default: the IO manager's default)")
+    parser.add_argument(
+        "--bound", type=int, help="the deltalake route's arrow_write_max_rows (default: the IO manager's default)"
+    )
     parser.add_argument("--route", choices=ROUTES, help=argparse.SUPPRESS)
     parser.add_argument("--delta-spark-jars", default=os.environ.get("DELTA_SPARK_JARS"))
     args = parser.parse_args()
@@ -134,11 +142,15 @@ def main() -> None:
     results = []
     for route in ROUTES:
         results.append(run_child([*sys.argv, "--route", route], f"the {route} run"))
-    print("| route | source rows | write s | Python peak above start, MB | MERGE committed by | rows after | sum after | load |")
+    print(
+        "| route | source rows | write s | Python peak above start, MB | MERGE committed by | rows after | sum after | load |"
+    )
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for r in results:
-        print(f"| {r['route']} | {r['source_rows']:,} | {r['seconds']} | {r['python_peak_growth_mb']} | {r['merged_by']} "
-              f"| {r['rows_after']:,} | {r['sum_after']} | {r['load_average']:.1f} |")
+        print(
+            f"| {r['route']} | {r['source_rows']:,} | {r['seconds']} | {r['python_peak_growth_mb']} | {r['merged_by']} "
+            f"| {r['rows_after']:,} | {r['sum_after']} | {r['load_average']:.1f} |"
+        )
     if len({(r["rows_after"], r["sum_after"]) for r in results}) != 1:
         sys.exit("the two routes left different tables")
 

@@ -117,9 +117,20 @@ def main(argv=None) -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     log_path = lake / "stream.log"
     stream = subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets.cli", "stream", "--lake-root", str(lake),
-         "--trigger-interval", args.trigger_interval],
-        env=env, stdout=log_path.open("w"), stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "medallion_assets.cli",
+            "stream",
+            "--lake-root",
+            str(lake),
+            "--trigger-interval",
+            args.trigger_interval,
+        ],
+        env=env,
+        stdout=log_path.open("w"),
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
     def log_lines() -> list[str]:
@@ -153,15 +164,26 @@ def main(argv=None) -> int:
                     break
                 time.sleep(args.sensor_interval)
             requested = time.monotonic() - landed
-            refresh = materialize(assets, selection=downstream, resources=defs.resources, instance=instance,
-                                  tags=result.run_requests[0].tags)
+            refresh = materialize(
+                assets,
+                selection=downstream,
+                resources=defs.resources,
+                instance=instance,
+                tags=result.run_requests[0].tags,
+            )
             assert refresh.success
             to_gold = time.monotonic() - landed
-            results.append({
-                "orders": size, "bytes": path.stat().st_size, "batch": batch,
-                "landing_to_bronze_s": round(to_bronze, 2), "landing_to_run_request_s": round(requested, 2),
-                "landing_to_gold_s": round(to_gold, 2), "refresh_run_s": round(to_gold - requested, 2),
-            })
+            results.append(
+                {
+                    "orders": size,
+                    "bytes": path.stat().st_size,
+                    "batch": batch,
+                    "landing_to_bronze_s": round(to_bronze, 2),
+                    "landing_to_run_request_s": round(requested, 2),
+                    "landing_to_gold_s": round(to_gold, 2),
+                    "refresh_run_s": round(to_gold - requested, 2),
+                }
+            )
             print(json.dumps(results[-1]), file=sys.stderr)
     finally:
         stream.send_signal(signal.SIGTERM)
@@ -175,8 +197,10 @@ def main(argv=None) -> int:
     else:
         print(f"{'orders':>7} {'bytes':>9} {'->bronze s':>10} {'->request s':>11} {'->gold s':>9} {'refresh s':>9}")
         for r in results:
-            print(f"{r['orders']:>7} {r['bytes']:>9} {r['landing_to_bronze_s']:>10} {r['landing_to_run_request_s']:>11} "
-                  f"{r['landing_to_gold_s']:>9} {r['refresh_run_s']:>9}")
+            print(
+                f"{r['orders']:>7} {r['bytes']:>9} {r['landing_to_bronze_s']:>10} {r['landing_to_run_request_s']:>11} "
+                f"{r['landing_to_gold_s']:>9} {r['refresh_run_s']:>9}"
+            )
         print("stream progress lines:")
         print("\n".join(progress[-10:]))
     return 0

@@ -141,16 +141,20 @@ class LakeCatalog(Config):
     @classmethod
     def _known_kind(cls, value: str) -> str:
         if type(value) is str and value not in CATALOG_KINDS:
-            raise ValueError(f"LakeCatalog.kind={value!r} is not a catalog: use session, hive or none "
-                             "(MEDALLION_CATALOG sets it in the deployed definitions)")
+            raise ValueError(
+                f"LakeCatalog.kind={value!r} is not a catalog: use session, hive or none "
+                "(MEDALLION_CATALOG sets it in the deployed definitions)"
+            )
         return value
 
     @field_validator("database_prefix", mode="before")
     @classmethod
     def _database_prefix(cls, value: str) -> str:
         if type(value) is str and value and not _NAME.match(value):
-            raise ValueError(f"LakeCatalog.database_prefix={value!r} cannot start a database name: use letters, "
-                             "digits and _ (MEDALLION_CATALOG_DATABASE_PREFIX sets it in the deployed definitions)")
+            raise ValueError(
+                f"LakeCatalog.database_prefix={value!r} cannot start a database name: use letters, "
+                "digits and _ (MEDALLION_CATALOG_DATABASE_PREFIX sets it in the deployed definitions)"
+            )
         return value
 
     # ------------------------------------------------------------ names
@@ -189,8 +193,10 @@ class LakeCatalog(Config):
         if self.kind == "none":
             return {}
         if self.kind == "hive" and not self.metastore_url and not self.metastore_uris:
-            raise CatalogError("MEDALLION_CATALOG=hive needs the metastore: set MEDALLION_METASTORE_URL (a JDBC URL "
-                               "of its database) or MEDALLION_METASTORE_URIS (thrift://host:9083)")
+            raise CatalogError(
+                "MEDALLION_CATALOG=hive needs the metastore: set MEDALLION_METASTORE_URL (a JDBC URL "
+                "of its database) or MEDALLION_METASTORE_URIS (thrift://host:9083)"
+            )
         config = {}
         warehouse = self.warehouse_dir or (_join(self.lake_root, WAREHOUSE_FOLDER) if self.lake_root else None)
         if warehouse:
@@ -201,27 +207,31 @@ class LakeCatalog(Config):
         if self.metastore_uris:
             config["spark.hadoop.hive.metastore.uris"] = self.metastore_uris
             return config
-        config.update({
-            "spark.hadoop.javax.jdo.option.ConnectionURL": str(self.metastore_url),
-            "spark.hadoop.javax.jdo.option.ConnectionDriverName": self.metastore_driver,
-            # The first session on an empty database creates the metastore's tables; Spark's
-            # Hive 2.3 client then skips its schema-version check (no schematool needed).
-            # Tables and columns, not foreign keys: DataNucleus adds a table's keys on another
-            # connection while the first still holds its insert into TBLS, and on PostgreSQL
-            # the two wait on each other for ever (the first CREATE TABLE hangs). A schema made
-            # by Hive's schematool has them. (autoCreateAll would switch the keys back on.)
-            "spark.hadoop.datanucleus.schema.autoCreateSchema": "true",
-            "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
-            "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
-            "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
-            "spark.hadoop.hive.metastore.schema.verification": "false",
-        })
+        config.update(
+            {
+                "spark.hadoop.javax.jdo.option.ConnectionURL": str(self.metastore_url),
+                "spark.hadoop.javax.jdo.option.ConnectionDriverName": self.metastore_driver,
+                # The first session on an empty database creates the metastore's tables; Spark's
+                # Hive 2.3 client then skips its schema-version check (no schematool needed).
+                # Tables and columns, not foreign keys: DataNucleus adds a table's keys on another
+                # connection while the first still holds its insert into TBLS, and on PostgreSQL
+                # the two wait on each other for ever (the first CREATE TABLE hangs). A schema made
+                # by Hive's schematool has them. (autoCreateAll would switch the keys back on.)
+                "spark.hadoop.datanucleus.schema.autoCreateSchema": "true",
+                "spark.hadoop.datanucleus.schema.autoCreateTables": "true",
+                "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
+                "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
+                "spark.hadoop.hive.metastore.schema.verification": "false",
+            }
+        )
         if self.metastore_user:
             config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
         if self.metastore_jars:
             from medallion_assets.engine import jar_files
 
-            jars = jar_files(self.metastore_jars, variable="MEDALLION_METASTORE_JARS", holds="the database's JDBC driver")
+            jars = jar_files(
+                self.metastore_jars, variable="MEDALLION_METASTORE_JARS", holds="the database's JDBC driver"
+            )
             # Hive's client loads the JDBC driver through the JVM's class path, not spark.jars.
             config["spark.driver.extraClassPath"] = os.pathsep.join(jars)
         return config
@@ -279,8 +289,12 @@ class LakeCatalog(Config):
         with ThreadPoolExecutor(max_workers=ATTACH_THREADS) as pool:
             registered = list(pool.map(lambda entry: self.register(spark, engine, *entry), missing))
         if registered:
-            log.info("catalog: registered %d tables in the %s catalog in %.1f s", len(registered), self.kind,
-                     time.monotonic() - started)
+            log.info(
+                "catalog: registered %d tables in the %s catalog in %.1f s",
+                len(registered),
+                self.kind,
+                time.monotonic() - started,
+            )
         return registered
 
     def register(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
@@ -300,10 +314,12 @@ class LakeCatalog(Config):
         """
         name = self.table_name(key)
         if self.kind == "hive" and engine.name == "delta-rs":
-            _say_once(f"catalog: the delta-rs engine does not register tables in a shared Hive metastore "
-                      f"({name} and the rest stay as they are): Spark 4.2 keeps no location for a Python "
-                      "data source's table, so its entry would mislead delta-spark readers; run delta-spark to "
-                      "register them")
+            _say_once(
+                f"catalog: the delta-rs engine does not register tables in a shared Hive metastore "
+                f"({name} and the rest stay as they are): Spark 4.2 keeps no location for a Python "
+                "data source's table, so its entry would mislead delta-spark readers; run delta-spark to "
+                "register them"
+            )
             return name
         database = name.split(".", 1)[0]
         location = _location_uri(path)
@@ -354,8 +370,9 @@ def _say_once(line: str) -> None:
 def _layer_and_table(key: Sequence[str]) -> tuple[str, str]:
     parts = list(key)
     if len(parts) != 2 or not all(_NAME.match(part) for part in parts):
-        raise CatalogError(f"asset key {parts} has no table name: lake tables are [layer, table] of letters, "
-                           "digits and _")
+        raise CatalogError(
+            f"asset key {parts} has no table name: lake tables are [layer, table] of letters, digits and _"
+        )
     return parts[0], parts[1]
 
 
@@ -387,6 +404,7 @@ def same_location(a: str, b: str) -> bool:
     ``file:/lake/gold%20x`` against ``/lake/gold x`` are each the same; URIs of
     other schemes compare without a trailing slash.
     """
+
     def normal(location: str) -> str:
         if "://" not in location and not location.startswith("file:"):
             return os.path.normpath(os.path.abspath(location))

@@ -27,7 +27,7 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +102,8 @@ class CheckOutcome:
         """The multi-line metadata values (Markdown tables), each under its key, indented; empty if none."""
         return "\n".join(
             f"  {key}:\n" + "\n".join(f"    {line}" for line in value.strip().splitlines())
-            for key, value in self.metadata.items() if "\n" in value.strip()
+            for key, value in self.metadata.items()
+            if "\n" in value.strip()
         )
 
 
@@ -284,16 +285,26 @@ def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], sec
     for key, spec in planned.items():
         if key not in outcomes:
             outcomes[key] = CheckOutcome(
-                asset=key.asset_key.to_user_string(), check=key.name, severity=None, status="not evaluated",
-                metadata={}, description=spec.description,
+                asset=key.asset_key.to_user_string(),
+                check=key.name,
+                severity=None,
+                status="not evaluated",
+                metadata={},
+                description=spec.description,
             )
     errors = []
     for event in result.all_events:
         if event.event_type == DagsterEventType.STEP_FAILURE:
             error = event.step_failure_data.error
             if error is not None and error.cls_name != BLOCKING_CHECK_FAILED:
-                errors.append(StepError(step=event.step_key or "run", error_type=error.cls_name or "Error",
-                                        message=error.message.strip(), trace=error.to_string()))
+                errors.append(
+                    StepError(
+                        step=event.step_key or "run",
+                        error_type=error.cls_name or "Error",
+                        message=error.message.strip(),
+                        trace=error.to_string(),
+                    )
+                )
     if not result.success and not errors and not any(o.status == "failed" for o in outcomes.values()):
         # The run failed outside any step (e.g. it could not start); name what Dagster said.
         failure = next((e for e in result.all_events if e.event_type == DagsterEventType.RUN_FAILURE), None)
@@ -370,8 +381,9 @@ def gate(
                 "MEDALLION_DEMO=off leaves out TPC-H, the only feeds the simulator's sample feeds: give --landing DIR, "
                 "a landing folder your feeds' files are in"
             )
-        definitions = build_definitions(settings.deployment, simulator=False, kafka=settings.kafka,
-                                        pipelines=settings.pipeline_packages)
+        definitions = build_definitions(
+            settings.deployment, simulator=False, kafka=settings.kafka, pipelines=settings.pipeline_packages
+        )
         selection = resolve_selection(definitions, select=select)
         partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
         lake_root.mkdir(parents=True, exist_ok=True)
@@ -400,12 +412,20 @@ def junit_xml(report: GateReport) -> ET.ElementTree:
         for outcome in outcomes:
             case = ET.SubElement(suite, "testcase", classname=asset, name=outcome.check)
             if outcome.fails_the_gate:
-                failure = ET.SubElement(case, "failure", type="ERROR", message=f"ERROR check failed: {outcome.details()}")
+                failure = ET.SubElement(
+                    case, "failure", type="ERROR", message=f"ERROR check failed: {outcome.details()}"
+                )
                 failure.text = _describe(outcome)
             elif outcome.status == "failed":
-                ET.SubElement(case, "skipped", message=f"WARN check failed (does not fail the gate): {outcome.details()}")
+                ET.SubElement(
+                    case, "skipped", message=f"WARN check failed (does not fail the gate): {outcome.details()}"
+                )
             elif outcome.status == "not evaluated":
-                ET.SubElement(case, "skipped", message="not evaluated: its step did not run (see the run's errors and failed checks)")
+                ET.SubElement(
+                    case,
+                    "skipped",
+                    message="not evaluated: its step did not run (see the run's errors and failed checks)",
+                )
             if outcome.status != "not evaluated" and not outcome.fails_the_gate:
                 ET.SubElement(case, "system-out").text = _describe(outcome)
         _count(suite)
@@ -447,11 +467,15 @@ def write_junit(report: GateReport, *, path: Path) -> None:
 def summary_table(report: GateReport) -> str:
     """The report as a short text table, one line per check, then the totals."""
     header = ("asset", "check", "severity", "result")
-    rows = [(o.asset, o.check, o.severity or "-", o.status if o.status != "failed" else f"FAILED {o.details()}")
-            for o in report.outcomes]
+    rows = [
+        (o.asset, o.check, o.severity or "-", o.status if o.status != "failed" else f"FAILED {o.details()}")
+        for o in report.outcomes
+    ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
-    lines = ["  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths)), row[3]]).rstrip()
-             for row in [header, *rows]]
+    lines = [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=False)), row[3]]).rstrip()
+        for row in [header, *rows]
+    ]
     lines.append(
         f"{len(report.outcomes)} checks: {report.count('passed')} passed, {report.count('failed', severity='ERROR')} failed "
         f"(ERROR), {report.count('failed', severity='WARN')} failed (WARN), {report.count('not evaluated')} not evaluated; "
@@ -492,19 +516,37 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
             f"{EXIT_USAGE} (bad options) or {EXIT_RUN_FAILED} (the run failed)."
         ),
     )
-    parser.add_argument("--junit-xml", type=Path, default=None, metavar="FILE",
-                        help="write every check's result to FILE as JUnit XML")
-    parser.add_argument("--select", default=None, metavar="SELECTION",
-                        help="materialize only this Dagster asset selection (e.g. 'key:\"silver/orders\"+', "
-                             "'group:silver') with its checks; default: everything")
-    parser.add_argument("--landing", type=Path, default=None, metavar="DIR",
-                        help="copy DIR (laid out as docs/landing-contract.md says) as the lake's landing, "
-                             "instead of the simulator's sample")
-    parser.add_argument("--lake", type=Path, default=None, metavar="DIR",
-                        help="build the lake in DIR (empty or missing) and keep it; default: a temporary "
-                             "folder, removed at the end")
-    parser.add_argument("--scale-factor", type=float, default=None,
-                        help=f"TPC-H scale factor of the simulator's sample (default {DEFAULT_SCALE_FACTOR})")
+    parser.add_argument(
+        "--junit-xml", type=Path, default=None, metavar="FILE", help="write every check's result to FILE as JUnit XML"
+    )
+    parser.add_argument(
+        "--select",
+        default=None,
+        metavar="SELECTION",
+        help="materialize only this Dagster asset selection (e.g. 'key:\"silver/orders\"+', "
+        "'group:silver') with its checks; default: everything",
+    )
+    parser.add_argument(
+        "--landing",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy DIR (laid out as docs/landing-contract.md says) as the lake's landing, "
+        "instead of the simulator's sample",
+    )
+    parser.add_argument(
+        "--lake",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="build the lake in DIR (empty or missing) and keep it; default: a temporary folder, removed at the end",
+    )
+    parser.add_argument(
+        "--scale-factor",
+        type=float,
+        default=None,
+        help=f"TPC-H scale factor of the simulator's sample (default {DEFAULT_SCALE_FACTOR})",
+    )
     parser.add_argument("--seed", type=int, default=None, help=f"seed of the sample's noise (default {DEFAULT_SEED})")
     parser.set_defaults(func=check_command)
     return parser
@@ -569,9 +611,13 @@ def _report(report: GateReport, *, junit_path: Path | None, kept_lake: Path | No
             print(f"{outcome.asset} {outcome.check}:\n{outcome.tables()}")
     for outcome in report.outcomes:
         if outcome.fails_the_gate:
-            print(f"medallion-assets check: ERROR check {outcome.asset} {outcome.check} failed: {outcome.details()}",
-                  file=sys.stderr)
+            print(
+                f"medallion-assets check: ERROR check {outcome.asset} {outcome.check} failed: {outcome.details()}",
+                file=sys.stderr,
+            )
     for step_error in report.step_errors:
-        print(f"medallion-assets check: step {step_error.step} failed: {step_error.error_type}: {step_error.message}",
-              file=sys.stderr)
+        print(
+            f"medallion-assets check: step {step_error.step} failed: {step_error.error_type}: {step_error.message}",
+            file=sys.stderr,
+        )
     return report.exit_code

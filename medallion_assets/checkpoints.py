@@ -10,7 +10,6 @@ checkpoint or a table. The sensors and the stream verdicts
 Nothing here runs at import.
 """
 
-
 import json
 import os
 from collections.abc import Mapping
@@ -93,7 +92,7 @@ class Checkpoint:
         """Every file any offset of the file source covers."""
         folder = os.path.join(self.location, "sources", str(source))
         names = _listdir(folder)
-        compacts = sorted((int(n.split(".")[0]) for n in names if n.endswith(".compact") and n.split(".")[0].isdigit()))
+        compacts = sorted(int(n.split(".")[0]) for n in names if n.endswith(".compact") and n.split(".")[0].isdigit())
         start = compacts[-1] if compacts else -1
         seen: set[str] = set()
         if compacts:
@@ -129,7 +128,10 @@ class Checkpoint:
         start = self.source_offset(batch_id - 1, source) if batch_id > 0 else None
         start = start or self.kafka_start_offsets(source)
         return {
-            topic: {p: [int(start.get(topic, {}).get(p, 0)), int(o)] for p, o in sorted(parts.items(), key=lambda i: int(i[0]))}
+            topic: {
+                p: [int(start.get(topic, {}).get(p, 0)), int(o)]
+                for p, o in sorted(parts.items(), key=lambda i: int(i[0]))
+            }
             for topic, parts in end.items()
         }
 
@@ -158,8 +160,9 @@ def read_checkpoint(location: str) -> Checkpoint:
             query_id = json.loads(handle.readline()).get("id")
     except (FileNotFoundError, ValueError):
         pass
-    return Checkpoint(folder, query_id, _numbered(os.path.join(folder, "offsets")),
-                      _numbered(os.path.join(folder, "commits")))
+    return Checkpoint(
+        folder, query_id, _numbered(os.path.join(folder, "offsets")), _numbered(os.path.join(folder, "commits"))
+    )
 
 
 @dataclass(frozen=True)
@@ -215,8 +218,9 @@ def _added_by_commit(table, version: int) -> tuple[int, int]:
         if at < 0:
             return {}
         actions = pa.table(DeltaTable(table.table_uri, version=at).get_add_actions(flatten=True))
-        return dict(zip(actions.column("path").to_pylist(),
-                        (n or 0 for n in actions.column("num_records").to_pylist())))
+        return dict(
+            zip(actions.column("path").to_pylist(), (n or 0 for n in actions.column("num_records").to_pylist()), strict=False)
+        )
 
     before, after = files(version - 1), files(version)
     added = [rows for path, rows in after.items() if path not in before]

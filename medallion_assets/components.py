@@ -93,17 +93,20 @@ class FeedScaffolder(Scaffolder):
 
     def scaffold(self, request: ScaffoldRequest) -> None:
         name = re.sub(r"\W", "_", Path(request.target_path).name) or "my_feed"
-        scaffold_component(request, {
-            "name": f"{name}_raw",
-            "description": f"What {name} delivers, one JSON object per line, as delivered.",
-            "source": {"landing_files": {"folder": name, "format": "ndjson"}},
-            "fields": [
-                {"name": "id", "description": "What identifies a record."},
-                {"name": "changed_at", "type": "timestamp", "description": "When it changed, UTC."},
-            ],
-            "silver": {"apply_changes": {"table": name, "keys": ["id"], "sequence_by": ["changed_at"]}},
-            "expectations": [],
-        })
+        scaffold_component(
+            request,
+            {
+                "name": f"{name}_raw",
+                "description": f"What {name} delivers, one JSON object per line, as delivered.",
+                "source": {"landing_files": {"folder": name, "format": "ndjson"}},
+                "fields": [
+                    {"name": "id", "description": "What identifies a record."},
+                    {"name": "changed_at", "type": "timestamp", "description": "When it changed, UTC."},
+                ],
+                "silver": {"apply_changes": {"table": name, "keys": ["id"], "sequence_by": ["changed_at"]}},
+                "expectations": [],
+            },
+        )
 
 
 @dg.scaffold_with(FeedScaffolder)
@@ -151,19 +154,39 @@ class FeedComponent(dg.Component, dg.Resolvable, dg.Model):
             Replace,
         )
 
-        source = _one_of(where, "source", self.source,
-                         {"landing_files": LandingFiles, "kafka_topic": KafkaTopic, "landing_snapshots": LandingSnapshots})
-        silver = None if self.silver is None else _one_of(
-            where, "silver", self.silver, {"apply_changes": ApplyChanges, "replace": Replace})
+        source = _one_of(
+            where,
+            "source",
+            self.source,
+            {"landing_files": LandingFiles, "kafka_topic": KafkaTopic, "landing_snapshots": LandingSnapshots},
+        )
+        silver = (
+            None
+            if self.silver is None
+            else _one_of(where, "silver", self.silver, {"apply_changes": ApplyChanges, "replace": Replace})
+        )
         fields = tuple(
-            Field(f.name, spark_type(f.type, where=where, setting=f"fields[{f.name}].type"), description=f.description,
-                  nullable=f.nullable, values=tuple(f.values), mask=_mask(f.mask, where, f"fields[{f.name}].mask"))
+            Field(
+                f.name,
+                spark_type(f.type, where=where, setting=f"fields[{f.name}].type"),
+                description=f.description,
+                nullable=f.nullable,
+                values=tuple(f.values),
+                mask=_mask(f.mask, where, f"fields[{f.name}].mask"),
+            )
             for f in self.fields
         )
         try:
             expectations = tuple(Expectation(e.name, e.condition, e.action, e.description) for e in self.expectations)
-            return Feed(name=self.name, description=self.description, source=source, fields=fields, silver=silver,
-                        expectations=expectations, allow_full_refresh=self.allow_full_refresh)
+            return Feed(
+                name=self.name,
+                description=self.description,
+                source=source,
+                fields=fields,
+                silver=silver,
+                expectations=expectations,
+                allow_full_refresh=self.allow_full_refresh,
+            )
         except FeedYamlError:
             raise
         except FeedDeclarationError as error:
@@ -212,8 +235,10 @@ def spark_type(name: str, *, where: str = "defs.yaml", setting: str = "type"):
     decimal = _DECIMAL.match(text)
     if decimal and 0 < int(decimal[1]) <= 38 and int(decimal[2]) <= int(decimal[1]):
         return DecimalType(int(decimal[1]), int(decimal[2]))
-    raise FeedYamlError(f"{where}: {setting} = {name!r} is not a field type: use one of {', '.join(TYPE_NAMES)} "
-                        "(decimal precision p from 1 to 38, scale s at most p)")
+    raise FeedYamlError(
+        f"{where}: {setting} = {name!r} is not a field type: use one of {', '.join(TYPE_NAMES)} "
+        "(decimal precision p from 1 to 38, scale s at most p)"
+    )
 
 
 def _mask(mask: Any, where: str, setting: str):
@@ -226,31 +251,42 @@ def _mask(mask: Any, where: str, setting: str):
     keep = mask.get("digits", {}).get("keep") if isinstance(mask, Mapping) and len(mask) == 1 else None
     if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 0 and len(mask["digits"]) == 1:
         return MaskDigits(keep=keep)
-    raise FeedYamlError(f"{where}: {setting} = {mask!r} is not a mask: use sha256 (the value's SHA-256), digits "
-                        "(every digit as *), or {digits: {keep: n}} (the first n characters kept)")
+    raise FeedYamlError(
+        f"{where}: {setting} = {mask!r} is not a mask: use sha256 (the value's SHA-256), digits "
+        "(every digit as *), or {digits: {keep: n}} (the first n characters kept)"
+    )
 
 
 def _one_of(where: str, setting: str, given: Mapping[str, Mapping[str, Any]], kinds: Mapping[str, type]):
     """The one dataclass ``given`` names (``{kind: {attribute: value}}``), its lists as tuples."""
     if len(given) != 1 or next(iter(given)) not in kinds:
-        raise FeedYamlError(f"{where}: {setting} = {dict(given)!r} cannot work: give exactly one of "
-                            f"{', '.join(kinds)}, e.g. {setting}: {{{next(iter(kinds))}: {{...}}}}")
+        raise FeedYamlError(
+            f"{where}: {setting} = {dict(given)!r} cannot work: give exactly one of "
+            f"{', '.join(kinds)}, e.g. {setting}: {{{next(iter(kinds))}: {{...}}}}"
+        )
     [(kind, attributes)] = given.items()
     cls = kinds[kind]
     allowed = [f.name for f in dataclasses.fields(cls)]
     unknown = [name for name in attributes or {} if name not in allowed]
     if unknown:
-        raise FeedYamlError(f"{where}: {setting}.{kind} has no attribute {', '.join(unknown)}: "
-                            f"use {', '.join(allowed)}")
+        raise FeedYamlError(
+            f"{where}: {setting}.{kind} has no attribute {', '.join(unknown)}: use {', '.join(allowed)}"
+        )
     try:
-        return cls(**{name: tuple(value) if isinstance(value, list) else value
-                      for name, value in (attributes or {}).items()})
+        return cls(
+            **{name: tuple(value) if isinstance(value, list) else value for name, value in (attributes or {}).items()}
+        )
     except TypeError as error:  # a required attribute left out
-        missing = [f.name for f in dataclasses.fields(cls)
-                   if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-                   and f.name not in (attributes or {})]
-        raise FeedYamlError(f"{where}: {setting}.{kind} needs {', '.join(missing) or 'other attributes'} "
-                            f"({error})") from error
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+            and f.name not in (attributes or {})
+        ]
+        raise FeedYamlError(
+            f"{where}: {setting}.{kind} needs {', '.join(missing) or 'other attributes'} ({error})"
+        ) from error
 
 
 def feed_from_yaml(path: Path):
@@ -290,8 +326,10 @@ def _feeds_in_file(path: Path) -> Iterator[Any]:
             continue
         attributes = document.get("attributes")
         if not isinstance(attributes, Mapping):
-            raise FeedYamlError(f"{path}: attributes = {attributes!r} cannot work: give the feed's attributes "
-                                "(name, description, source, fields, silver, expectations) under 'attributes:'")
+            raise FeedYamlError(
+                f"{path}: attributes = {attributes!r} cannot work: give the feed's attributes "
+                "(name, description, source, fields, silver, expectations) under 'attributes:'"
+            )
         try:
             model = FeedComponent.model().model_validate(attributes)
         except ValidationError as error:
@@ -309,8 +347,10 @@ def _validation_message(path: Path, error: ValidationError) -> str:
         parts = [str(part) for part in problem["loc"] if not _TYPE_NAME.match(str(part))]
         setting = ".".join(parts) or "attributes"
         if problem["type"] == "extra_forbidden":
-            lines.append(f"{path}: {setting} is not an attribute here: remove it or correct its spelling "
-                         "(docs/adding-a-feed.md lists the attributes; in {a: b, c: d} quote a value that holds a comma)")
+            lines.append(
+                f"{path}: {setting} is not an attribute here: remove it or correct its spelling "
+                "(docs/adding-a-feed.md lists the attributes; in {a: b, c: d} quote a value that holds a comma)"
+            )
         elif problem["type"] == "missing":
             lines.append(f"{path}: {setting} is missing: add it (docs/adding-a-feed.md lists the attributes)")
         else:

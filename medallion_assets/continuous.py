@@ -11,7 +11,6 @@ streams did is read back from their checkpoints
 Nothing here runs at import.
 """
 
-
 import logging
 import os
 import signal
@@ -111,6 +110,7 @@ def run_continuous(
     stop = threading.Event()
     previous: dict[int, Any] = {}
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
+
         def handler(signum, frame):
             say(f"signal {signal.Signals(signum).name}: stopping the streams")
             stop.set()
@@ -143,14 +143,20 @@ def run_continuous(
                     result.progress.pop(stream, None)
                     continue
                 queries[stream] = start_kafka_stream(
-                    spark, lake, kafka, feed, trigger={"processingTime": config.trigger_interval},
+                    spark,
+                    lake,
+                    kafka,
+                    feed,
+                    trigger={"processingTime": config.trigger_interval},
                     query_name=f"bronze_{stream}_continuous",
                 )
                 say(f"{stream}: started on {kafka.for_feed(feed).describe()} (trigger every {config.trigger_interval})")
                 continue
             limits = config.rate_limits.get(stream, StreamRateLimit())
             queries[stream] = start_bronze_stream(
-                spark, lake, feed,
+                spark,
+                lake,
+                feed,
                 trigger={"processingTime": config.trigger_interval},
                 max_files_per_trigger=limits.max_files_per_trigger,
                 max_bytes_per_trigger=limits.max_bytes_per_trigger,
@@ -191,19 +197,28 @@ def run_continuous(
             signal.signal(sig, old)
         say(f"streams stopped ({result.stopped_by or 'error'})")
     if failure is not None:
-        raise RuntimeError(f"a bronze stream failed: {failure}") from (failure if isinstance(failure, BaseException) else None)
+        raise RuntimeError(f"a bronze stream failed: {failure}") from (
+            failure if isinstance(failure, BaseException) else None
+        )
     return result
 
 
 @op(description="Run the bronze streams continuously (processing-time trigger) until the run is terminated.")
-def run_bronze_streams(context: OpExecutionContext, config: ContinuousStreamsConfig, spark: SparkResource,
-                       lake: LakeResource, kafka: KafkaResource) -> None:
+def run_bronze_streams(
+    context: OpExecutionContext,
+    config: ContinuousStreamsConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    kafka: KafkaResource,
+) -> None:
     """Dagster's side of continuous mode: terminating the run stops the streams cleanly."""
     run_continuous(spark.session_by_path, lake, config, log_progress=context.log.info, kafka=kafka)
 
 
-@job(description="Continuous bronze ingestion: the streams run until this run is terminated; "
-                 "the checkpoint sensors report their batches and request silver and gold.")
+@job(
+    description="Continuous bronze ingestion: the streams run until this run is terminated; "
+    "the checkpoint sensors report their batches and request silver and gold."
+)
 def bronze_streams_continuous():
     run_bronze_streams()
 
@@ -222,21 +237,37 @@ def _parse_pairs(values: Iterable[str], what: str) -> dict[str, str]:
 def add_stream_parser(subcommands) -> None:
     """The ``stream`` subcommand: continuous bronze ingestion."""
     parser = subcommands.add_parser(
-        "stream", help="Run the bronze streams continuously; stop with Ctrl-C or SIGTERM.",
+        "stream",
+        help="Run the bronze streams continuously; stop with Ctrl-C or SIGTERM.",
         description="Start the bronze streams with a processing-time trigger, log each micro-batch "
-                    "and stop cleanly on SIGTERM or Ctrl-C.",
+        "and stop cleanly on SIGTERM or Ctrl-C.",
     )
     parser.add_argument("--lake-root", default=None, help="Lake root (default: $MEDALLION_LAKE_ROOT or ./lakehouse).")
     # The feed names are checked when the command runs, not listed here: building the parser must not
     # import the pipelines, or one broken pipeline module would break every subcommand (`check` too).
-    parser.add_argument("--streams", nargs="+", default=None, metavar="FEED",
-                        help="Streams to run, by feed name (default: every stream feed; a Kafka feed where "
-                             "MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).")
+    parser.add_argument(
+        "--streams",
+        nargs="+",
+        default=None,
+        metavar="FEED",
+        help="Streams to run, by feed name (default: every stream feed; a Kafka feed where "
+        "MEDALLION_KAFKA_BOOTSTRAP_SERVERS is set).",
+    )
     parser.add_argument("--trigger-interval", default="10 seconds", help="Processing-time trigger, e.g. '5 seconds'.")
-    parser.add_argument("--max-files-per-trigger", action="append", metavar="STREAM=N", default=[],
-                        help="Per-stream cap on files per micro-batch (repeatable).")
-    parser.add_argument("--max-bytes-per-trigger", action="append", metavar="STREAM=SIZE", default=[],
-                        help="Per-stream cap on bytes per micro-batch, e.g. STREAM=64m (repeatable).")
+    parser.add_argument(
+        "--max-files-per-trigger",
+        action="append",
+        metavar="STREAM=N",
+        default=[],
+        help="Per-stream cap on files per micro-batch (repeatable).",
+    )
+    parser.add_argument(
+        "--max-bytes-per-trigger",
+        action="append",
+        metavar="STREAM=SIZE",
+        default=[],
+        help="Per-stream cap on bytes per micro-batch, e.g. STREAM=64m (repeatable).",
+    )
     parser.add_argument("--run-seconds", type=float, default=None, help="Stop after this many seconds.")
     parser.set_defaults(func=_stream_command)
 
@@ -246,8 +277,10 @@ def _stream_command(args) -> int:
     known = [feed.name for feed in stream_feeds()]
     unknown = [name for name in args.streams or () if name not in known]
     if unknown:
-        raise SystemExit(f"medallion-assets stream: --streams {' '.join(unknown)}: no such stream feed; "
-                         f"choose from {', '.join(known)}")
+        raise SystemExit(
+            f"medallion-assets stream: --streams {' '.join(unknown)}: no such stream feed; "
+            f"choose from {', '.join(known)}"
+        )
     args.streams = args.streams or known
     files = {k: int(v) for k, v in _parse_pairs(args.max_files_per_trigger, "--max-files-per-trigger").items()}
     size = _parse_pairs(args.max_bytes_per_trigger, "--max-bytes-per-trigger")
@@ -255,8 +288,9 @@ def _stream_command(args) -> int:
         s: StreamRateLimit(max_files_per_trigger=files.get(s), max_bytes_per_trigger=size.get(s))
         for s in set(files) | set(size)
     }
-    config = ContinuousStreamsConfig(streams=args.streams, trigger_interval=args.trigger_interval,
-                                     rate_limits=limits, run_seconds=args.run_seconds)
+    config = ContinuousStreamsConfig(
+        streams=args.streams, trigger_interval=args.trigger_interval, rate_limits=limits, run_seconds=args.run_seconds
+    )
     root = args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT")
     lake = LakeResource(root=root) if root else LakeResource()
     # The deployed resource (MEDALLION_DEPLOYMENT) with its engine choice (MEDALLION_DELTA_ENGINE,

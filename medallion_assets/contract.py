@@ -26,6 +26,7 @@ CUSTOMER_CSV_COLUMNS: tuple[str, ...] = (
     "updated_at",
 )
 
+
 @dataclass(frozen=True)
 class LandingStream:
     """A stream of change files the producer lands and bronze ingests.
@@ -55,9 +56,7 @@ _AMOUNT = pa.decimal128(15, 2)
 #: The contract's Arrow schema of each TPC-H table (keys int64, ``p_size`` and
 #: ``ps_availqty`` int32, amounts decimal(15,2), dates date32).
 TPCH_SCHEMAS: dict[str, pa.Schema] = {
-    "region": pa.schema(
-        [("r_regionkey", pa.int64()), ("r_name", pa.string()), ("r_comment", pa.string())]
-    ),
+    "region": pa.schema([("r_regionkey", pa.int64()), ("r_name", pa.string()), ("r_comment", pa.string())]),
     "nation": pa.schema(
         [
             ("n_nationkey", pa.int64()),

@@ -59,8 +59,13 @@ def resources_for(deployment: str) -> dict[str, Any]:
     return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
 
 
-def build_definitions(deployment: str = "local", *, simulator: bool | None = None, kafka: bool = True,
-                      pipelines: Sequence[str] | None = None) -> Definitions:
+def build_definitions(
+    deployment: str = "local",
+    *,
+    simulator: bool | None = None,
+    kafka: bool = True,
+    pipelines: Sequence[str] | None = None,
+) -> Definitions:
     """The project's Definitions for ``deployment``.
 
     Bronze, silver, quarantine, their checks and the stream sensors are built
@@ -102,16 +107,20 @@ def build_definitions(deployment: str = "local", *, simulator: bool | None = Non
     if simulator is None:
         simulator = PROJECT_PIPELINES in packages
     if simulator and PROJECT_PIPELINES not in packages:
-        raise ValueError(f"the simulator lands TPC-H's files, and the pipelines {', '.join(packages) or '(none)'} "
-                         f"leave out {PROJECT_PIPELINES}, whose feeds read them: pass simulator=False")
+        raise ValueError(
+            f"the simulator lands TPC-H's files, and the pipelines {', '.join(packages) or '(none)'} "
+            f"leave out {PROJECT_PIPELINES}, whose feeds read them: pass simulator=False"
+        )
     modules = list(pipeline_modules(packages))
     declared = project_feeds(packages)
     left_out = {} if kafka else {f.bronze_key: f.name for f in declared if isinstance(f.source, KafkaTopic)}
     pipeline_assets = _pipeline_assets(modules, left_out)
     feeds = tuple(f for f in declared if f.bronze_key not in left_out)
     if left_out:
-        _say_once(f"Kafka feeds left out: {', '.join(left_out.values())} "
-                  "(set MEDALLION_KAFKA_BOOTSTRAP_SERVERS to include them)")
+        _say_once(
+            f"Kafka feeds left out: {', '.join(left_out.values())} "
+            "(set MEDALLION_KAFKA_BOOTSTRAP_SERVERS to include them)"
+        )
     landed_by = {name: [landing.simulated_batch.key] for name in landing.simulated_feeds()} if simulator else {}
     assets = [
         *([landing.simulated_batch] if simulator else []),
@@ -120,7 +129,9 @@ def build_definitions(deployment: str = "local", *, simulator: bool | None = Non
         *pipeline_assets,
     ]
     checks = [
-        *feed_checks(feeds), *load_asset_checks_from_modules(modules), *stream_health_checks(feeds),
+        *feed_checks(feeds),
+        *load_asset_checks_from_modules(modules),
+        *stream_health_checks(feeds),
     ]
     return Definitions(
         assets=assets,
@@ -156,14 +167,21 @@ def _pipeline_assets(modules: Sequence[Any], left_out: dict[AssetKey, str]) -> l
     modules_of = {}
     for asset in readers:
         # load_assets_from_modules hands out copies: the module is the one declaring these keys.
-        module = next((m for m in modules if any(
-            isinstance(value, AssetsDefinition) and value.keys == asset.keys for value in vars(m).values()
-        )), None)
+        module = next(
+            (
+                m
+                for m in modules
+                if any(isinstance(value, AssetsDefinition) and value.keys == asset.keys for value in vars(m).values())
+            ),
+            None,
+        )
         if getattr(module, VARIANT_HOOK, None) is None:
             for key in set(asset.dependency_keys) & left_out.keys():
-                _say_once(f"Kafka feed kept: {left_out.pop(key)} ("
-                          f"{', '.join(sorted(k.to_user_string() for k in asset.keys))} reads it and its module "
-                          f"has no {VARIANT_HOOK}())")
+                _say_once(
+                    f"Kafka feed kept: {left_out.pop(key)} ("
+                    f"{', '.join(sorted(k.to_user_string() for k in asset.keys))} reads it and its module "
+                    f"has no {VARIANT_HOOK}())"
+                )
         else:
             modules_of[id(asset)] = module
     replaced = [a for a in readers if id(a) in modules_of and set(a.dependency_keys) & left_out.keys()]
@@ -193,5 +211,6 @@ def defs() -> Definitions:
     from medallion_assets.settings import read_settings
 
     settings = read_settings()
-    return build_definitions(settings.deployment, simulator=settings.simulator, kafka=settings.kafka,
-                             pipelines=settings.pipeline_packages)
+    return build_definitions(
+        settings.deployment, simulator=settings.simulator, kafka=settings.kafka, pipelines=settings.pipeline_packages
+    )

@@ -81,7 +81,12 @@ class EnginePlan:
     warning: bool = False
 
 
-def jar_files(location: str, *, variable: str = "DELTA_SPARK_JARS", holds: str = "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*") -> list[str]:
+def jar_files(
+    location: str,
+    *,
+    variable: str = "DELTA_SPARK_JARS",
+    holds: str = "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*",
+) -> list[str]:
     """The jar files a variable names: a folder of jars, or a comma list of jars.
 
     Args:
@@ -176,11 +181,16 @@ def plan_engine(
         config = {"spark.jars": ",".join(files), **DELTA_SPARK_SESSION_CONFIG}
         return EnginePlan(setting, config, "jars", f"delta-spark from the {len(files)} jars of DELTA_SPARK_JARS")
     if platform_delta_spark_jars():
-        return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", "delta-spark shipped with Spark's own jars")
+        return EnginePlan(
+            setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", "delta-spark shipped with Spark's own jars"
+        )
     version = delta_version or _installed_delta_spark_version()
     artifact = DELTA_SPARK_MAVEN_PACKAGE.format(version=version)
-    package = {"spark.jars.packages": artifact, **maven_resolution_config(spark_config or {}),
-               **DELTA_SPARK_SESSION_CONFIG}
+    package = {
+        "spark.jars.packages": artifact,
+        **maven_resolution_config(spark_config or {}),
+        **DELTA_SPARK_SESSION_CONFIG,
+    }
     if maven:
         return EnginePlan(setting, package, "maven", f"delta-spark {version} from Maven (MEDALLION_DELTA_SPARK_MAVEN)")
     warning = False
@@ -192,20 +202,27 @@ def plan_engine(
         if probe.answered:
             # Maven is there but not this version: a mismatch to fix, not an offline machine.
             warning = True
-            missing = (f"{probe.detail}, the jar of the installed delta-spark Python package {version} (the two "
-                       "must be the same version): install a delta-spark version Maven serves (`pip install -e .` "
-                       "installs the pinned one), or set DELTA_SPARK_JARS to that version's jars")
+            missing = (
+                f"{probe.detail}, the jar of the installed delta-spark Python package {version} (the two "
+                "must be the same version): install a delta-spark version Maven serves (`pip install -e .` "
+                "installs the pinned one), or set DELTA_SPARK_JARS to that version's jars"
+            )
     else:
         missing = "no delta-spark jars: DELTA_SPARK_JARS is not set and Maven is not used"
-    fix = ("set DELTA_SPARK_JARS to a folder of the delta-spark jars, or MEDALLION_DELTA_SPARK_MAVEN=true where "
-           "Spark reaches Maven (through a proxy)")
+    fix = (
+        "set DELTA_SPARK_JARS to a folder of the delta-spark jars, or MEDALLION_DELTA_SPARK_MAVEN=true where "
+        "Spark reaches Maven (through a proxy)"
+    )
     if setting == "delta-spark":
         # No jars named: the platform must provide them (checked once the session exists).
-        return EnginePlan(setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform",
-                          f"delta-spark from the platform ({missing})", warning)
+        return EnginePlan(
+            setting, dict(DELTA_SPARK_SESSION_CONFIG), "platform", f"delta-spark from the platform ({missing})", warning
+        )
     if warning:
         return EnginePlan(setting, reason=f"{missing}; using delta-rs meanwhile", warning=True)
-    return EnginePlan(setting, reason=f"{missing}; using delta-rs unless the platform ships delta-spark; for delta-spark {fix}")
+    return EnginePlan(
+        setting, reason=f"{missing}; using delta-rs unless the platform ships delta-spark; for delta-spark {fix}"
+    )
 
 
 #: The longest an engine plan waits to learn whether Maven can be reached.
@@ -456,8 +473,9 @@ class TableDetail:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> TableDetail:
         """From a ``DESCRIBE DETAIL`` / ``DeltaTable.detail()`` row (both engines name the fields alike)."""
-        return cls(int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0),
-                   list(row.get("partitionColumns") or []))
+        return cls(
+            int(row.get("numFiles") or 0), int(row.get("sizeInBytes") or 0), list(row.get("partitionColumns") or [])
+        )
 
 
 @dataclass(frozen=True)
@@ -556,8 +574,9 @@ def _no_rows(frame: DataFrame) -> DataFrame:
     return frame.limit(0)
 
 
-def _append_stream_writer(frame: DataFrame, *, checkpoint_location: str, query_name: str,
-                          trigger: Mapping[str, Any]) -> DataStreamWriter:
+def _append_stream_writer(
+    frame: DataFrame, *, checkpoint_location: str, query_name: str, trigger: Mapping[str, Any]
+) -> DataStreamWriter:
     """What every engine's append stream shares: mode, name, checkpoint and trigger."""
     return (
         frame.writeStream.outputMode("append")
@@ -598,8 +617,9 @@ class DeltaEngine:
         """Whether ``path`` holds a Delta table."""
         return bool(self.table_class().isDeltaTable(spark, path))
 
-    def read(self, spark: SparkSession, path: str, *, version: int | None = None,
-             columns: Sequence[str] | None = None) -> DataFrame:
+    def read(
+        self, spark: SparkSession, path: str, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> DataFrame:
         """The table at its latest or a pinned version, optionally only some columns."""
         raise NotImplementedError
 
@@ -614,9 +634,13 @@ class DeltaEngine:
     def latest_commit(self, spark: SparkSession, path: str) -> CommitFacts:
         """Version, operation, metrics and custom metadata of the newest commit."""
         [info] = self._commit_infos(spark, path, 1)
-        return CommitFacts(int(info["version"]), str(info.get("operation") or ""),
-                           dict(info.get("operationMetrics") or {}), _custom_metadata(info),
-                           str(info.get("engineInfo") or info.get("clientVersion") or ""))
+        return CommitFacts(
+            int(info["version"]),
+            str(info.get("operation") or ""),
+            dict(info.get("operationMetrics") or {}),
+            _custom_metadata(info),
+            str(info.get("engineInfo") or info.get("clientVersion") or ""),
+        )
 
     def newest_commit_value(self, spark: SparkSession, path: str, key: str) -> str | None:
         """The value of custom commit metadata ``key`` in the newest commit that carries it.
@@ -663,29 +687,45 @@ class DeltaEngine:
         """Writer options that record ``metadata`` in the commit of a batch or streaming write."""
         raise NotImplementedError
 
-
     def prepare_write(self, frame: DataFrame) -> DataFrame:
         """``frame`` as this engine stores it unchanged (the default: as it is)."""
         return frame
 
-    def save(self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"],
-             options: Mapping[str, str]) -> None:
+    def save(
+        self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"], options: Mapping[str, str]
+    ) -> None:
         """Append or overwrite with ``df.write.format("delta")`` and its options."""
         frame.write.format("delta").mode(mode).options(**options).save(path)
 
-    def start_append_stream(self, frame: DataFrame, path: str, *, checkpoint_location: str, query_name: str,
-                            trigger: Mapping[str, Any], options: Mapping[str, str]) -> StreamingQuery:
+    def start_append_stream(
+        self,
+        frame: DataFrame,
+        path: str,
+        *,
+        checkpoint_location: str,
+        query_name: str,
+        trigger: Mapping[str, Any],
+        options: Mapping[str, str],
+    ) -> StreamingQuery:
         """Start appending the streaming ``frame`` to the table, each micro-batch committed once.
 
         The default is the engine's Delta stream sink (``writeStream.format("delta")``),
         whose commits carry the app transaction ``(query id, batch id)``.
         """
-        writer = _append_stream_writer(frame, checkpoint_location=checkpoint_location, query_name=query_name,
-                                       trigger=trigger)
+        writer = _append_stream_writer(
+            frame, checkpoint_location=checkpoint_location, query_name=query_name, trigger=trigger
+        )
         return writer.format("delta").options(**options).start(path)
 
-    def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
-                     partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
+    def create_table(
+        self,
+        spark: SparkSession,
+        path: str,
+        schema: StructType,
+        *,
+        partition_columns: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
         """Create an empty table at ``path`` unless one is there (``CREATE TABLE IF NOT EXISTS``)."""
         builder = self.table_class().createIfNotExists(spark).location(path).addColumns(schema)
         if partition_columns:
@@ -698,9 +738,17 @@ class DeltaEngine:
         """The table's current schema."""
         return self.for_path(spark, path).toDF().schema
 
-    def merge(self, spark: SparkSession, path: str, source: DataFrame, *, on: str,
-              clauses: Sequence[MergeClause], schema_evolution: bool = False,
-              metadata: Mapping[str, str] | None = None) -> None:
+    def merge(
+        self,
+        spark: SparkSession,
+        path: str,
+        source: DataFrame,
+        *,
+        on: str,
+        clauses: Sequence[MergeClause],
+        schema_evolution: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         """MERGE ``source`` (alias ``s``) into the table (alias ``t``), clauses in order."""
         builder = self.for_path(spark, path).alias("t").merge(source.alias("s"), on)
         if schema_evolution:
@@ -736,8 +784,14 @@ class DeltaEngine:
         # ``version`` unless another writer committed since. Rows are left to count():
         # delta-spark answers a bare count from the files' statistics when they have it.
         detail = self.detail(spark, path)
-        return TableState(version, detail.num_files, detail.size_bytes, None, detail.partition_columns,
-                          self.read(spark, path, version=version))
+        return TableState(
+            version,
+            detail.num_files,
+            detail.size_bytes,
+            None,
+            detail.partition_columns,
+            self.read(spark, path, version=version),
+        )
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         """Run a merge builder, recording ``metadata`` in its commit."""
@@ -759,8 +813,9 @@ class DeltaSparkEngine(DeltaEngine):
 
         return DeltaTable
 
-    def read(self, spark: SparkSession, path: str, *, version: int | None = None,
-             columns: Sequence[str] | None = None) -> DataFrame:
+    def read(
+        self, spark: SparkSession, path: str, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> DataFrame:
         reader = spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", str(int(version)))
@@ -824,16 +879,21 @@ class DeltaSparkEngine(DeltaEngine):
             # No add actions in the checksum (a large table): one job over the version's
             # add actions, whose state the read of the preview then reuses.
             numbers = F.get_json_object("stats", "$.numRecords").cast("long")
-            row = DataFrame(snapshot.allFiles().toDF(), spark).agg(
-                F.count(F.lit(1)).alias("files"),
-                F.sum("size").alias("size"),
-                F.sum(numbers - F.coalesce(F.col("deletionVector.cardinality"), F.lit(0))).alias("records"),
-                F.count_if(numbers.isNull()).alias("without_stats"),
-            ).first()
+            row = (
+                DataFrame(snapshot.allFiles().toDF(), spark)
+                .agg(
+                    F.count(F.lit(1)).alias("files"),
+                    F.sum("size").alias("size"),
+                    F.sum(numbers - F.coalesce(F.col("deletionVector.cardinality"), F.lit(0))).alias("records"),
+                    F.count_if(numbers.isNull()).alias("without_stats"),
+                )
+                .first()
+            )
             files, size = int(row["files"]), int(row["size"] or 0)
             records = None if row["without_stats"] else int(row["records"] or 0)
-        return TableState(int(snapshot.version()), files, size, records, partition_columns,
-                          self.read(spark, path, version=version))
+        return TableState(
+            int(snapshot.version()), files, size, records, partition_columns, self.read(spark, path, version=version)
+        )
 
     def execute_merge(self, spark: SparkSession, merge: Any, metadata: Mapping[str, str]) -> None:
         # MERGE takes no writer options: the session setting is how delta-spark records its userMetadata.
@@ -860,22 +920,38 @@ class DeltaRsEngine(DeltaEngine):
 
     name: ClassVar[EngineName] = "delta-rs"
 
-    def merge(self, spark: SparkSession, path: str, source: DataFrame, *, on: str,
-              clauses: Sequence[MergeClause], schema_evolution: bool = False,
-              metadata: Mapping[str, str] | None = None) -> None:
+    def merge(
+        self,
+        spark: SparkSession,
+        path: str,
+        source: DataFrame,
+        *,
+        on: str,
+        clauses: Sequence[MergeClause],
+        schema_evolution: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         """MERGE as :meth:`DeltaEngine.merge`, kept rows included (:func:`with_unacted_matches_kept`)."""
         # The target's own first column: a source column could be one that schema evolution adds.
         kept = self.for_path(spark, path)._table().schema().fields[0].name
-        super().merge(spark, path, source, on=on, clauses=with_unacted_matches_kept(clauses, column=kept),
-                      schema_evolution=schema_evolution, metadata=metadata)
+        super().merge(
+            spark,
+            path,
+            source,
+            on=on,
+            clauses=with_unacted_matches_kept(clauses, column=kept),
+            schema_evolution=schema_evolution,
+            metadata=metadata,
+        )
 
     def table_class(self) -> Any:
         from medallion_assets.delta import DeltaTable
 
         return DeltaTable
 
-    def read(self, spark: SparkSession, path: str, *, version: int | None = None,
-             columns: Sequence[str] | None = None) -> DataFrame:
+    def read(
+        self, spark: SparkSession, path: str, *, version: int | None = None, columns: Sequence[str] | None = None
+    ) -> DataFrame:
         from medallion_assets.delta import read_delta
 
         return read_delta(spark, path, version=version, columns=list(columns) if columns else None)
@@ -895,31 +971,43 @@ class DeltaRsEngine(DeltaEngine):
         changes = self.for_path(spark, path).changes(startingVersion=after_version + 1, endingVersion=to_version)
         return changes.where(F.col("_change_type") == "insert").select(*columns.fieldNames())
 
-    def save(self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"],
-             options: Mapping[str, str]) -> None:
+    def save(
+        self, frame: DataFrame, path: str, *, mode: Literal["append", "overwrite"], options: Mapping[str, str]
+    ) -> None:
         # Spark's Parquet writer writes the files, delta-rs commits them: the
         # same options and checks as format("delta"), without handing every row to Python.
         from medallion_assets.delta import write_delta
 
         write_delta(frame, path, mode=mode, options=options)
 
-    def start_append_stream(self, frame: DataFrame, path: str, *, checkpoint_location: str, query_name: str,
-                            trigger: Mapping[str, Any], options: Mapping[str, str]) -> StreamingQuery:
+    def start_append_stream(
+        self,
+        frame: DataFrame,
+        path: str,
+        *,
+        checkpoint_location: str,
+        query_name: str,
+        trigger: Mapping[str, Any],
+        options: Mapping[str, str],
+    ) -> StreamingQuery:
         # Each micro-batch goes through write_delta (Spark's Parquet writer), not the
         # Python stream sink, with the same app transaction and commit info.
         from medallion_assets.delta import append_micro_batches
 
         batches = append_micro_batches(path, checkpoint_location=checkpoint_location, options=options)
-        writer = _append_stream_writer(frame, checkpoint_location=checkpoint_location, query_name=query_name,
-                                       trigger=trigger)
+        writer = _append_stream_writer(
+            frame, checkpoint_location=checkpoint_location, query_name=query_name, trigger=trigger
+        )
         return writer.foreachBatch(batches).start()
 
     def commit_metadata_options(self, metadata: Mapping[str, str]) -> dict[str, str]:
         # Each key on its own (what delta-rs readers show) and the JSON delta-spark reads.
         if not metadata:
             return {}
-        return {**{f"commitInfo.{key}": str(value) for key, value in metadata.items()},
-                "userMetadata": json.dumps(dict(metadata), sort_keys=True)}
+        return {
+            **{f"commitInfo.{key}": str(value) for key, value in metadata.items()},
+            "userMetadata": json.dumps(dict(metadata), sort_keys=True),
+        }
 
     def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
         from medallion_assets.delta._read import snapshot_dataframe
@@ -944,10 +1032,22 @@ class DeltaRsEngine(DeltaEngine):
         merge.execute()
 
 
-_COMMIT_INFO_FIELDS = frozenset({
-    "version", "operation", "operationMetrics", "operationParameters", "timestamp", "clientVersion",
-    "engineInfo", "readVersion", "isBlindAppend", "userMetadata", "isolationLevel", "txnId",
-})
+_COMMIT_INFO_FIELDS = frozenset(
+    {
+        "version",
+        "operation",
+        "operationMetrics",
+        "operationParameters",
+        "timestamp",
+        "clientVersion",
+        "engineInfo",
+        "readVersion",
+        "isBlindAppend",
+        "userMetadata",
+        "isolationLevel",
+        "txnId",
+    }
+)
 
 
 def _custom_metadata(info: Mapping[str, Any]) -> dict[str, str]:
@@ -1012,8 +1112,15 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
     def schema(self, spark: SparkSession, path: str) -> StructType:
         return spark.read.format("delta").load(path).schema
 
-    def create_table(self, spark: SparkSession, path: str, schema: StructType, *,
-                     partition_columns: Sequence[str] = (), properties: Mapping[str, str] | None = None) -> None:
+    def create_table(
+        self,
+        spark: SparkSession,
+        path: str,
+        schema: StructType,
+        *,
+        partition_columns: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
         columns = ", ".join(
             f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in schema.fields
         )
@@ -1024,15 +1131,25 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
             statement += " TBLPROPERTIES (" + ", ".join(f"'{k}' = '{v}'" for k, v in properties.items()) + ")"
         spark.sql(statement)
 
-    def merge(self, spark: SparkSession, path: str, source: DataFrame, *, on: str,
-              clauses: Sequence[MergeClause], schema_evolution: bool = False,
-              metadata: Mapping[str, str] | None = None) -> None:
+    def merge(
+        self,
+        spark: SparkSession,
+        path: str,
+        source: DataFrame,
+        *,
+        on: str,
+        clauses: Sequence[MergeClause],
+        schema_evolution: bool = False,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         import uuid
 
         view = f"merge_source_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
-        parts = [f"MERGE {'WITH SCHEMA EVOLUTION ' if schema_evolution else ''}INTO {self._table(path)} AS t",
-                 f"USING {view} AS s ON {on}"]
+        parts = [
+            f"MERGE {'WITH SCHEMA EVOLUTION ' if schema_evolution else ''}INTO {self._table(path)} AS t",
+            f"USING {view} AS s ON {on}",
+        ]
         for clause in clauses:
             when = "WHEN NOT MATCHED" if clause.action == "insert" else "WHEN MATCHED"
             condition = f" AND ({clause.condition})" if clause.condition else ""
@@ -1042,8 +1159,13 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
             elif clause.action == "update":
                 action = "UPDATE SET " + ", ".join(f"t.`{c}` = {e}" for c, e in assignments.items())
             else:
-                action = ("INSERT (" + ", ".join(f"`{c}`" for c in assignments) + ") VALUES ("
-                          + ", ".join(assignments.values()) + ")")
+                action = (
+                    "INSERT ("
+                    + ", ".join(f"`{c}`" for c in assignments)
+                    + ") VALUES ("
+                    + ", ".join(assignments.values())
+                    + ")"
+                )
             parts.append(f"{when}{condition} THEN {action}")
         try:
             self.execute_merge(spark, _SqlStatement(spark, " ".join(parts)), metadata or {})

@@ -189,10 +189,16 @@ def apply_expectations(
     # An action of its own, before any write, because a failed 'fail' expectation must stop
     # the write, which an observation of the write could only report afterwards. It is the
     # first action on the cached rows: it computes them once, and the writes read the cache.
-    counts = {"rows": 0} if no_rows else flagged.agg(
-        F.count(F.lit(1)).alias("rows"),
-        *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],
-    ).first().asDict()
+    counts = (
+        {"rows": 0}
+        if no_rows
+        else flagged.agg(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],
+        )
+        .first()
+        .asDict()
+    )
     total = int(counts["rows"])
     results: list[AssetCheckResult] = []
     blocked = False
@@ -229,7 +235,9 @@ def apply_expectations(
             ],
         )
         bad = flagged.where(any_failed).withColumn("_reason", reason)
-        quarantined = quarantine_rows(bad.drop(*[f"_reason_{i}" for i in range(len(expectations))]), table_name, F.col("_reason"))
+        quarantined = quarantine_rows(
+            bad.drop(*[f"_reason_{i}" for i in range(len(expectations))]), table_name, F.col("_reason")
+        )
         kept = flagged.where(~any_failed)
     else:
         quarantined = quarantine_rows(frame, table_name, "").limit(0)
@@ -358,7 +366,9 @@ class ObservedInput:
         self._source = frame
         self._observation = Observation()
         self.frame = frame.observe(
-            self._observation, F.count(F.lit(1)).alias("rows"), *(column.alias(name) for name, column in metrics.items())
+            self._observation,
+            F.count(F.lit(1)).alias("rows"),
+            *(column.alias(name) for name, column in metrics.items()),
         )
 
     def _reported(self) -> dict | None:
@@ -487,9 +497,13 @@ def count_rejected(
     )
     rejected = int(counted[0]["rows"]) if counted else 0
     by_file, whole = _rejected_files(quarantined, judged) if rejected and judged is not None else ((), 0)
-    return RejectedRows(input_rows=input_rows(), rejected_rows=rejected,
-                        by_reason=tuple((row["kind"], int(row["rows"])) for row in counted[1:]),
-                        by_file=by_file, files_rejected_whole=whole)
+    return RejectedRows(
+        input_rows=input_rows(),
+        rejected_rows=rejected,
+        by_reason=tuple((row["kind"], int(row["rows"])) for row in counted[1:]),
+        by_file=by_file,
+        files_rejected_whole=whole,
+    )
 
 
 def _rejected_files(quarantined: DataFrame, judged: DataFrame) -> tuple[tuple[RejectedFile, ...], int]:
@@ -506,8 +520,10 @@ def _rejected_files(quarantined: DataFrame, judged: DataFrame) -> tuple[tuple[Re
         .groupBy("_source_file")
         .agg(F.sum("rows").alias("rejected"), F.max_by("kind", F.struct("rows", "kind")).alias("kind"))
     )
-    lines = judged.where(landed).groupBy("_source_file").agg(
-        F.count(F.lit(1)).alias("lines"), F.count("_reject_reason").alias("unparsed")
+    lines = (
+        judged.where(landed)
+        .groupBy("_source_file")
+        .agg(F.count(F.lit(1)).alias("lines"), F.count("_reject_reason").alias("unparsed"))
     )
     whole = (F.col("lines") > 0) & (F.col("unparsed") >= F.col("lines"))
     picked = (
@@ -518,8 +534,13 @@ def _rejected_files(quarantined: DataFrame, judged: DataFrame) -> tuple[tuple[Re
         .collect()
     )
     files = tuple(
-        RejectedFile(file=row["_source_file"], rejected_rows=int(row["rejected"]), input_rows=int(row["lines"] or 0),
-                     unparsed_rows=int(row["unparsed"] or 0), reason=row["kind"])
+        RejectedFile(
+            file=row["_source_file"],
+            rejected_rows=int(row["rejected"]),
+            input_rows=int(row["lines"] or 0),
+            unparsed_rows=int(row["unparsed"] or 0),
+            reason=row["kind"],
+        )
         for row in picked
     )
     return files, int(picked[0]["whole_files"] or 0) if picked else 0
@@ -554,8 +575,9 @@ def rejected_rows_result(
         "rejected_by_reason": MetadataValue.json({kind: rows for kind, rows in rejected.by_reason}),
         "top_reasons": MetadataValue.md("| reason | rows |\n|---|---|\n" + reasons if reasons else "no row rejected"),
         # The same as plain text, shown in the check's row without opening the Markdown.
-        "reasons": MetadataValue.text("; ".join(f"{kind}: {rows}" for kind, rows in rejected.by_reason)
-                                      or "no row rejected"),
+        "reasons": MetadataValue.text(
+            "; ".join(f"{kind}: {rows}" for kind, rows in rejected.by_reason) or "no row rejected"
+        ),
     }
     if max_rejected_share is not None:
         metadata["max_rejected_share"] = max_rejected_share
@@ -570,18 +592,30 @@ def rejected_rows_result(
                 for f in rejected.by_file
             )
         )
-        metadata["rejected_by_file"] = MetadataValue.json([
-            {"file": f.file, "rejected_rows": f.rejected_rows, "input_rows": f.input_rows,
-             "share": round(f.share, 6), "rejected_whole": f.whole, "reason": f.reason}
-            for f in rejected.by_file
-        ])
+        metadata["rejected_by_file"] = MetadataValue.json(
+            [
+                {
+                    "file": f.file,
+                    "rejected_rows": f.rejected_rows,
+                    "input_rows": f.input_rows,
+                    "share": round(f.share, 6),
+                    "rejected_whole": f.whole,
+                    "reason": f.reason,
+                }
+                for f in rejected.by_file
+            ]
+        )
     whole = [f for f in rejected.by_file if f.whole]
     summary = (
         f"{rejected.rejected_rows} of {rejected.input_rows} input rows ({rejected.share:.2%}) "
         f"went to quarantine.{table}"
         + (f", above max_rejected_share {max_rejected_share:.2%}" if too_many else "")
-        + (f"; every line rejected of {rejected.files_rejected_whole} file(s): "
-           + "; ".join(f"{f.file} ({f.reason})" for f in whole[:3]) if whole else "")
+        + (
+            f"; every line rejected of {rejected.files_rejected_whole} file(s): "
+            + "; ".join(f"{f.file} ({f.reason})" for f in whole[:3])
+            if whole
+            else ""
+        )
     )
     return AssetCheckResult(
         asset_key=key,
@@ -605,8 +639,11 @@ def tag_failed_checks(context, results: Sequence[AssetCheckResult]) -> None:
         context: the step's execution context (its instance and run id).
         results: the check results the step yields.
     """
-    failed = {f"{r.asset_key.to_user_string()}:{r.check_name}" for r in results
-              if not r.passed and r.severity == AssetCheckSeverity.ERROR}
+    failed = {
+        f"{r.asset_key.to_user_string()}:{r.check_name}"
+        for r in results
+        if not r.passed and r.severity == AssetCheckSeverity.ERROR
+    }
     if not failed:
         return
     run = context.instance.get_run_by_id(context.run_id)

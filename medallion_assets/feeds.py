@@ -286,7 +286,9 @@ class Feed:
         if not isinstance(self.source, (LandingFiles, KafkaTopic, LandingSnapshots)):
             self._fail("source", self.source, "declare LandingFiles(...), KafkaTopic() or LandingSnapshots(...)")
         if isinstance(self.source, LandingFiles) and self.source.format not in DEFAULT_SUFFIX:
-            self._fail("source.format", self.source.format, "use 'ndjson' or 'csv' (Parquet snapshots: LandingSnapshots)")
+            self._fail(
+                "source.format", self.source.format, "use 'ndjson' or 'csv' (Parquet snapshots: LandingSnapshots)"
+            )
         if not self.fields:
             self._fail("fields", (), "declare at least one Field")
         names = [f.name for f in self.fields]
@@ -294,8 +296,11 @@ class Feed:
             if not _IDENTIFIER.match(f.name or ""):
                 self._fail("fields", f.name, "a field name is a plain identifier")
             if not isinstance(f.type, SUPPORTED_TYPES):
-                self._fail(f"fields[{f.name}].type", f.type,
-                           "use StringType, LongType, IntegerType, DecimalType, DateType or TimestampType")
+                self._fail(
+                    f"fields[{f.name}].type",
+                    f.type,
+                    "use StringType, LongType, IntegerType, DecimalType, DateType or TimestampType",
+                )
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:
             self._fail("fields", duplicated, "declare each field once")
@@ -308,50 +313,84 @@ class Feed:
             snapshots = isinstance(self.source, LandingSnapshots)
             if snapshots:
                 if changes.sequence_by:
-                    self._fail("silver.sequence_by", changes.sequence_by,
-                               "leave it out: a snapshot feed's changes are ordered by their snapshot's file name")
+                    self._fail(
+                        "silver.sequence_by",
+                        changes.sequence_by,
+                        "leave it out: a snapshot feed's changes are ordered by their snapshot's file name",
+                    )
                 if changes.delete_when is not None:
-                    self._fail("silver.delete_when", changes.delete_when,
-                               "leave it out: a key absent from a newer snapshot is deleted")
+                    self._fail(
+                        "silver.delete_when",
+                        changes.delete_when,
+                        "leave it out: a key absent from a newer snapshot is deleted",
+                    )
                 reserved = [n for n in names if n in SNAPSHOT_CHANGE_COLUMNS]
                 if reserved:
-                    self._fail("fields", reserved, f"rename them: {', '.join(SNAPSHOT_CHANGE_COLUMNS)} are "
-                           "the columns of a snapshot's changes")
+                    self._fail(
+                        "fields",
+                        reserved,
+                        f"rename them: {', '.join(SNAPSHOT_CHANGE_COLUMNS)} are the columns of a snapshot's changes",
+                    )
             elif not changes.sequence_by:
                 self._fail("silver.sequence_by", changes.sequence_by, "name the field(s) that order a key's changes")
-            for setting, used in (("silver.keys", changes.keys), ("silver.sequence_by", changes.sequence_by),
-                                  ("silver.except_fields", changes.except_fields),
-                                  ("silver.filtered_by", changes.filtered_by or ()),
-                                  ("silver.delete_when", changes.delete_when[:1] if changes.delete_when else ())):
+            for setting, used in (
+                ("silver.keys", changes.keys),
+                ("silver.sequence_by", changes.sequence_by),
+                ("silver.except_fields", changes.except_fields),
+                ("silver.filtered_by", changes.filtered_by or ()),
+                ("silver.delete_when", changes.delete_when[:1] if changes.delete_when else ()),
+            ):
                 unknown = [n for n in used if n not in names]
                 if unknown:
                     self._fail(setting, unknown, f"use declared fields: {', '.join(names)}")
             dropped = [n for n in changes.filtered_by or () if n in changes.except_fields]
             if dropped:
                 self._fail("silver.filtered_by", dropped, "filter on fields the silver table keeps (not except_fields)")
-            if changes.history and not snapshots and \
-                    not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType)):
-                self._fail("silver.history", True, "history's valid_from is the first sequence field: make it a timestamp or date")
+            if (
+                changes.history
+                and not snapshots
+                and not isinstance(self.field(changes.sequence_by[0]).type, (TimestampType, DateType))
+            ):
+                self._fail(
+                    "silver.history",
+                    True,
+                    "history's valid_from is the first sequence field: make it a timestamp or date",
+                )
             share = changes.max_rejected_share
-            if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1):
-                self._fail("silver.max_rejected_share", share,
-                           "give a share of the input rows from 0 to 1 (0.05: more than 5% rejected is an ERROR), "
-                           "or None for WARN only")
+            if share is not None and (
+                isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+            ):
+                self._fail(
+                    "silver.max_rejected_share",
+                    share,
+                    "give a share of the input rows from 0 to 1 (0.05: more than 5% rejected is an ERROR), "
+                    "or None for WARN only",
+                )
             if not isinstance(changes.deletion_vectors, bool):
-                self._fail("silver.deletion_vectors", changes.deletion_vectors,
-                           "say True (MERGEs mark replaced rows; delta-spark only) or False")
+                self._fail(
+                    "silver.deletion_vectors",
+                    changes.deletion_vectors,
+                    "say True (MERGEs mark replaced rows; delta-spark only) or False",
+                )
         elif isinstance(self.silver, Replace):
             unknown = [n for n in self.silver.keys if n not in names]
             if unknown:
                 self._fail("silver.keys", unknown, f"use declared fields: {', '.join(names)}")
             if not isinstance(self.source, LandingSnapshots):
-                self._fail("silver", self.silver, "Replace(...) is for snapshots (LandingSnapshots); "
-                           "a change feed declares ApplyChanges(...)")
+                self._fail(
+                    "silver",
+                    self.silver,
+                    "Replace(...) is for snapshots (LandingSnapshots); a change feed declares ApplyChanges(...)",
+                )
         elif self.silver is not None:
             self._fail("silver", self.silver, "declare ApplyChanges(...), Replace(...) or None")
         elif isinstance(self.source, LandingSnapshots):
-            self._fail("silver", None, "snapshots (LandingSnapshots) declare Replace(...) (silver is the newest "
-                       "snapshot) or ApplyChanges(...) with keys (each snapshot applied as changes)")
+            self._fail(
+                "silver",
+                None,
+                "snapshots (LandingSnapshots) declare Replace(...) (silver is the newest "
+                "snapshot) or ApplyChanges(...) with keys (each snapshot applied as changes)",
+            )
         checks = [e.name for e in self.expectations]
         if len(set(checks)) != len(checks):
             self._fail("expectations", checks, "give each expectation its own name")
@@ -381,17 +420,30 @@ class Feed:
             return self
         changes: ApplyChanges = self.silver
         derived = copy.copy(self)
-        object.__setattr__(derived, "fields", (
-            *self.fields,
-            Field(SNAPSHOT_AT, TimestampType(), description="When bronze took in the snapshot, UTC."),
-            Field(SNAPSHOT, description="The file name of the snapshot the change came from."),
-            Field(CHANGE, values=(UPSERT, DELETE), description="upsert: the key's row is new or changed; "
-                  "delete: the snapshot lacks the key."),
-        ))
-        object.__setattr__(derived, "silver", replace(
-            changes, sequence_by=(SNAPSHOT_AT, SNAPSHOT), delete_when=(CHANGE, DELETE),
-            except_fields=(*changes.except_fields, *SNAPSHOT_CHANGE_COLUMNS),
-        ))
+        object.__setattr__(
+            derived,
+            "fields",
+            (
+                *self.fields,
+                Field(SNAPSHOT_AT, TimestampType(), description="When bronze took in the snapshot, UTC."),
+                Field(SNAPSHOT, description="The file name of the snapshot the change came from."),
+                Field(
+                    CHANGE,
+                    values=(UPSERT, DELETE),
+                    description="upsert: the key's row is new or changed; delete: the snapshot lacks the key.",
+                ),
+            ),
+        )
+        object.__setattr__(
+            derived,
+            "silver",
+            replace(
+                changes,
+                sequence_by=(SNAPSHOT_AT, SNAPSHOT),
+                delete_when=(CHANGE, DELETE),
+                except_fields=(*changes.except_fields, *SNAPSHOT_CHANGE_COLUMNS),
+            ),
+        )
         return derived
 
     @property
@@ -465,8 +517,9 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
         FeedDeclarationError: two feeds share a name, or two silver tables do; a ``defs.yaml``
             feed that cannot be read (:class:`~medallion_assets.components.FeedYamlError`).
     """
-    declared = [(module.__name__, value) for module in modules for value in vars(module).values()
-                if isinstance(value, Feed)]
+    declared = [
+        (module.__name__, value) for module in modules for value in vars(module).values() if isinstance(value, Feed)
+    ]
     if yaml_folders:
         from medallion_assets.components import yaml_feeds
 
@@ -527,8 +580,11 @@ def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType,
 def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
     """The folders of the packages among ``modules`` that are not inside another's: where ``defs.yaml`` feeds are found."""
     folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
-    return tuple(f for f in dict.fromkeys(folders)
-                 if not any(f != other and f.startswith(other.rstrip(os.sep) + os.sep) for other in folders))
+    return tuple(
+        f
+        for f in dict.fromkeys(folders)
+        if not any(f != other and f.startswith(other.rstrip(os.sep) + os.sep) for other in folders)
+    )
 
 
 @cache

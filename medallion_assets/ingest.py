@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -115,8 +115,16 @@ def start_bronze_stream(
     frame = bronze_stream_frame(
         spark, lake, feed, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
-    return _start_bronze_sink(spark, lake, feed.name, frame, frame.schema, trigger=trigger,
-                              commit_metadata=commit_metadata, query_name=query_name)
+    return _start_bronze_sink(
+        spark,
+        lake,
+        feed.name,
+        frame,
+        frame.schema,
+        trigger=trigger,
+        commit_metadata=commit_metadata,
+        query_name=query_name,
+    )
 
 
 def start_kafka_stream(
@@ -158,8 +166,16 @@ def start_kafka_stream(
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
     frame = bronze.kafka_messages(messages)
-    return _start_bronze_sink(spark, lake, feed.name, frame, bronze.KAFKA_SCHEMA, trigger=trigger,
-                              commit_metadata=commit_metadata, query_name=query_name)
+    return _start_bronze_sink(
+        spark,
+        lake,
+        feed.name,
+        frame,
+        bronze.KAFKA_SCHEMA,
+        trigger=trigger,
+        commit_metadata=commit_metadata,
+        query_name=query_name,
+    )
 
 
 def _start_bronze_sink(
@@ -346,11 +362,13 @@ def apply_snapshots(
         # the newest snapshot among the rows.
         [[last]] = client.read(path).agg(F.max(bronze.SNAPSHOT)).collect()
     landed_until = int(engine.newest_commit_value(spark, path, LANDED_UNTIL) or -1)
-    landed = {file: modified for file, modified in lake.files_modified(lake.landing_folder(feed), ".parquet").items()
-              if bronze.is_visible_data_file(PurePath(file).name)}
+    landed = {
+        file: modified
+        for file, modified in lake.files_modified(lake.landing_folder(feed), ".parquet").items()
+        if bronze.is_visible_data_file(PurePath(file).name)
+    }
     newer = sorted((f for f in landed if last is None or PurePath(f).name > last), key=lambda f: PurePath(f).name)
-    ignored = sorted(PurePath(f).name for f, modified in landed.items()
-                     if f not in newer and modified > landed_until)
+    ignored = sorted(PurePath(f).name for f, modified in landed.items() if f not in newer and modified > landed_until)
     seen = str(max(landed.values(), default=landed_until))
     applied: dict[str, dict[str, int]] = {}
     if newer:
@@ -361,20 +379,33 @@ def apply_snapshots(
         [[taken_until]] = table.agg(F.max("_ingested_at")).collect()
     for file in newer:
         name = PurePath(file).name
-        now = datetime.now(timezone.utc)
-        taken_at = now if taken_until is None else max(now, taken_until.astimezone(timezone.utc) + _MICROSECOND)
+        now = datetime.now(UTC)
+        taken_at = now if taken_until is None else max(now, taken_until.astimezone(UTC) + _MICROSECOND)
         snapshot = bronze.snapshot_text(spark.read.parquet(file), feed)
-        changes = bronze.snapshot_changes(snapshot, before, feed).select(
-            *feed.field_names, bronze.CHANGE, F.lit(name).alias(bronze.SNAPSHOT), F.lit(file).alias("_source_file"),
-            F.lit(taken_at).cast("timestamp").alias("_ingested_at"),
-        ).cache()
+        changes = (
+            bronze.snapshot_changes(snapshot, before, feed)
+            .select(
+                *feed.field_names,
+                bronze.CHANGE,
+                F.lit(name).alias(bronze.SNAPSHOT),
+                F.lit(file).alias("_source_file"),
+                F.lit(taken_at).cast("timestamp").alias("_ingested_at"),
+            )
+            .cache()
+        )
         try:
             counts = {kind: count for kind, count in changes.groupBy(bronze.CHANGE).count().collect()}
             # Versioned by the table's next version: another run applying the same snapshot at the same
             # time, from the same table version, commits nothing.
             transaction = (f"medallion:snapshots:{feed.name}", client.latest_version(path) + 1)
-            client.write(changes, path, WriteSpec(mode="append"), transaction=transaction, empty_commit=transaction,
-                         commit_metadata={**(commit_metadata or {}), APPLIED_SNAPSHOT: name, LANDED_UNTIL: seen})
+            client.write(
+                changes,
+                path,
+                WriteSpec(mode="append"),
+                transaction=transaction,
+                empty_commit=transaction,
+                commit_metadata={**(commit_metadata or {}), APPLIED_SNAPSHOT: name, LANDED_UNTIL: seen},
+            )
         finally:
             changes.unpersist()
         applied[name] = {"upsert": counts.get("upsert", 0), "delete": counts.get("delete", 0)}

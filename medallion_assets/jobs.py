@@ -1,6 +1,5 @@
 """When things run: ingest (hourly), refresh (daily), table maintenance (weekly)."""
 
-
 from dagster import (
     AssetSelection,
     Config,
@@ -59,7 +58,9 @@ class MaintenanceConfig(Config):
 
 
 @op(description="OPTIMIZE (compaction) then VACUUM of every Delta table of the lake.")
-def optimize_and_vacuum(context: OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lake: LakeResource) -> None:
+def optimize_and_vacuum(
+    context: OpExecutionContext, config: MaintenanceConfig, spark: SparkResource, lake: LakeResource
+) -> None:
     """Compact and vacuum each table; never vacuums below Delta's 7-day retention check."""
     if config.retention_hours < 168:
         raise ValueError("retention below 168 hours can break readers and time travel; Delta refuses it too")
@@ -81,17 +82,29 @@ def table_maintenance():
 
 
 ingest_schedule = ScheduleDefinition(
-    job=ingest_job, cron_schedule="0 * * * *", name="ingest_hourly",
+    job=ingest_job,
+    cron_schedule="0 * * * *",
+    name="ingest_hourly",
     description="Hourly, on the hour: the ingest job, newly landed files into bronze and merged into silver.",
 )
-@schedule(job=refresh_job, cron_schedule="30 2 * * *", name="refresh_daily",
-          description="Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run.")
+
+
+@schedule(
+    job=refresh_job,
+    cron_schedule="30 2 * * *",
+    name="refresh_daily",
+    description="Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run.",
+)
 def refresh_schedule(context: ScheduleEvaluationContext) -> RunRequest:
     """Daily: silver and gold, every partition of the partitioned gold table in one run."""
     partitions = context.repository_def.get_job(refresh_job.name).partitions_def
     return RunRequest(tags=all_partitions_tags(partitions) if partitions is not None else {})
+
+
 maintenance_schedule = ScheduleDefinition(
-    job=table_maintenance, cron_schedule="0 4 * * 0", name="maintenance_weekly",
+    job=table_maintenance,
+    cron_schedule="0 4 * * 0",
+    name="maintenance_weekly",
     description="Weekly, Sunday 04:00: OPTIMIZE then VACUUM of every Delta table of the lake.",
 )
 

@@ -46,15 +46,18 @@ def kafka_connector_config(
 
     if jars:
         files = jar_files(
-            jars, variable="KAFKA_SPARK_JARS",
+            jars,
+            variable="KAFKA_SPARK_JARS",
             holds="spark-sql-kafka-0-10, spark-token-provider-kafka-0-10, kafka-clients, commons-pool2",
         )
         return {"spark.jars": ",".join(files)}
     if maven:
         from importlib.metadata import version
 
-        return {"spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark")),
-                **maven_resolution_config(spark_config or {})}
+        return {
+            "spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark")),
+            **maven_resolution_config(spark_config or {}),
+        }
     return {}
 
 
@@ -89,7 +92,8 @@ class KafkaResource(ConfigurableResource):
         default="PLAINTEXT", description="Kafka security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."
     )
     sasl_mechanism: str | None = Field(
-        default=None, description="SASL mechanism with SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."
+        default=None,
+        description="SASL mechanism with SASL_PLAINTEXT or SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
     )
     sasl_username: str | None = Field(default=None, description="SASL user name; set it through an EnvVar.")
     sasl_password: str | None = Field(
@@ -160,7 +164,7 @@ class KafkaResource(ConfigurableResource):
         """Whether this deployment has a Kafka source."""
         return bool(self.bootstrap_servers.strip())
 
-    def for_feed(self, feed) -> "KafkaResource":
+    def for_feed(self, feed) -> KafkaResource:
         """This resource with the feed's declared topic, unless a topic is set here."""
         declared = getattr(feed.source, "topic", "")
         return self if self.topic or not declared else self.model_copy(update={"topic": declared})
@@ -210,8 +214,12 @@ class KafkaResource(ConfigurableResource):
 
     def client_config(self) -> dict[str, str]:
         """The Python client's (librdkafka's) configuration for the same broker."""
-        config = {"bootstrap.servers": self.bootstrap_servers, **self._security(), **self._trust(java=False),
-                  **self.extra_options}
+        config = {
+            "bootstrap.servers": self.bootstrap_servers,
+            **self._security(),
+            **self._trust(java=False),
+            **self.extra_options,
+        }
         if self.sasl_username is not None:
             config["sasl.username"] = self.sasl_username
             config["sasl.password"] = self.sasl_password or ""
@@ -248,8 +256,12 @@ def watermark_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) ->
                     "to an existing topic"
                 )
             return {
-                partition: tuple(int(o) for o in consumer.get_watermark_offsets(
-                    TopicPartition(kafka.topic, partition), timeout=timeout_seconds))
+                partition: tuple(
+                    int(o)
+                    for o in consumer.get_watermark_offsets(
+                        TopicPartition(kafka.topic, partition), timeout=timeout_seconds
+                    )
+                )
                 for partition in sorted(topic.partitions)
             }
         except KafkaException as error:
@@ -355,4 +367,3 @@ def publish_files(kafka: KafkaResource, files: Iterable[Path | str], **options: 
                         yield line
 
     return publish_lines(kafka, lines(), **options)
-

@@ -8,8 +8,8 @@ working directory of the process that uses them.
 
 from __future__ import annotations
 
-import os
 import logging
+import os
 import re
 import sys
 import time
@@ -22,7 +22,6 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
 from medallion_assets.settings import SIZE_LIMITS
-
 
 _log = logging.getLogger(__name__)
 
@@ -141,10 +140,7 @@ class SparkResource(LazyPySparkResource):
 
     master: str | None = Field(
         default="local[*]",
-        description=(
-            "Spark master URL (local[*], spark://host:7077, k8s://..., yarn). "
-            "Ignored when `remote` is set."
-        ),
+        description=("Spark master URL (local[*], spark://host:7077, k8s://..., yarn). Ignored when `remote` is set."),
     )
     remote: str | None = Field(
         default=None,
@@ -263,14 +259,16 @@ class SparkResource(LazyPySparkResource):
         plan = plan_engine(
             self.delta_engine,  # type: ignore[arg-type]
             jars=None if fixed_without_delta else self.delta_spark_jars or None,
-            maven=False if fixed_without_delta or (probe_useless and self.delta_spark_maven is None)
+            maven=False
+            if fixed_without_delta or (probe_useless and self.delta_spark_maven is None)
             else self.delta_spark_maven,
             spark_config=self.spark_config,
         )
         builder = SparkSession.builder.appName(self.app_name)
         builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
-        connector = kafka_connector_config(jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven,
-                                           spark_config=self.spark_config)
+        connector = kafka_connector_config(
+            jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven, spark_config=self.spark_config
+        )
         # A Connect client starts no JVM: its server carries the jars.
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if not self.remote:
@@ -310,19 +308,22 @@ class SparkResource(LazyPySparkResource):
         starting = not _session_running(remote=bool(self.remote))
         deployment = self._deployment(config)
         if starting:
-            self._log(f"Spark session starting: {deployment}; Delta engine {_planned_engine(plan)} ({plan.reason}). "
-                      "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine).")
+            self._log(
+                f"Spark session starting: {deployment}; Delta engine {_planned_engine(plan)} ({plan.reason}). "
+                "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine)."
+            )
         started = time.monotonic()
         secrets = self.catalog.hadoop_secrets() if not self.remote else {}
         if secrets:
-            _start_context_with_hadoop_secrets(config, master=str(self.master), app_name=self.app_name,
-                                               secrets=secrets)
+            _start_context_with_hadoop_secrets(config, master=str(self.master), app_name=self.app_name, secrets=secrets)
         session = builder.getOrCreate()
         self._engine = start_engine(session, plan)
         self._spark_session = session
         if starting:
-            self._log(f"Spark session ready after {time.monotonic() - started:.1f} s: Spark {session.version}, "
-                      f"{deployment}; Delta engine {self._engine.describe()}.")
+            self._log(
+                f"Spark session ready after {time.monotonic() - started:.1f} s: Spark {session.version}, "
+                f"{deployment}; Delta engine {self._engine.describe()}."
+            )
         if self.catalog.kind == "hive" and self.catalog.lake_root:
             # The shared metastore's names serve other processes too (the Thrift server, other
             # sessions): a starting session adds the tables it lacks, such as a pandas asset's.
@@ -346,8 +347,9 @@ class SparkResource(LazyPySparkResource):
 
     def _attach_lake(self, session: SparkSession) -> None:
         if self.catalog.enabled and self.catalog.lake_root and not self._lake_attached:
-            self.catalog.attach(session, self.delta_engine_in_use,
-                                LakeResource(root=self.catalog.lake_root).delta_tables())
+            self.catalog.attach(
+                session, self.delta_engine_in_use, LakeResource(root=self.catalog.lake_root).delta_tables()
+            )
             self._lake_attached = True
 
     @property
@@ -412,8 +414,9 @@ def _without_credentials(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//", url)
 
 
-def _start_context_with_hadoop_secrets(config: dict[str, str], *, master: str, app_name: str,
-                                       secrets: dict[str, str]) -> None:
+def _start_context_with_hadoop_secrets(
+    config: dict[str, str], *, master: str, app_name: str, secrets: dict[str, str]
+) -> None:
     """Start the SparkContext, then put ``secrets`` on its Hadoop configuration, before any session exists.
 
     The session the builder then makes copies that configuration into its shared
@@ -547,7 +550,9 @@ class LakeResource(ConfigurableResource):
 
     def files(self, folder: str, suffix: str) -> list[str]:
         """The files directly in ``folder`` whose names end with ``suffix``, as full paths, sorted."""
-        return [f"{folder.rstrip('/')}/{name}" for name in self._list(folder, directories=False) if name.endswith(suffix)]
+        return [
+            f"{folder.rstrip('/')}/{name}" for name in self._list(folder, directories=False) if name.endswith(suffix)
+        ]
 
     def files_modified(self, folder: str, suffix: str) -> dict[str, int]:
         """:meth:`files` with each file's modification time (nanoseconds since the epoch: per the landing
@@ -556,9 +561,11 @@ class LakeResource(ConfigurableResource):
 
         filesystem, base = fs.FileSystem.from_uri(folder) if "://" in folder else (fs.LocalFileSystem(), folder)
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
-        return {f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0
-                for info in sorted(infos, key=lambda info: info.base_name)
-                if info.type == fs.FileType.File and info.base_name.endswith(suffix)}
+        return {
+            f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0
+            for info in sorted(infos, key=lambda info: info.base_name)
+            if info.type == fs.FileType.File and info.base_name.endswith(suffix)
+        }
 
     @staticmethod
     def _list(folder: str, *, directories: bool) -> list[str]:
@@ -719,10 +726,13 @@ def kafka_resource(*, resolved: bool = False):
     """
     from medallion_assets.kafka import KafkaResource
 
-    return KafkaResource(**{
-        field: os.environ[name] if resolved else EnvVar(name)
-        for name, field in KAFKA_VARIABLES.items() if os.environ.get(name)
-    })
+    return KafkaResource(
+        **{
+            field: os.environ[name] if resolved else EnvVar(name)
+            for name, field in KAFKA_VARIABLES.items()
+            if os.environ.get(name)
+        }
+    )
 
 
 #: Environment variables of the catalog -> LakeCatalog fields (all strings).

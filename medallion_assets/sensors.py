@@ -19,7 +19,6 @@
 Factories build the definitions; importing this module starts nothing.
 """
 
-
 import hashlib
 import json
 import os
@@ -94,8 +93,12 @@ def _health_events(stream: str, health: StreamHealth | KafkaLag) -> list:
     return [
         AssetObservation(asset_key=key, description="stream lag", metadata=metadata),
         AssetCheckEvaluation(
-            asset_key=key, check_name=HEALTH_CHECK_NAME, passed=health.passed,
-            severity=AssetCheckSeverity.ERROR, metadata=metadata, description=description,
+            asset_key=key,
+            check_name=HEALTH_CHECK_NAME,
+            passed=health.passed,
+            severity=AssetCheckSeverity.ERROR,
+            metadata=metadata,
+            description=description,
         ),
     ]
 
@@ -133,8 +136,8 @@ def build_checkpoint_sensor(
         target=target or AssetSelection.assets(key).downstream(include_self=False),
         default_status=default_status,
         description=f"Reports micro-batches of the {stream} stream committed since its cursor as bronze "
-                    "materializations, requests silver and gold, and reports the stream's "
-                    + ("consumer lag." if from_kafka else "lag."),
+        "materializations, requests silver and gold, and reports the stream's "
+        + ("consumer lag." if from_kafka else "lag."),
     )
 
     def evaluate(context: SensorEvaluationContext, lake: LakeResource, kafka: KafkaResource | None):
@@ -151,8 +154,9 @@ def build_checkpoint_sensor(
         events: list = []
         rows_total = 0
         if new_batches:
-            commits = delta_commits_of_query(lake.table_path(["bronze", stream]), checkpoint.query_id,
-                                             after_batch=cursor.last_batch)
+            commits = delta_commits_of_query(
+                lake.table_path(["bronze", stream]), checkpoint.query_id, after_batch=cursor.last_batch
+            )
             for batch in new_batches:
                 commit = commits.get(batch)
                 rows = commit.rows if commit else 0
@@ -176,9 +180,13 @@ def build_checkpoint_sensor(
                         metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)
                 if commit and commit.timestamp_ms:
                     metadata["committed_at"] = MetadataValue.timestamp(commit.timestamp_ms / 1000)
-                events.append(AssetMaterialization(
-                    asset_key=key, description=f"micro-batch {batch} of the {stream} stream", metadata=metadata,
-                ))
+                events.append(
+                    AssetMaterialization(
+                        asset_key=key,
+                        description=f"micro-batch {batch} of the {stream} stream",
+                        metadata=metadata,
+                    )
+                )
             cursor.last_batch = new_batches[-1]
         if from_kafka:
             health = kafka_lag(lake, kafka, feed) if kafka is not None and kafka.configured else None
@@ -186,7 +194,8 @@ def build_checkpoint_sensor(
             health = stream_health(lake, feed, policy)
         now = time.time()
         if health is not None and (
-            new_batches or health.passed != cursor.health_passed
+            new_batches
+            or health.passed != cursor.health_passed
             or now - cursor.health_reported_at >= health_report_seconds
         ):
             events.extend(_health_events(stream, health))
@@ -196,14 +205,21 @@ def build_checkpoint_sensor(
             events.append(AssetObservation(asset_key=key, description="no Kafka source configured: lag not measured"))
         run_requests = []
         if new_batches and rows_total:
-            run_requests.append(RunRequest(
-                run_key=f"{stream}:{checkpoint.query_id}:{new_batches[0]}-{new_batches[-1]}",
-                tags={"medallion/stream": stream, "medallion/batches": f"{new_batches[0]}-{new_batches[-1]}"},
-            ))
-        return SensorResult(run_requests=run_requests, asset_events=events, cursor=cursor.dump(),
-                            skip_reason=None if (events or run_requests) else f"no new batch of {stream}")
+            run_requests.append(
+                RunRequest(
+                    run_key=f"{stream}:{checkpoint.query_id}:{new_batches[0]}-{new_batches[-1]}",
+                    tags={"medallion/stream": stream, "medallion/batches": f"{new_batches[0]}-{new_batches[-1]}"},
+                )
+            )
+        return SensorResult(
+            run_requests=run_requests,
+            asset_events=events,
+            cursor=cursor.dump(),
+            skip_reason=None if (events or run_requests) else f"no new batch of {stream}",
+        )
 
     if from_kafka:
+
         @sensor(**options)
         def _kafka_checkpoint_sensor(context: SensorEvaluationContext, lake: LakeResource, kafka: KafkaResource):
             return evaluate(context, lake, kafka)
@@ -229,13 +245,15 @@ def build_stream_health_check(stream: Feed | str, *, policy: StreamHealthPolicy 
         asset=bronze_key(stream),
         name=HEALTH_CHECK_NAME,
         description=f"Fails when a planned micro-batch of {stream} has not committed within "
-                    f"{policy.stall_after_seconds:.0f}s, or a landed file waits longer than "
-                    f"{policy.max_backlog_age_seconds:.0f}s for a batch.",
+        f"{policy.stall_after_seconds:.0f}s, or a landed file waits longer than "
+        f"{policy.max_backlog_age_seconds:.0f}s for a batch.",
     )
     def _stream_health(lake: LakeResource) -> AssetCheckResult:
         health = stream_health(lake, feed, policy)
         return AssetCheckResult(
-            passed=health.passed, severity=AssetCheckSeverity.ERROR, metadata=health.metadata(),
+            passed=health.passed,
+            severity=AssetCheckSeverity.ERROR,
+            metadata=health.metadata(),
             description="; ".join(health.problems) or "stream healthy",
         )
 
@@ -254,15 +272,17 @@ def build_kafka_lag_check(stream: Feed | str | None = None):
         asset=feed.bronze_key,
         name=HEALTH_CHECK_NAME,
         description="Fails when the Kafka stream's consumer lag (the broker's latest offsets against the "
-                    "checkpoint's committed ones) passes the Kafka resource's max_lag_messages, or messages "
-                    "wait and no batch has committed for its stall_after_seconds.",
+        "checkpoint's committed ones) passes the Kafka resource's max_lag_messages, or messages "
+        "wait and no batch has committed for its stall_after_seconds.",
     )
     def _kafka_lag(lake: LakeResource, kafka: KafkaResource) -> AssetCheckResult:
         if not kafka.configured:
             return AssetCheckResult(passed=True, description="no Kafka source in this deployment: nothing to lag")
         lag = kafka_lag(lake, kafka, feed)
         return AssetCheckResult(
-            passed=lag.passed, severity=AssetCheckSeverity.ERROR, metadata=lag.metadata(),
+            passed=lag.passed,
+            severity=AssetCheckSeverity.ERROR,
+            metadata=lag.metadata(),
             description="; ".join(lag.problems) or "consumer lag within bounds",
         )
 
@@ -294,8 +314,13 @@ def _all_landed(lake: LakeResource, feeds: tuple[Feed, ...]) -> dict[str, float]
     return found
 
 
-def build_landing_sensor(job, *, feeds: tuple[Feed, ...] | None = None, minimum_interval_seconds: int = 30,
-                         default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED):
+def build_landing_sensor(
+    job,
+    *,
+    feeds: tuple[Feed, ...] | None = None,
+    minimum_interval_seconds: int = 30,
+    default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
+):
     """Triggered mode: newly landed files of any feed request a run of ``job`` (the ingest).
 
     Args:
@@ -317,7 +342,8 @@ def build_landing_sensor(job, *, feeds: tuple[Feed, ...] | None = None, minimum_
         cursor = LandingCursor.parse(context.cursor)
         files = _all_landed(lake, project_feeds() if feeds is None else tuple(feeds))
         new = sorted(
-            path for path, mtime in files.items()
+            path
+            for path, mtime in files.items()
             if mtime > cursor.mtime or (mtime == cursor.mtime and path not in cursor.names)
         )
         if not new:

@@ -51,77 +51,187 @@ class Variable:
 
 #: Every environment variable the project reads (docs/settings.md is this table).
 VARIABLES: tuple[Variable, ...] = (
-    Variable("MEDALLION_DEPLOYMENT", "Where Spark runs: embedded, on a cluster, or through Spark Connect.",
-             "local, cluster, connect", "local"),
-    Variable("SPARK_MASTER_URL", "The cluster's master, with MEDALLION_DEPLOYMENT=cluster (required there).",
-             "spark://host:port, k8s://https://host:port, yarn, mesos://host:port, local[N]", "none"),
-    Variable("SPARK_REMOTE", "The Spark Connect endpoint, with MEDALLION_DEPLOYMENT=connect (required there).",
-             "sc://host[:port][/;params]", "none"),
-    Variable("MEDALLION_DELTA_ENGINE", "Which Delta engine the session runs.",
-             "auto, delta-spark, delta-rs", "auto"),
-    Variable("DELTA_SPARK_JARS", "Local delta-spark jars (machines without Maven).",
-             "a folder of .jar files, or a comma list of .jar files", "none"),
-    Variable("MEDALLION_DELTA_SPARK_MAVEN", "Fetch delta-spark from Maven: unset probes Maven under auto "
-             "(and delta-spark), true fetches without probing, false never fetches.",
-             "true/false (also yes/no, on/off, 1/0)", "unset: probe"),
-    Variable("KAFKA_SPARK_JARS", "Local jars of Spark's Kafka connector, for the Kafka bronze stream.",
-             "a folder of .jar files, or a comma list of .jar files", "none"),
-    Variable("MEDALLION_KAFKA_MAVEN", "Fetch Spark's Kafka connector from Maven when KAFKA_SPARK_JARS is not set.",
-             "true/false (also yes/no, on/off, 1/0)", "false"),
-    Variable("MEDALLION_LAKE_ROOT", "The lake's root folder (landing, layers, checkpoints); must be writable.",
-             "a local folder (relative: to the working directory) or an object-store URI (s3://...)",
-             "./lakehouse"),
-    Variable("MEDALLION_DEMO", "Include the project's own pipelines (medallion_assets.pipelines: TPC-H) and the "
-             "simulator; off: only the MEDALLION_PIPELINES packages (which it then requires).",
-             "on/off (also true/false, yes/no, 1/0)", "on"),
-    Variable("MEDALLION_SIMULATOR", "Include the demo feed landing/simulated_batch.",
-             "on/off (also true/false, yes/no, 1/0)", "on (off with MEDALLION_DEMO=off)"),
-    Variable("MEDALLION_PIPELINES", "Pipeline packages besides medallion_assets.pipelines (instead of it with "
-             "MEDALLION_DEMO=off).", "a comma list of importable Python packages", "none"),
-    Variable("MEDALLION_CATALOG", "Where the lake's tables are registered by name: the session's own catalog "
-             "(filled from the lake when a session starts), a shared Hive metastore, or nowhere.",
-             "session, hive, none", "session"),
-    Variable("MEDALLION_CATALOG_DATABASE_PREFIX", "Prefix of the layer databases (team_ gives team_gold.<table>).",
-             "letters, digits and _, starting with a letter or _", "none"),
-    Variable("MEDALLION_METASTORE_URL", "JDBC URL of the Hive metastore's database, with MEDALLION_CATALOG=hive.",
-             "jdbc:postgresql://host:port/db (or another JDBC URL)", "none"),
+    Variable(
+        "MEDALLION_DEPLOYMENT",
+        "Where Spark runs: embedded, on a cluster, or through Spark Connect.",
+        "local, cluster, connect",
+        "local",
+    ),
+    Variable(
+        "SPARK_MASTER_URL",
+        "The cluster's master, with MEDALLION_DEPLOYMENT=cluster (required there).",
+        "spark://host:port, k8s://https://host:port, yarn, mesos://host:port, local[N]",
+        "none",
+    ),
+    Variable(
+        "SPARK_REMOTE",
+        "The Spark Connect endpoint, with MEDALLION_DEPLOYMENT=connect (required there).",
+        "sc://host[:port][/;params]",
+        "none",
+    ),
+    Variable("MEDALLION_DELTA_ENGINE", "Which Delta engine the session runs.", "auto, delta-spark, delta-rs", "auto"),
+    Variable(
+        "DELTA_SPARK_JARS",
+        "Local delta-spark jars (machines without Maven).",
+        "a folder of .jar files, or a comma list of .jar files",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_DELTA_SPARK_MAVEN",
+        "Fetch delta-spark from Maven: unset probes Maven under auto "
+        "(and delta-spark), true fetches without probing, false never fetches.",
+        "true/false (also yes/no, on/off, 1/0)",
+        "unset: probe",
+    ),
+    Variable(
+        "KAFKA_SPARK_JARS",
+        "Local jars of Spark's Kafka connector, for the Kafka bronze stream.",
+        "a folder of .jar files, or a comma list of .jar files",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_MAVEN",
+        "Fetch Spark's Kafka connector from Maven when KAFKA_SPARK_JARS is not set.",
+        "true/false (also yes/no, on/off, 1/0)",
+        "false",
+    ),
+    Variable(
+        "MEDALLION_LAKE_ROOT",
+        "The lake's root folder (landing, layers, checkpoints); must be writable.",
+        "a local folder (relative: to the working directory) or an object-store URI (s3://...)",
+        "./lakehouse",
+    ),
+    Variable(
+        "MEDALLION_DEMO",
+        "Include the project's own pipelines (medallion_assets.pipelines: TPC-H) and the "
+        "simulator; off: only the MEDALLION_PIPELINES packages (which it then requires).",
+        "on/off (also true/false, yes/no, 1/0)",
+        "on",
+    ),
+    Variable(
+        "MEDALLION_SIMULATOR",
+        "Include the demo feed landing/simulated_batch.",
+        "on/off (also true/false, yes/no, 1/0)",
+        "on (off with MEDALLION_DEMO=off)",
+    ),
+    Variable(
+        "MEDALLION_PIPELINES",
+        "Pipeline packages besides medallion_assets.pipelines (instead of it with MEDALLION_DEMO=off).",
+        "a comma list of importable Python packages",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_CATALOG",
+        "Where the lake's tables are registered by name: the session's own catalog "
+        "(filled from the lake when a session starts), a shared Hive metastore, or nowhere.",
+        "session, hive, none",
+        "session",
+    ),
+    Variable(
+        "MEDALLION_CATALOG_DATABASE_PREFIX",
+        "Prefix of the layer databases (team_ gives team_gold.<table>).",
+        "letters, digits and _, starting with a letter or _",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_METASTORE_URL",
+        "JDBC URL of the Hive metastore's database, with MEDALLION_CATALOG=hive.",
+        "jdbc:postgresql://host:port/db (or another JDBC URL)",
+        "none",
+    ),
     Variable("MEDALLION_METASTORE_USER", "User of the metastore database.", "any text", "none"),
-    Variable("MEDALLION_METASTORE_PASSWORD", "Password of the metastore database (never logged or shown).",
-             "any text", "none"),
-    Variable("MEDALLION_METASTORE_DRIVER", "JDBC driver class of the metastore database.",
-             "a Java class name", "org.postgresql.Driver"),
-    Variable("MEDALLION_METASTORE_JARS", "The metastore database's JDBC driver jar(s).",
-             "a jar file, a folder of .jar files, or a comma list of .jar files", "none"),
-    Variable("MEDALLION_METASTORE_URIS", "A Hive metastore service, instead of MEDALLION_METASTORE_URL.",
-             "thrift://host:port[,thrift://host:port]", "none"),
-    Variable("MEDALLION_WAREHOUSE_DIR", "Spark's warehouse folder (managed tables; the lake's are all external).",
-             "a folder or URI", "<lake root>/_warehouse"),
-    Variable("MEDALLION_ARROW_READ_MAX_ROWS", "Table checks hold a version of up to this many rows as Arrow, "
-             "without Spark (larger ones are counted by DataFusion over delta-rs' read). 0: always Spark.",
-             "a whole number of rows, 0 or more", "1000000"),
-    Variable("MEDALLION_ARROW_WRITE_MAX_ROWS", "Overwrites, appends and MERGE sources of up to this many rows are "
-             "committed by deltalake in the Dagster process instead of by Spark's jobs. 0: always Spark.",
-             "a whole number of rows, 0 or more", "250000"),
-    Variable("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "Such a small MERGE is run by deltalake only into a table of up "
-             "to this many MiB of files: it rewrites them in the Dagster process, which grows with them. Larger "
-             "tables are merged by Spark. 0: always Spark.",
-             "a whole number of MiB, 0 or more", "1024"),
-    Variable("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "The Kafka broker; unset leaves the Kafka feeds out of the "
-             "definitions.", "host:port[,host:port]", "unset: no Kafka feeds"),
-    Variable("MEDALLION_KAFKA_TOPIC", "The topic to read instead of the one the Kafka feed declares.",
-             "a Kafka topic name (letters, digits, . _ -; at most 249)", "the feed's"),
-    Variable("MEDALLION_KAFKA_SECURITY_PROTOCOL", "Kafka security.protocol.",
-             "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", "PLAINTEXT"),
-    Variable("MEDALLION_KAFKA_SASL_MECHANISM", "SASL mechanism, with SASL_PLAINTEXT or SASL_SSL.",
-             "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512", "none"),
+    Variable(
+        "MEDALLION_METASTORE_PASSWORD",
+        "Password of the metastore database (never logged or shown).",
+        "any text",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_METASTORE_DRIVER",
+        "JDBC driver class of the metastore database.",
+        "a Java class name",
+        "org.postgresql.Driver",
+    ),
+    Variable(
+        "MEDALLION_METASTORE_JARS",
+        "The metastore database's JDBC driver jar(s).",
+        "a jar file, a folder of .jar files, or a comma list of .jar files",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_METASTORE_URIS",
+        "A Hive metastore service, instead of MEDALLION_METASTORE_URL.",
+        "thrift://host:port[,thrift://host:port]",
+        "none",
+    ),
+    Variable(
+        "MEDALLION_WAREHOUSE_DIR",
+        "Spark's warehouse folder (managed tables; the lake's are all external).",
+        "a folder or URI",
+        "<lake root>/_warehouse",
+    ),
+    Variable(
+        "MEDALLION_ARROW_READ_MAX_ROWS",
+        "Table checks hold a version of up to this many rows as Arrow, "
+        "without Spark (larger ones are counted by DataFusion over delta-rs' read). 0: always Spark.",
+        "a whole number of rows, 0 or more",
+        "1000000",
+    ),
+    Variable(
+        "MEDALLION_ARROW_WRITE_MAX_ROWS",
+        "Overwrites, appends and MERGE sources of up to this many rows are "
+        "committed by deltalake in the Dagster process instead of by Spark's jobs. 0: always Spark.",
+        "a whole number of rows, 0 or more",
+        "250000",
+    ),
+    Variable(
+        "MEDALLION_ARROW_MERGE_MAX_TABLE_MB",
+        "Such a small MERGE is run by deltalake only into a table of up "
+        "to this many MiB of files: it rewrites them in the Dagster process, which grows with them. Larger "
+        "tables are merged by Spark. 0: always Spark.",
+        "a whole number of MiB, 0 or more",
+        "1024",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_BOOTSTRAP_SERVERS",
+        "The Kafka broker; unset leaves the Kafka feeds out of the definitions.",
+        "host:port[,host:port]",
+        "unset: no Kafka feeds",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_TOPIC",
+        "The topic to read instead of the one the Kafka feed declares.",
+        "a Kafka topic name (letters, digits, . _ -; at most 249)",
+        "the feed's",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_SECURITY_PROTOCOL",
+        "Kafka security.protocol.",
+        "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
+        "PLAINTEXT",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_SASL_MECHANISM",
+        "SASL mechanism, with SASL_PLAINTEXT or SASL_SSL.",
+        "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        "none",
+    ),
     Variable("MEDALLION_KAFKA_SASL_USERNAME", "SASL user name.", "any text", "none"),
     Variable("MEDALLION_KAFKA_SASL_PASSWORD", "SASL password (never logged or shown).", "any text", "none"),
-    Variable("MEDALLION_KAFKA_SSL_CA_LOCATION", "The PEM file of the certificates that signed the broker's, with "
-             "SSL or SASL_SSL: Spark's Kafka client trusts it as a PEM truststore, the Python client (lag, "
-             "publishing) as ssl.ca.location.", "a readable PEM file of certificates",
-             "none: the JVM's and the system's default trust"),
-    Variable("MEDALLION_KAFKA_STARTING_OFFSETS", "Where a new Kafka checkpoint starts.",
-             "earliest, latest, or Spark's per-partition JSON", "earliest"),
+    Variable(
+        "MEDALLION_KAFKA_SSL_CA_LOCATION",
+        "The PEM file of the certificates that signed the broker's, with "
+        "SSL or SASL_SSL: Spark's Kafka client trusts it as a PEM truststore, the Python client (lag, "
+        "publishing) as ssl.ca.location.",
+        "a readable PEM file of certificates",
+        "none: the JVM's and the system's default trust",
+    ),
+    Variable(
+        "MEDALLION_KAFKA_STARTING_OFFSETS",
+        "Where a new Kafka checkpoint starts.",
+        "earliest, latest, or Spark's per-partition JSON",
+        "earliest",
+    ),
 )
 
 #: The IO manager's size limits: whole numbers, each in this unit (``resources.IO_MANAGER_VARIABLES`` maps them).
@@ -182,8 +292,14 @@ class Settings:
         return ((PROJECT_PIPELINES,) if self.demo else ()) + tuple(p for p in self.pipelines if p != PROJECT_PIPELINES)
 
 
-def switch(name: str, environ: Mapping[str, str] | None = None, *, unset: bool | None,
-           meaning: str = "true or false", unset_means: str | None = None) -> bool | None:
+def switch(
+    name: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    unset: bool | None,
+    meaning: str = "true or false",
+    unset_means: str | None = None,
+) -> bool | None:
     """The boolean an environment variable spells, ``unset`` when it is not set (or blank).
 
     Args:
@@ -228,7 +344,9 @@ def lake_root_problem(root: str, *, variable: str | None) -> str | None:
     """
     if "://" in root:
         return None
-    named = f"{variable}={root!r}" if variable else f"the lake root {root!r} (the default: MEDALLION_LAKE_ROOT is not set)"
+    named = (
+        f"{variable}={root!r}" if variable else f"the lake root {root!r} (the default: MEDALLION_LAKE_ROOT is not set)"
+    )
     fix = f"set {variable or 'MEDALLION_LAKE_ROOT'} to a folder this user can write"
     path = Path(root).expanduser().absolute()
     if path.exists():
@@ -243,8 +361,10 @@ def lake_root_problem(root: str, *, variable: str | None) -> str | None:
     if not parent.is_dir():
         return f"{named} cannot be created ({path}): {parent} is a file, not a folder: {fix}"
     if not os.access(parent, os.W_OK | os.X_OK):
-        return (f"{named} does not exist and cannot be created ({path}): {parent} is not writable "
-                f"({_why_not_writable(parent)}): {fix}, or create it")
+        return (
+            f"{named} does not exist and cannot be created ({path}): {parent} is not writable "
+            f"({_why_not_writable(parent)}): {fix}, or create it"
+        )
     return None
 
 
@@ -280,8 +400,9 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             )
         return raw
 
-    def boolean(name: str, *, unset: bool | None, meaning: str = "true or false",
-                unset_means: str | None = None) -> bool | None:
+    def boolean(
+        name: str, *, unset: bool | None, meaning: str = "true or false", unset_means: str | None = None
+    ) -> bool | None:
         try:
             return switch(name, env, unset=unset, meaning=meaning, unset_means=unset_means)
         except SettingsError as error:
@@ -290,25 +411,41 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     deployment = choice("MEDALLION_DEPLOYMENT", DEPLOYMENTS, "local", "a deployment")
     engine = choice("MEDALLION_DELTA_ENGINE", DELTA_ENGINES, "auto", "a Delta engine")
-    maven = boolean("MEDALLION_DELTA_SPARK_MAVEN", unset=None,
-                    meaning="true (fetch delta-spark from Maven without probing) or false (never)",
-                    unset_means="to probe Maven under auto")
+    maven = boolean(
+        "MEDALLION_DELTA_SPARK_MAVEN",
+        unset=None,
+        meaning="true (fetch delta-spark from Maven without probing) or false (never)",
+        unset_means="to probe Maven under auto",
+    )
     kafka_maven = boolean("MEDALLION_KAFKA_MAVEN", unset=False)
     demo = boolean("MEDALLION_DEMO", unset=True, meaning="on or off", unset_means="for on")
     # The simulator lands TPC-H's files: without the demo's feeds nothing would read them.
-    simulator = boolean("MEDALLION_SIMULATOR", unset=demo, meaning="on or off",
-                        unset_means="for on" if demo is not False else "for off (MEDALLION_DEMO=off)")
+    simulator = boolean(
+        "MEDALLION_SIMULATOR",
+        unset=demo,
+        meaning="on or off",
+        unset_means="for on" if demo is not False else "for off (MEDALLION_DEMO=off)",
+    )
     if simulator and not demo and env.get("MEDALLION_SIMULATOR", "").strip():
-        problems.append(f"MEDALLION_SIMULATOR={env['MEDALLION_SIMULATOR']!r} lands TPC-H's demo files, and "
-                        "MEDALLION_DEMO=off leaves out the feeds that read them: unset MEDALLION_SIMULATOR, or "
-                        "unset MEDALLION_DEMO")
+        problems.append(
+            f"MEDALLION_SIMULATOR={env['MEDALLION_SIMULATOR']!r} lands TPC-H's demo files, and "
+            "MEDALLION_DEMO=off leaves out the feeds that read them: unset MEDALLION_SIMULATOR, or "
+            "unset MEDALLION_DEMO"
+        )
 
     if deployment == "cluster":
-        _check_endpoint(env, problems, "SPARK_MASTER_URL", _SPARK_MASTER, deployment,
-                        "the cluster's master: spark://host:7077, k8s://https://host:443, yarn or mesos://host:5050")
+        _check_endpoint(
+            env,
+            problems,
+            "SPARK_MASTER_URL",
+            _SPARK_MASTER,
+            deployment,
+            "the cluster's master: spark://host:7077, k8s://https://host:443, yarn or mesos://host:5050",
+        )
     if deployment == "connect":
-        _check_endpoint(env, problems, "SPARK_REMOTE", _SPARK_REMOTE, deployment,
-                        "a Spark Connect endpoint: sc://host:15002")
+        _check_endpoint(
+            env, problems, "SPARK_REMOTE", _SPARK_REMOTE, deployment, "a Spark Connect endpoint: sc://host:15002"
+        )
 
     for name, holds in (
         ("DELTA_SPARK_JARS", "delta-spark, delta-storage, delta-kernel-*, unitycatalog-*"),
@@ -322,8 +459,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     root = env.get("MEDALLION_LAKE_ROOT")
     if root is not None and root != "":
         if not root.strip():
-            problems.append(f"MEDALLION_LAKE_ROOT={root!r} is blank: set it to the lake's folder or URI, or unset it "
-                            f"for {DEFAULT_LAKE_ROOT}")
+            problems.append(
+                f"MEDALLION_LAKE_ROOT={root!r} is blank: set it to the lake's folder or URI, or unset it "
+                f"for {DEFAULT_LAKE_ROOT}"
+            )
         else:
             problem = lake_root_problem(root, variable="MEDALLION_LAKE_ROOT")
             if problem:
@@ -331,9 +470,11 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     pipelines = _named_pipelines(env)
     if demo is False and not pipelines:
-        problems.append(f"MEDALLION_DEMO={env['MEDALLION_DEMO']!r} leaves out the project's own pipelines, and "
-                        "MEDALLION_PIPELINES names none of yours: set MEDALLION_PIPELINES to your pipeline packages "
-                        "(e.g. my_feeds), or unset MEDALLION_DEMO")
+        problems.append(
+            f"MEDALLION_DEMO={env['MEDALLION_DEMO']!r} leaves out the project's own pipelines, and "
+            "MEDALLION_PIPELINES names none of yours: set MEDALLION_PIPELINES to your pipeline packages "
+            "(e.g. my_feeds), or unset MEDALLION_DEMO"
+        )
     for package in pipelines:
         problem = _package_problem(package)
         if problem:
@@ -343,8 +484,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     for name, unit in SIZE_LIMITS.items():
         raw = env.get(name)
         if raw is not None and raw.strip() and not _WHOLE_NUMBER.match(raw):
-            problems.append(f"{name}={raw!r} is not a whole number of {unit}: use 0 or more (0: always Spark), "
-                            f"or unset it for {defaults[name]}")
+            problems.append(
+                f"{name}={raw!r} is not a whole number of {unit}: use 0 or more (0: always Spark), "
+                f"or unset it for {defaults[name]}"
+            )
 
     catalog = choice("MEDALLION_CATALOG", CATALOGS, "session", "a catalog")
     problems.extend(_catalog_problems(env, catalog))
@@ -356,8 +499,14 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise SettingsError("\n".join(problems))
     return Settings(
-        deployment=deployment, delta_engine=engine, delta_spark_maven=maven, kafka_maven=bool(kafka_maven),
-        simulator=bool(simulator), kafka=kafka, pipelines=pipelines, demo=demo is not False,
+        deployment=deployment,
+        delta_engine=engine,
+        delta_spark_maven=maven,
+        kafka_maven=bool(kafka_maven),
+        simulator=bool(simulator),
+        kafka=kafka,
+        pipelines=pipelines,
+        demo=demo is not False,
     )
 
 
@@ -392,8 +541,10 @@ def _unknown_names(env: Mapping[str, str]) -> list[str]:
         if name.startswith("MEDALLION_") and name not in known and not name.startswith(_TEST_HARNESS_PREFIX):
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"did you mean {close[0]}? " if close else ""
-            problems.append(f"{name} is not a setting of this project: {hint}rename or unset it "
-                            "(docs/settings.md lists the settings)")
+            problems.append(
+                f"{name} is not a setting of this project: {hint}rename or unset it "
+                "(docs/settings.md lists the settings)"
+            )
     return problems
 
 
@@ -402,22 +553,28 @@ def jar_location_problem(name: str, value: str, *, holds: str) -> str | None:
     entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     if len(entries) == 1 and os.path.isdir(entries[0]):
         if not any(entry.endswith(".jar") for entry in os.listdir(entries[0])):
-            return (f"{name}={value!r} is a folder that holds no .jar file: put the jars there ({holds}), "
-                    f"or unset {name}")
+            return (
+                f"{name}={value!r} is a folder that holds no .jar file: put the jars there ({holds}), or unset {name}"
+            )
         return None
     missing = [entry for entry in entries if not os.path.isfile(entry)]
     if missing:
-        return (f"{name}={value!r} names what is neither a folder of jars nor a jar file ({', '.join(missing)}): "
-                f"give the folder of the jars ({holds}) or a comma list of .jar files, or unset {name}")
+        return (
+            f"{name}={value!r} names what is neither a folder of jars nor a jar file ({', '.join(missing)}): "
+            f"give the folder of the jars ({holds}) or a comma list of .jar files, or unset {name}"
+        )
     return None
 
 
-def _check_endpoint(env: Mapping[str, str], problems: list[str], name: str, pattern: re.Pattern,
-                    deployment: str, what: str) -> None:
+def _check_endpoint(
+    env: Mapping[str, str], problems: list[str], name: str, pattern: re.Pattern, deployment: str, what: str
+) -> None:
     value = env.get(name, "")
     if not value.strip():
-        problems.append(f"{name} is not set, and MEDALLION_DEPLOYMENT={deployment} needs it: set it to {what}, "
-                        "or use MEDALLION_DEPLOYMENT=local")
+        problems.append(
+            f"{name} is not set, and MEDALLION_DEPLOYMENT={deployment} needs it: set it to {what}, "
+            "or use MEDALLION_DEPLOYMENT=local"
+        )
     elif not pattern.match(value):
         problems.append(f"{name}={value!r} is not {what.split(':')[0]}: use {what.split(': ', 1)[1]}")
 
@@ -440,18 +597,24 @@ def _catalog_problems(env: Mapping[str, str], catalog: str) -> list[str]:
     problems = []
     prefix = env.get("MEDALLION_CATALOG_DATABASE_PREFIX", "")
     if prefix and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", prefix):
-        problems.append(f"MEDALLION_CATALOG_DATABASE_PREFIX={prefix!r} cannot start a database name: use letters, "
-                        "digits and _ (e.g. team_), or unset it")
+        problems.append(
+            f"MEDALLION_CATALOG_DATABASE_PREFIX={prefix!r} cannot start a database name: use letters, "
+            "digits and _ (e.g. team_), or unset it"
+        )
     url, uris = env.get("MEDALLION_METASTORE_URL", ""), env.get("MEDALLION_METASTORE_URIS", "")
     if catalog == "hive" and not url.strip() and not uris.strip():
-        problems.append("MEDALLION_CATALOG=hive needs its metastore: set MEDALLION_METASTORE_URL to the JDBC URL of "
-                        "its database (jdbc:postgresql://host:5432/metastore) or MEDALLION_METASTORE_URIS to a "
-                        "metastore service (thrift://host:9083), or use MEDALLION_CATALOG=session")
+        problems.append(
+            "MEDALLION_CATALOG=hive needs its metastore: set MEDALLION_METASTORE_URL to the JDBC URL of "
+            "its database (jdbc:postgresql://host:5432/metastore) or MEDALLION_METASTORE_URIS to a "
+            "metastore service (thrift://host:9083), or use MEDALLION_CATALOG=session"
+        )
     if url and not url.startswith("jdbc:"):
         problems.append(f"MEDALLION_METASTORE_URL={url!r} is not a JDBC URL: use jdbc:postgresql://host:5432/metastore")
     if uris and not all(entry.strip().startswith("thrift://") for entry in uris.split(",")):
-        problems.append(f"MEDALLION_METASTORE_URIS={uris!r} is not a list of metastore services: use "
-                        "thrift://host:9083[,thrift://host:9083]")
+        problems.append(
+            f"MEDALLION_METASTORE_URIS={uris!r} is not a list of metastore services: use "
+            "thrift://host:9083[,thrift://host:9083]"
+        )
     jars = env.get("MEDALLION_METASTORE_JARS", "")
     if jars.strip():
         problem = jar_location_problem("MEDALLION_METASTORE_JARS", jars, holds="the database's JDBC driver")
@@ -460,8 +623,10 @@ def _catalog_problems(env: Mapping[str, str], catalog: str) -> list[str]:
     if catalog != "hive":
         stray = [name for name in ("MEDALLION_METASTORE_URL", "MEDALLION_METASTORE_URIS") if env.get(name, "").strip()]
         if stray:
-            problems.append(f"{' and '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but MEDALLION_CATALOG is "
-                            f"{catalog}: set MEDALLION_CATALOG=hive to use the metastore, or unset {stray[0]}")
+            problems.append(
+                f"{' and '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but MEDALLION_CATALOG is "
+                f"{catalog}: set MEDALLION_CATALOG=hive to use the metastore, or unset {stray[0]}"
+            )
     return problems
 
 
@@ -469,27 +634,38 @@ def _kafka_problems(env: Mapping[str, str]) -> list[str]:
     problems = []
     servers = env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "")
     if servers.strip() and not all(_is_host_port(entry.strip()) for entry in servers.split(",")):
-        problems.append(f"MEDALLION_KAFKA_BOOTSTRAP_SERVERS={servers!r} is not a list of brokers: use "
-                        "host:port[,host:port] (e.g. localhost:9092), or unset it to leave the Kafka feeds out")
+        problems.append(
+            f"MEDALLION_KAFKA_BOOTSTRAP_SERVERS={servers!r} is not a list of brokers: use "
+            "host:port[,host:port] (e.g. localhost:9092), or unset it to leave the Kafka feeds out"
+        )
     topic = env.get("MEDALLION_KAFKA_TOPIC", "")
     if topic and not _KAFKA_TOPIC.match(topic):
-        problems.append(f"MEDALLION_KAFKA_TOPIC={topic!r} is not a Kafka topic name: use letters, digits, '.', '_' "
-                        "and '-' (at most 249), or unset it for the topic the feed declares")
-    for name, allowed in (("MEDALLION_KAFKA_SECURITY_PROTOCOL", SECURITY_PROTOCOLS),
-                          ("MEDALLION_KAFKA_SASL_MECHANISM", SASL_MECHANISMS)):
+        problems.append(
+            f"MEDALLION_KAFKA_TOPIC={topic!r} is not a Kafka topic name: use letters, digits, '.', '_' "
+            "and '-' (at most 249), or unset it for the topic the feed declares"
+        )
+    for name, allowed in (
+        ("MEDALLION_KAFKA_SECURITY_PROTOCOL", SECURITY_PROTOCOLS),
+        ("MEDALLION_KAFKA_SASL_MECHANISM", SASL_MECHANISMS),
+    ):
         value = env.get(name, "")
         if value and value not in allowed:
-            problems.append(f"{name}={value!r} is not one Kafka knows: use {', '.join(allowed[:-1])} or {allowed[-1]} "
-                            "(upper case)")
+            problems.append(
+                f"{name}={value!r} is not one Kafka knows: use {', '.join(allowed[:-1])} or {allowed[-1]} (upper case)"
+            )
     ca = env.get("MEDALLION_KAFKA_SSL_CA_LOCATION", "")
     if ca and not _is_pem_certificates(ca):
-        problems.append(f"MEDALLION_KAFKA_SSL_CA_LOCATION={ca!r} is not a readable PEM file of certificates: point it "
-                        "at the CA certificate(s) of the broker's TLS listener (-----BEGIN CERTIFICATE-----), or "
-                        "unset it for the default trust")
+        problems.append(
+            f"MEDALLION_KAFKA_SSL_CA_LOCATION={ca!r} is not a readable PEM file of certificates: point it "
+            "at the CA certificate(s) of the broker's TLS listener (-----BEGIN CERTIFICATE-----), or "
+            "unset it for the default trust"
+        )
     offsets = env.get("MEDALLION_KAFKA_STARTING_OFFSETS", "")
     if offsets and offsets not in ("earliest", "latest") and not _is_json_object(offsets):
-        problems.append(f"MEDALLION_KAFKA_STARTING_OFFSETS={offsets!r} is not a starting position: use earliest, "
-                        'latest or Spark\'s per-partition JSON ({"topic": {"0": 23}}), or unset it for earliest')
+        problems.append(
+            f"MEDALLION_KAFKA_STARTING_OFFSETS={offsets!r} is not a starting position: use earliest, "
+            'latest or Spark\'s per-partition JSON ({"topic": {"0": 23}}), or unset it for earliest'
+        )
     return problems
 
 

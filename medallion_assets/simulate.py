@@ -43,12 +43,12 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Literal, Sequence, get_args
+from typing import Any, BinaryIO, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -85,11 +85,11 @@ def _epoch_seconds(moment: datetime) -> int:
 
 # Bad lines carry an event time / update time later than any good one, so a
 # pipeline that wrongly accepts one ends with a visibly wrong state.
-_BAD_LINE_TIME = _epoch_seconds(datetime(2001, 1, 1, tzinfo=timezone.utc))
+_BAD_LINE_TIME = _epoch_seconds(datetime(2001, 1, 1, tzinfo=UTC))
 # Phantom orders live in the last month of TPC-H order dates.
-_PHANTOM_ORDER_EPOCH = _epoch_seconds(datetime(1998, 8, 1, tzinfo=timezone.utc))
+_PHANTOM_ORDER_EPOCH = _epoch_seconds(datetime(1998, 8, 1, tzinfo=UTC))
 # Customer versions are timed after every order event; only their order matters.
-_CUSTOMER_EPOCH = _epoch_seconds(datetime(1998, 9, 1, tzinfo=timezone.utc))
+_CUSTOMER_EPOCH = _epoch_seconds(datetime(1998, 9, 1, tzinfo=UTC))
 
 
 class AllBatchesLandedError(RuntimeError):
@@ -245,10 +245,7 @@ def tpch_tables(work_dir: Path | str | None = None, scale_factor: float = 0.01) 
         Table name -> Arrow table cast to :data:`TPCH_SCHEMAS`.
     """
     folder = tpch_folder(work_dir, scale_factor)
-    return {
-        name: pq.read_table(folder / f"{name}.parquet").cast(schema)
-        for name, schema in TPCH_SCHEMAS.items()
-    }
+    return {name: pq.read_table(folder / f"{name}.parquet").cast(schema) for name, schema in TPCH_SCHEMAS.items()}
 
 
 def _generate_tpch(folder: Path, scale_factor: float) -> None:
@@ -531,8 +528,12 @@ def _plan_dropped(
     rng = _rng(plan, stream, chunk)
     dropped = _count(plan.noise.dropped, count, 2)
     lines = _new_lines(
-        rng, kind=kind, slot=rng.integers(0, slots, dropped), source=rng.integers(0, count, dropped),
-        key=first_key + np.arange(dropped), time=epoch + rng.integers(0, 30 * _DAY, dropped),
+        rng,
+        kind=kind,
+        slot=rng.integers(0, slots, dropped),
+        source=rng.integers(0, count, dropped),
+        key=first_key + np.arange(dropped),
+        time=epoch + rng.integers(0, 30 * _DAY, dropped),
         uid_bytes=16 if kind == _OrderLine.DROPPED else 0,
     )
     return lines.replace(shuffle=rng.random(dropped))
@@ -620,9 +621,7 @@ def _plan_order_chunk(
     # A stale version needs a later file than the final version.
     moved = stale & (final_slot == last)
     final_slot[moved] = rng.integers(0, max(last, 1), int(moved.sum()))
-    final = _new_lines(
-        rng, kind=_OrderLine.FINAL, slot=final_slot, source=rows, key=order_keys, time=final_time
-    )
+    final = _new_lines(rng, kind=_OrderLine.FINAL, slot=final_slot, source=rows, key=order_keys, time=final_time)
 
     earlier = np.flatnonzero(rng.random(count) < noise.earlier_version)
     earlier_time = final_time[earlier] - rng.integers(3_600, 20 * _DAY, len(earlier))
@@ -658,14 +657,20 @@ def _plan_order_chunk(
     good = _Lines.concat([final, older, stale_lines, inserts, deletes])
     redelivery = rng.integers(0, slots, len(good))
     noisy = _with_noise(rng, good, noise, redelivery, bad_kinds=_BAD_ORDER_KINDS, slots=slots, keys=order_keys)
-    dropped = _plan_dropped(plan, 2, chunk, kind=_OrderLine.DROPPED, first_key=phantom_key + phantoms, count=count,
-                            epoch=_PHANTOM_ORDER_EPOCH, slots=slots)
+    dropped = _plan_dropped(
+        plan,
+        2,
+        chunk,
+        kind=_OrderLine.DROPPED,
+        first_key=phantom_key + phantoms,
+        count=count,
+        epoch=_PHANTOM_ORDER_EPOCH,
+        slots=slots,
+    )
     return _Lines.concat([noisy, dropped])
 
 
-def _plan_customer_chunk(
-    plan: SimulationPlan, chunk: int, customer_keys: np.ndarray, phantom_key: int
-) -> _Lines:
+def _plan_customer_chunk(plan: SimulationPlan, chunk: int, customer_keys: np.ndarray, phantom_key: int) -> _Lines:
     """Every customer row made from one chunk of customers, for the whole delivery.
 
     Every row that can make a TPC-H customer absent (a stale delete, or a
@@ -750,8 +755,16 @@ def _plan_customer_chunk(
     noisy = _with_noise(
         rng, good, noise, redelivery, bad_kinds=_BAD_CUSTOMER_KINDS, slots=batches, keys=customer_keys, uid_bytes=no_uid
     )
-    dropped = _plan_dropped(plan, 3, chunk, kind=_CustomerLine.DROPPED_INSERT, first_key=phantom_key + phantoms,
-                            count=count, epoch=_CUSTOMER_EPOCH, slots=batches)
+    dropped = _plan_dropped(
+        plan,
+        3,
+        chunk,
+        kind=_CustomerLine.DROPPED_INSERT,
+        first_key=phantom_key + phantoms,
+        count=count,
+        epoch=_CUSTOMER_EPOCH,
+        slots=batches,
+    )
     return _Lines.concat([noisy, dropped])
 
 
@@ -961,9 +974,7 @@ _UPSERT_EVENT = _ENVELOPE + (
 _DELETE_EVENT = _ENVELOPE + (_Member("order", members=(_Member("o_orderkey"),)),)
 
 
-def _lineitem_arrays(
-    lines: _Lines, lineitem: pa.Table, item_starts: np.ndarray, item_counts: np.ndarray
-) -> pa.Array:
+def _lineitem_arrays(lines: _Lines, lineitem: pa.Table, item_starts: np.ndarray, item_counts: np.ndarray) -> pa.Array:
     """The text inside each upsert line's ``lineitems`` array."""
     kind = lines.kind
     older = kind == _OrderLine.OLDER
@@ -1007,14 +1018,18 @@ def _upsert_lines(
     status = _rows(chosen["o_orderstatus"], older)
     price = _plus_cents(_rows(chosen["o_totalprice"], older), lines.cents[older])
     texts["o_orderstatus"] = _patched(
-        texts["o_orderstatus"], (older, pc.if_else(pc.not_equal(status, "P"), "P", "O")),
+        texts["o_orderstatus"],
+        (older, pc.if_else(pc.not_equal(status, "P"), "P", "O")),
         (kind == _OrderLine.DROPPED, DROPPED_ORDER_STATUS),
     )
     texts["o_totalprice"] = _patched(
         texts["o_totalprice"], (older, price.cast(pa.string())), (kind == _OrderLine.BAD_TOTALPRICE, "12,50")
     )
-    texts["o_comment"] = _patched(texts["o_comment"], (kind == _OrderLine.PHANTOM, "phantom order, deleted later"),
-                                  (kind == _OrderLine.DROPPED, "unknown status, silver drops it"))
+    texts["o_comment"] = _patched(
+        texts["o_comment"],
+        (kind == _OrderLine.PHANTOM, "phantom order, deleted later"),
+        (kind == _OrderLine.DROPPED, "unknown status, silver drops it"),
+    )
     texts["o_shippriority"] = _patched(texts["o_shippriority"], (kind == _OrderLine.BAD_SHIPPRIORITY, '"high"'))
     texts["o_orderdate"] = _patched(texts["o_orderdate"], (kind == _OrderLine.BAD_ORDERDATE, "1996-13-45"))
     texts["lineitems"] = _lineitem_arrays(lines, lineitem, item_starts, item_counts)
@@ -1069,10 +1084,14 @@ def _customer_lines(lines: _Lines, customers: pa.Table) -> pa.Array:
         "c_acctbal": [(older, balance.cast(pa.string())), (kind == _CustomerLine.BAD_ACCTBAL, "12.3.4")],
         "c_address": [(older, pc.utf8_reverse(_rows(texts["c_address"], older)))],
         "c_phone": [(older, pc.binary_join_element_wise(phone, "000-000-0000", ""))],
-        "c_mktsegment": [(older, pc.if_else(pc.not_equal(segment, "HOUSEHOLD"), "HOUSEHOLD", "MACHINERY")),
-                         (kind == _CustomerLine.DROPPED_INSERT, DROPPED_CUSTOMER_SEGMENT)],
-        "c_comment": [(kind == _CustomerLine.PHANTOM_INSERT, "phantom customer, deleted later"),
-                      (kind == _CustomerLine.DROPPED_INSERT, "unknown segment, silver drops it")],
+        "c_mktsegment": [
+            (older, pc.if_else(pc.not_equal(segment, "HOUSEHOLD"), "HOUSEHOLD", "MACHINERY")),
+            (kind == _CustomerLine.DROPPED_INSERT, DROPPED_CUSTOMER_SEGMENT),
+        ],
+        "c_comment": [
+            (kind == _CustomerLine.PHANTOM_INSERT, "phantom customer, deleted later"),
+            (kind == _CustomerLine.DROPPED_INSERT, "unknown segment, silver drops it"),
+        ],
     }
     for name in CUSTOMER_CSV_HEADER[2:-1]:
         # A delete carries its key only: the other fields stay empty.
@@ -1080,12 +1099,12 @@ def _customer_lines(lines: _Lines, customers: pa.Table) -> pa.Array:
     texts["c_custkey"] = _patched(
         key_text, (key_as_text, pc.binary_join_element_wise(_rows(key_text, key_as_text), "x", ""))
     )
-    inserts = np.isin(kind, [_CustomerLine.INSERT, _CustomerLine.OLDER_INSERT, _CustomerLine.PHANTOM_INSERT,
-                             _CustomerLine.DROPPED_INSERT])
-    texts["op"] = pa.array(np.select([inserts, delete, kind == _CustomerLine.BAD_OP], ["I", "D", "X"], "U"))
-    texts["updated_at"] = _patched(
-        _timestamp_texts(lines.time), (kind == _CustomerLine.BAD_UPDATED_AT, "yesterday")
+    inserts = np.isin(
+        kind,
+        [_CustomerLine.INSERT, _CustomerLine.OLDER_INSERT, _CustomerLine.PHANTOM_INSERT, _CustomerLine.DROPPED_INSERT],
     )
+    texts["op"] = pa.array(np.select([inserts, delete, kind == _CustomerLine.BAD_OP], ["I", "D", "X"], "U"))
+    texts["updated_at"] = _patched(_timestamp_texts(lines.time), (kind == _CustomerLine.BAD_UPDATED_AT, "yesterday"))
     fields = [_csv_field(texts[name]) for name in CUSTOMER_CSV_HEADER]
     records = pc.binary_join_element_wise(*fields, ",", null_handling="replace", null_replacement="")
     cut = kind == _CustomerLine.CUT_SHORT
@@ -1135,7 +1154,7 @@ def _staged(targets: Sequence[Path]) -> Iterator[list[Path]]:
         stagings.append(target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
         yield stagings
-        for staging, target in zip(stagings, targets):
+        for staging, target in zip(stagings, targets, strict=False):
             os.replace(staging, target)
     finally:
         for staging in stagings:
@@ -1215,8 +1234,12 @@ def _land_orders(targets: Sequence[Path], folder: Path, plan: SimulationPlan, ba
 
 
 def _land_batch(
-    landing: Path, plan: SimulationPlan, folder: Path, batch_index: int,
-    order_events_to: OrderEventsTo = "files", publish: Callable[[Sequence[Path]], Any] | None = None,
+    landing: Path,
+    plan: SimulationPlan,
+    folder: Path,
+    batch_index: int,
+    order_events_to: OrderEventsTo = "files",
+    publish: Callable[[Sequence[Path]], Any] | None = None,
 ) -> list[Path]:
     """Write one batch's files; references, then customers, then orders become visible.
 
@@ -1230,9 +1253,9 @@ def _land_batch(
         for name, older in _snapshots_of_batch(plan, batch_index)
     ]
     customers, orders = LANDING_STREAMS["customers_cdc"], LANDING_STREAMS["orders_raw"]
-    written.append(_land_customers(
-        landing / customers.folder / f"batch-{number:05d}{customers.suffix}", folder, plan, batch_index
-    ))
+    written.append(
+        _land_customers(landing / customers.folder / f"batch-{number:05d}{customers.suffix}", folder, plan, batch_index)
+    )
     order_folder = landing / (PUBLISHED_FOLDER if order_events_to == "kafka" else "") / orders.folder
     order_folder.mkdir(parents=True, exist_ok=True)
     targets = [
@@ -1267,7 +1290,9 @@ def _write_state(landing: Path, plan: SimulationPlan, landed_batches: int) -> No
         staging.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8", newline="")
 
 
-def _make_plan(scale_factor: float, batches: int, seed: int, noise: NoiseRates | None, files_per_batch: int) -> SimulationPlan:
+def _make_plan(
+    scale_factor: float, batches: int, seed: int, noise: NoiseRates | None, files_per_batch: int
+) -> SimulationPlan:
     return SimulationPlan(
         scale_factor=scale_factor,
         batches=batches,
@@ -1361,9 +1386,11 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--all", action="store_true", help="land every remaining batch")
     parser.add_argument("--work-dir", default=None, help="cache folder for generated TPC-H data")
     parser.add_argument(
-        "--order-events-to", choices=get_args(OrderEventsTo), default="files",
+        "--order-events-to",
+        choices=get_args(OrderEventsTo),
+        default="files",
         help="land order events as files, publish them to Kafka (MEDALLION_KAFKA_BOOTSTRAP_SERVERS, "
-             "MEDALLION_KAFKA_TOPIC), or both",
+        "MEDALLION_KAFKA_TOPIC), or both",
     )
     parser.set_defaults(func=simulate_command)
     return parser
@@ -1373,8 +1400,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     """Run the ``simulate`` command; returns the process exit code."""
     lake_root = Path(args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT") or "lakehouse")
     landing = lake_root / "landing"
-    options = dict(scale_factor=args.scale_factor, batches=args.batches, seed=args.seed, work_dir=args.work_dir,
-                   order_events_to=args.order_events_to)
+    options = dict(
+        scale_factor=args.scale_factor,
+        batches=args.batches,
+        seed=args.seed,
+        work_dir=args.work_dir,
+        order_events_to=args.order_events_to,
+    )
     if args.order_events_to != "files":
         import functools
 

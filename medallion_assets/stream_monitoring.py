@@ -10,7 +10,6 @@ on these (:mod:`medallion_assets.sensors`).
 Nothing here runs at import.
 """
 
-
 import os
 import time
 from collections.abc import Mapping
@@ -88,8 +87,9 @@ def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
     return found
 
 
-def stream_health(lake: LakeResource, stream: Feed | str, policy: StreamHealthPolicy, *,
-                  now: float | None = None) -> StreamHealth:
+def stream_health(
+    lake: LakeResource, stream: Feed | str, policy: StreamHealthPolicy, *, now: float | None = None
+) -> StreamHealth:
     """Measure one stream's backlog and pending batch against ``policy``."""
     stream = feed_named(stream).name
     now = time.time() if now is None else now
@@ -106,8 +106,15 @@ def stream_health(lake: LakeResource, stream: Feed | str, policy: StreamHealthPo
             f"{len(backlog)} landed file(s) not taken by any batch, the oldest {oldest:.0f}s old "
             f"(limit {policy.max_backlog_age_seconds:.0f}s): the stream is not running or falls behind"
         )
-    return StreamHealth(stream, checkpoint.last_committed, pending_batch, max(pending_age, 0.0), len(backlog),
-                        max(oldest, 0.0), problems)
+    return StreamHealth(
+        stream,
+        checkpoint.last_committed,
+        pending_batch,
+        max(pending_age, 0.0),
+        len(backlog),
+        max(oldest, 0.0),
+        problems,
+    )
 
 
 def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> list[str]:
@@ -116,8 +123,10 @@ def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> 
     if not pending or now - checkpoint.offsets[pending[0]] <= limit_seconds:
         return []
     age = now - checkpoint.offsets[pending[0]]
-    return [f"batch {pending[0]} was planned {age:.0f}s ago and has not committed "
-            f"(limit {limit_seconds:.0f}s): the stream is stalled or down"]
+    return [
+        f"batch {pending[0]} was planned {age:.0f}s ago and has not committed "
+        f"(limit {limit_seconds:.0f}s): the stream is stalled or down"
+    ]
 
 
 def _same_uri(path: str) -> str:
@@ -155,7 +164,6 @@ class KafkaLag(_Verdict):
     @property
     def lag(self) -> dict[int, int]:
         return _partition_lag(self.latest, self.committed)
-
 
     def metadata(self) -> dict[str, Any]:
         from dagster import MetadataValue

@@ -36,6 +36,7 @@ SPARK_CONF_DIR = Path(__file__).parent / "spark_conf"
 #: The driver heap of every JVM the tests start, theirs and their subprocesses'.
 TEST_DRIVER_MEMORY = "2g"
 
+
 def session_engine() -> str:
     """The Delta engine this test session runs."""
     engine = os.environ.get("MEDALLION_TEST_ENGINE", "delta-rs")
@@ -74,8 +75,13 @@ def use_maven_where_reachable() -> None:
     a fresh machine downloads them once, before two workers would start JVMs that resolve them
     side by side into one Ivy cache. An explicit setting of either variable is kept.
     """
-    from medallion_assets.engine import (DELTA_SPARK_MAVEN_PACKAGE, maven_reachable, maven_repositories,
-                                         merged_session_config, plan_engine)
+    from medallion_assets.engine import (
+        DELTA_SPARK_MAVEN_PACKAGE,
+        maven_reachable,
+        maven_repositories,
+        merged_session_config,
+        plan_engine,
+    )
     from medallion_assets.kafka import kafka_connector_config
 
     if os.environ.get(TEST_MAVEN_VARIABLE, "").lower() == "false":
@@ -92,14 +98,23 @@ def use_maven_where_reachable() -> None:
     if not probe.reachable:
         print(f"\ndelta-spark and Kafka's connector not from Maven in these tests: {probe.detail}", file=sys.stderr)
         return
-    config = merged_session_config(plan_engine("delta-spark", maven=True).spark_config if delta else {},
-                                   kafka_connector_config(maven=True) if kafka else {})
-    done = subprocess.run([sys.executable, "-c", _RESOLVE_PACKAGES, *[f"{k}={v}" for k, v in config.items()]],
-                          capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, SPARK_CONF_DIR=str(SPARK_CONF_DIR)))
+    config = merged_session_config(
+        plan_engine("delta-spark", maven=True).spark_config if delta else {},
+        kafka_connector_config(maven=True) if kafka else {},
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _RESOLVE_PACKAGES, *[f"{k}={v}" for k, v in config.items()]],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, SPARK_CONF_DIR=str(SPARK_CONF_DIR)),
+    )
     if done.returncode != 0:
-        print(f"\nnot from Maven in these tests: resolving {config['spark.jars.packages']} failed:\n"
-              f"{done.stderr[-3000:]}", file=sys.stderr)
+        print(
+            f"\nnot from Maven in these tests: resolving {config['spark.jars.packages']} failed:\n"
+            f"{done.stderr[-3000:]}",
+            file=sys.stderr,
+        )
         return
     os.environ[MAVEN_JARS_VARIABLE] = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     if delta:
@@ -152,14 +167,17 @@ def spark(tmp_path_factory):
 
     from medallion_assets.engine import merged_session_config, plan_engine, start_engine
     from medallion_assets.kafka import kafka_connector_config
-
     from medallion_assets_tests.test_engines import delta_spark_plan
 
     engine = session_engine()
     plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]
     # Spark's Kafka connector, from KAFKA_SPARK_JARS or Maven (the Kafka tests skip without either).
-    session_config = merged_session_config(plan.spark_config, kafka_connector_config(
-        jars=os.environ.get("KAFKA_SPARK_JARS"), maven=os.environ.get("MEDALLION_KAFKA_MAVEN") == "true"))
+    session_config = merged_session_config(
+        plan.spark_config,
+        kafka_connector_config(
+            jars=os.environ.get("KAFKA_SPARK_JARS"), maven=os.environ.get("MEDALLION_KAFKA_MAVEN") == "true"
+        ),
+    )
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master("local[2]")
@@ -221,8 +239,9 @@ def kafka_broker(tmp_path_factory):
     from medallion_assets_tests.kafka_broker import Broker, broker_jars
 
     if not os.environ.get("KAFKA_SPARK_JARS") and os.environ.get("MEDALLION_KAFKA_MAVEN") != "true":
-        pytest.skip("Spark's Kafka connector is not on the session: Maven is unreachable and KAFKA_SPARK_JARS "
-                    "names no jars")
+        pytest.skip(
+            "Spark's Kafka connector is not on the session: Maven is unreachable and KAFKA_SPARK_JARS names no jars"
+        )
     if shutil.which("java") is None:
         pytest.skip("no Kafka broker for tests: java is not on PATH")
     jars, why_not = broker_jars()

@@ -54,7 +54,7 @@ import csv
 import hashlib
 import json
 import re
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -239,7 +239,7 @@ def _timestamp(name: str, text: str | None) -> datetime:
         raise _Reject(f"missing {name}")
     try:
         if _TIMESTAMP.fullmatch(text):
-            return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
+            return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
     except ValueError:
         pass
     raise _Reject(f"{name} is not a timestamp: '{text}'")
@@ -328,7 +328,7 @@ def _parse_customer_row(fields: list[str]) -> dict[str, Any]:
             return _parse_customer_row(fields[: len(CUSTOMER_CSV_HEADER)])
         except _Reject:
             raise _Reject("malformed CSV line") from None
-    raw = dict(zip(CUSTOMER_CSV_HEADER, fields))
+    raw = dict(zip(CUSTOMER_CSV_HEADER, fields, strict=False))
     op = raw["op"] or None
     if op is None:
         raise _Reject("missing op")
@@ -477,11 +477,16 @@ def expected_silver_state(landing_dir: Path | str) -> dict[str, pa.Table]:
     landing = Path(landing_dir)
     live = _live_orders(landing)
     orders = [e["order"] for e in live if not _order_dropped_by(e["order"])]
-    lineitem = sorted((item for e in live for item in e["lineitems"] if not _lineitem_dropped_by(item)),
-                      key=lambda item: (item["l_orderkey"], item["l_linenumber"]))
+    lineitem = sorted(
+        (item for e in live for item in e["lineitems"] if not _lineitem_dropped_by(item)),
+        key=lambda item: (item["l_orderkey"], item["l_linenumber"]),
+    )
     customers = [c for c in _live_customers(landing) if not _customer_dropped_by(c)]
-    state = {"orders": _table(orders, ORDER_COLUMNS), "lineitem": _table(lineitem, LINEITEM_COLUMNS),
-             "customers": _table(customers, CUSTOMER_COLUMNS)}
+    state = {
+        "orders": _table(orders, ORDER_COLUMNS),
+        "lineitem": _table(lineitem, LINEITEM_COLUMNS),
+        "customers": _table(customers, CUSTOMER_COLUMNS),
+    }
     for table in REFERENCE_COLUMNS:
         snapshot = expected_reference(landing_dir, table)
         if snapshot is not None:

@@ -36,8 +36,13 @@ def free_port() -> int:
 
 def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
-    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
@@ -56,15 +61,31 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: 
 def standalone_cluster(folder: Path, *, cores: int = 1, memory: str = "2g") -> Iterator[str]:
     """A standalone master and one worker on 127.0.0.1; yields the master URL."""
     port, ui = free_port(), free_port()
-    master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                     "--webui-port", str(ui)], folder / "master.log")
+    master = _start(
+        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
+        folder / "master.log",
+    )
     worker = None
     try:
         url = f"spark://127.0.0.1:{port}"
         _wait_for(lambda: _workers(ui) is not None, "the standalone master", master, folder / "master.log")
-        worker = _start(["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", str(cores),
-                         "--memory", memory, "--webui-port", str(free_port()), "--work-dir", str(folder / "work")],
-                        folder / "worker.log")
+        worker = _start(
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(cores),
+                "--memory",
+                memory,
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(folder / "work"),
+            ],
+            folder / "worker.log",
+        )
         _wait_for(lambda: _workers(ui), "the standalone worker", worker, folder / "worker.log")
         yield url
     finally:
@@ -88,10 +109,23 @@ def connect_server(folder: Path, *, spark_config: dict[str, str], python: str) -
         python: the interpreter of its Python workers (it must import this project).
     """
     port = free_port()
-    args = ["org.apache.spark.deploy.SparkSubmit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-            "--master", "local[2]", "--conf", f"spark.connect.grpc.binding.port={port}",
-            "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
-            "--conf", f"spark.pyspark.python={python}", "--conf", "spark.sql.session.timeZone=UTC"]
+    args = [
+        "org.apache.spark.deploy.SparkSubmit",
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master",
+        "local[2]",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        f"spark.pyspark.python={python}",
+        "--conf",
+        "spark.sql.session.timeZone=UTC",
+    ]
     for key, value in spark_config.items():
         args += ["--conf", f"{key}={value}"]
     log = folder / "connect.log"
@@ -162,8 +196,14 @@ def documented_thrift_server(folder: Path, conf: str, *, page: Path = CATALOG_PA
     log = folder / "thrift.log"
     # The page's `python` is the one that has pyspark.
     env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    server = subprocess.Popen(["bash", "-c", start.replace("=10000", f"={port}")], cwd=folder,
-                              stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = subprocess.Popen(
+        ["bash", "-c", start.replace("=10000", f"={port}")],
+        cwd=folder,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     try:
         _wait_for_port(port, "the Spark Thrift server", server, log, timeout=400)
         prelude = start.split("\n", 1)[0]  # SPARK_HOME=...
@@ -178,9 +218,21 @@ def beeline(url: str, query: str, *, timeout: float = 300) -> list[dict[str, str
     import io
 
     done = subprocess.run(
-        [os.path.join(spark_home(), "bin", "beeline"), "-u", url, "-n", "medallion", "--silent=true",
-         "--showHeader=true", "--outputformat=csv2", "-e", query],
-        capture_output=True, text=True, timeout=timeout,
+        [
+            os.path.join(spark_home(), "bin", "beeline"),
+            "-u",
+            url,
+            "-n",
+            "medallion",
+            "--silent=true",
+            "--showHeader=true",
+            "--outputformat=csv2",
+            "-e",
+            query,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if done.returncode != 0:
         raise RuntimeError(f"beeline failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

@@ -30,8 +30,11 @@ def spark_resource():
     from medallion_assets.settings import switch
 
     return SparkResource(
-        spark_config={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                      "spark.sql.session.timeZone": "UTC"},
+        spark_config={
+            "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.session.timeZone": "UTC",
+        },
         delta_engine=os.environ.get("MEDALLION_DELTA_ENGINE") or "auto",
         delta_spark_jars=os.environ.get("DELTA_SPARK_JARS") or None,
         delta_spark_maven=switch("MEDALLION_DELTA_SPARK_MAVEN", unset=None),

@@ -66,7 +66,7 @@ def broker_jars(version: str = KAFKA_VERSION) -> tuple[Path | None, str]:
     its own and the first to finish renames it into place.
     """
     target = cache_dir() / f"kafka_2.13-{version}"
-    if (target / "kafka_2.13-{}.jar".format(version)).is_file():
+    if (target / f"kafka_2.13-{version}.jar").is_file():
         return target, ""
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -77,9 +77,20 @@ def broker_jars(version: str = KAFKA_VERSION) -> tuple[Path | None, str]:
         (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
         # -U: an earlier attempt that failed (offline) is tried again rather than remembered by Maven.
         result = subprocess.run(
-            [mvn, "-q", "-B", "-U", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-             "-DincludeScope=runtime", f"-DoutputDirectory={work / 'jars'}"],
-            capture_output=True, text=True, timeout=600,
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-U",
+                "-f",
+                str(work / "pom.xml"),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={work / 'jars'}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         if result.returncode != 0 or not (work / "jars" / f"kafka_2.13-{version}.jar").is_file():
             said = [line for line in (result.stdout + result.stderr).splitlines() if "[ERROR]" in line]
@@ -138,33 +149,40 @@ class Broker:
                 f"ssl.keystore.password={store_password}",
                 f"ssl.key.password={store_password}",
             ]
-        (folder / "server.properties").write_text("\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller}",
-            f"advertised.listeners={','.join(listeners)}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"listener.security.protocol.map={','.join(protocols)}",
-            f"log.dirs={folder / 'data'}",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
-            *extra,
-        ]) + "\n")
+        (folder / "server.properties").write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{controller}",
+                    f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller}",
+                    f"advertised.listeners={','.join(listeners)}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    f"listener.security.protocol.map={','.join(protocols)}",
+                    f"log.dirs={folder / 'data'}",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=false",
+                    *extra,
+                ]
+            )
+            + "\n"
+        )
         (folder / "log4j2.properties").write_text(_LOG4J2)
         self.log = folder / "broker.log"
         # Kafka's cluster id: a random UUID in URL-safe base64 without padding.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         formatted = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(folder / "server.properties")),
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if formatted.returncode != 0:
             raise RuntimeError(f"formatting the Kafka log folder failed: {formatted.stdout}{formatted.stderr}")
@@ -172,8 +190,15 @@ class Broker:
         self.start()
 
     def _java(self, main: str, *args: str) -> list[str]:
-        return ["java", *_JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
-                "-cp", str(self.jars / "*"), main, *args]
+        return [
+            "java",
+            *_JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
+            "-cp",
+            str(self.jars / "*"),
+            main,
+            *args,
+        ]
 
     def _certificate(self, store_password: str) -> Path:
         """A self-signed certificate for 127.0.0.1 in ``broker.p12``; returns its PEM export, what clients trust."""
@@ -181,14 +206,43 @@ class Broker:
         store = self.folder / "broker.p12"
         env = {**os.environ, "KAFKA_TEST_STORE_PASSWORD": store_password}
         secret = ["-storepass:env", "KAFKA_TEST_STORE_PASSWORD"]
-        subprocess.run([keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
-                        "-validity", "7", "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1",
-                        "-storetype", "PKCS12", "-keystore", str(store), *secret,
-                        "-keypass:env", "KAFKA_TEST_STORE_PASSWORD"],
-                       env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                keytool,
+                "-genkeypair",
+                "-alias",
+                "broker",
+                "-keyalg",
+                "RSA",
+                "-keysize",
+                "2048",
+                "-validity",
+                "7",
+                "-dname",
+                "CN=127.0.0.1",
+                "-ext",
+                "SAN=ip:127.0.0.1",
+                "-storetype",
+                "PKCS12",
+                "-keystore",
+                str(store),
+                *secret,
+                "-keypass:env",
+                "KAFKA_TEST_STORE_PASSWORD",
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         pem = self.folder / "ca.pem"
-        subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "broker", "-keystore", str(store), *secret,
-                        "-file", str(pem)], env=env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [keytool, "-exportcert", "-rfc", "-alias", "broker", "-keystore", str(store), *secret, "-file", str(pem)],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         return pem
 
     def start(self, timeout_seconds: float = 90.0) -> float:
@@ -198,7 +252,9 @@ class Broker:
         started = time.monotonic()
         self.process = subprocess.Popen(
             self._java("kafka.Kafka", str(self.folder / "server.properties")),
-            stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         admin = AdminClient(_quiet({"bootstrap.servers": self.bootstrap}))
         while time.monotonic() - started < timeout_seconds:
@@ -212,8 +268,9 @@ class Broker:
             except Exception:  # not listening yet, or not serving metadata yet
                 time.sleep(0.25)
         self.stop()
-        raise RuntimeError(f"the Kafka broker did not answer on {self.bootstrap} within {timeout_seconds:.0f}s; "
-                           f"see {self.log}")
+        raise RuntimeError(
+            f"the Kafka broker did not answer on {self.bootstrap} within {timeout_seconds:.0f}s; see {self.log}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """End the broker's process group with ``sig`` (SIGTERM: a controlled shutdown; SIGKILL: a crash)."""
@@ -271,16 +328,24 @@ class Broker:
         """Create a SCRAM-SHA-256 credential (AlterUserScramCredentials) and wait until it authenticates."""
         from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-        upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
-                                              password.encode())
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), password.encode()
+        )
         admin = self.admin()
         for future in admin.alter_user_scram_credentials([upsert]).values():
             future.result(timeout=30)
-        client = AdminClient(_quiet({
-            "bootstrap.servers": self.sasl_bootstrap, "security.protocol": "SASL_SSL",
-            "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": user, "sasl.password": password,
-            "ssl.ca.location": str(self.ca_file),
-        }))
+        client = AdminClient(
+            _quiet(
+                {
+                    "bootstrap.servers": self.sasl_bootstrap,
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": SCRAM_MECHANISM,
+                    "sasl.username": user,
+                    "sasl.password": password,
+                    "ssl.ca.location": str(self.ca_file),
+                }
+            )
+        )
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -146,8 +146,9 @@ def _commit_files(table: str) -> list[tuple[int, str]]:
         names = os.listdir(os.path.join(table, "_delta_log"))
     except FileNotFoundError:
         return []
-    found = [(int(name[:-5]), name) for name in names
-             if name.endswith(".json") and len(name) == 25 and name[:-5].isdigit()]
+    found = [
+        (int(name[:-5]), name) for name in names if name.endswith(".json") and len(name) == 25 and name[:-5].isdigit()
+    ]
     return sorted(found)
 
 
@@ -290,8 +291,10 @@ def kill_when(
             if condition(seen):
                 return seen
             if ended:
-                raise AssertionError(f"the process ended (rc {proc.returncode}) before {what}: {seen}; "
-                                     f"see {getattr(proc, 'log', 'its log')}")
+                raise AssertionError(
+                    f"the process ended (rc {proc.returncode}) before {what}: {seen}; "
+                    f"see {getattr(proc, 'log', 'its log')}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}: {seen}")
             stepping = stepping or (step_once is not None and step_once(seen))

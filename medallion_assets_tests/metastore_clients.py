@@ -28,9 +28,7 @@ def run(name: str) -> dict:
 
     @asset(key=["gold", name], metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"))
     def by_name(spark: SparkResource):
-        frame = spark.spark_session.sql(
-            "SELECT l_returnflag, l_linestatus, count_order FROM gold.pricing_summary"
-        )
+        frame = spark.spark_session.sql("SELECT l_returnflag, l_linestatus, count_order FROM gold.pricing_summary")
         read["rows"] = sorted(tuple(row) for row in frame.collect())
         return frame
 

@@ -47,8 +47,11 @@ def ran_to_the_end(result) -> bool:
     """Whether every step of a run got to its end: the run succeeded, or its steps failed only on
     their blocking checks, which fail a step after its writes (a rejected-rows check at ERROR)."""
     failed = [e.step_failure_data.error for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    return result.success or bool(failed) and all(
-        error is not None and error.cls_name == "DagsterAssetCheckFailedError" for error in failed)
+    return (
+        result.success
+        or bool(failed)
+        and all(error is not None and error.cls_name == "DagsterAssetCheckFailedError" for error in failed)
+    )
 
 
 def first_minute_of(instance, run_id: str) -> list[str]:
@@ -57,10 +60,14 @@ def first_minute_of(instance, run_id: str) -> list[str]:
 
     seen = []
     for record in instance.all_logs(run_id):
-        if record.dagster_event is not None and record.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+        if (
+            record.dagster_event is not None
+            and record.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION
+        ):
             return [*seen, "ASSET_MATERIALIZATION"]
-        if record.dagster_event is None and (record.user_message or "").startswith(("Spark session starting",
-                                                                                     "Spark session ready")):
+        if record.dagster_event is None and (record.user_message or "").startswith(
+            ("Spark session starting", "Spark session ready")
+        ):
             seen.append(record.user_message)
     return seen
 
@@ -98,11 +105,16 @@ def main(argv: list[str]) -> int:
             and event.materialization.metadata["delta/engine"].value != ENGINE_NAME
         }
         # A noisy batch fails WARN checks (rows dropped and rejected) on purpose; an ERROR is a fault.
-        failed = [e.check_name for e in result.get_asset_check_evaluations()
-                  if not e.passed and e.severity == AssetCheckSeverity.ERROR]
+        failed = [
+            e.check_name
+            for e in result.get_asset_check_evaluations()
+            if not e.passed and e.severity == AssetCheckSeverity.ERROR
+        ]
         warned = sorted({e.check_name for e in result.get_asset_check_evaluations() if not e.passed} - set(failed))
         first_minute = first_minute_of(instance, result.run_id)
-    print(json.dumps({"engines": engines, "failed_checks": failed, "warned_checks": warned, "first_minute": first_minute}))
+    print(
+        json.dumps({"engines": engines, "failed_checks": failed, "warned_checks": warned, "first_minute": first_minute})
+    )
     return 0
 
 

@@ -43,8 +43,9 @@ class Postgres:
 
     def query(self, sql: str) -> list[tuple[str, ...]]:
         """``sql``'s rows in the test's database, as text, read by psql (a reader independent of the JVM)."""
-        done = subprocess.run([*self.admin_psql, "-d", self.database, "-AtF", "\t", "-c", sql],
-                              check=True, capture_output=True, text=True)
+        done = subprocess.run(
+            [*self.admin_psql, "-d", self.database, "-AtF", "\t", "-c", sql], check=True, capture_output=True, text=True
+        )
         return [tuple(line.split("\t")) for line in done.stdout.splitlines() if line]
 
 
@@ -54,7 +55,9 @@ def postgres_bin() -> str | None:
     if candidates:
         return os.path.dirname(candidates[-1])
     found = shutil.which("initdb")
-    return os.path.dirname(found) if found and os.path.exists(os.path.join(os.path.dirname(found), "pg_isready")) else None
+    return (
+        os.path.dirname(found) if found and os.path.exists(os.path.join(os.path.dirname(found), "pg_isready")) else None
+    )
 
 
 def jdbc_jar() -> str | None:
@@ -94,31 +97,70 @@ def _cluster(binaries: str, folder: Path, database: str) -> Iterator[Postgres]:
         shutil.chown(sockets, "postgres")
     # A password of this cluster's own: a test that looks for it in `ps` or logs finds this one only.
     user, password, port = "medallion", f"medallion-{secrets.token_hex(8)}", free_port()
-    subprocess.run([*run_as, f"{binaries}/initdb", "-D", str(data), "--auth-local=trust",
-                    "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync"],
-                   check=True, capture_output=True, cwd=folder)
+    subprocess.run(
+        [
+            *run_as,
+            f"{binaries}/initdb",
+            "-D",
+            str(data),
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=folder,
+    )
     log = folder / "postgres.log"
     with open(log, "ab") as output:
         server = subprocess.Popen(
-            [*run_as, f"{binaries}/postgres", "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
-             "-k", str(sockets), "-c", "fsync=off"],
-            stdout=output, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True,
+            [
+                *run_as,
+                f"{binaries}/postgres",
+                "-D",
+                str(data),
+                "-p",
+                str(port),
+                "-h",
+                "127.0.0.1",
+                "-k",
+                str(sockets),
+                "-c",
+                "fsync=off",
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=folder,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 60
         while True:
-            ready = subprocess.run([f"{binaries}/pg_isready", "-h", "127.0.0.1", "-p", str(port)],
-                                   capture_output=True)
+            ready = subprocess.run([f"{binaries}/pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True)
             if ready.returncode == 0:
                 break
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"PostgreSQL did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.3)
         # The admin talks over the socket (trusted); the metastore over TCP, with its password.
-        psql = [*run_as, f"{binaries}/psql", "-h", str(sockets), "-p", str(port), "-U", "postgres", "-v", "ON_ERROR_STOP=1"]
+        psql = [
+            *run_as,
+            f"{binaries}/psql",
+            "-h",
+            str(sockets),
+            "-p",
+            str(port),
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+        ]
         # On stdin: a password on psql's command line would show in `ps`, which the tests watch.
-        subprocess.run(psql, input=f"CREATE USER {user} PASSWORD '{password}'", text=True, check=True,
-                       capture_output=True)
+        subprocess.run(
+            psql, input=f"CREATE USER {user} PASSWORD '{password}'", text=True, check=True, capture_output=True
+        )
         subprocess.run([*psql, "-c", f"CREATE DATABASE {database} OWNER {user}"], check=True, capture_output=True)
         yield Postgres(port=port, database=database, user=user, password=password, admin_psql=tuple(psql))
     finally:

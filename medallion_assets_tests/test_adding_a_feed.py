@@ -25,7 +25,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from dagster import AssetCheckSeverity, AssetKey, AssetMaterialization, DagsterInstance, build_sensor_context, materialize
+from dagster import (
+    AssetCheckSeverity,
+    AssetKey,
+    AssetMaterialization,
+    DagsterInstance,
+    build_sensor_context,
+    materialize,
+)
 
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
@@ -94,18 +101,25 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake_root))
     lake = LakeResource(root=str(lake_root))
     landing = lake_root / "landing"
-    land(landing / "orders", "batch-00001.json",
-         [order_event_line(1, "e1", total="200.00"), order_event_line(2, "e2", total="80.00")])
+    land(
+        landing / "orders",
+        "batch-00001.json",
+        [order_event_line(1, "e1", total="200.00"), order_event_line(2, "e2", total="80.00")],
+    )
     example = [line for line in blocks("json")[0].splitlines() if line.strip()]
-    land(landing / "payments", "batch-00001.json", [
-        *example,
-        payment("pay-0001", 1, "100.50", "2026-11-02T11:00:00Z"),  # a correction: later paid_at wins
-        payment("pay-0003", 2, "-5.00", "2026-11-02T12:00:00Z"),  # dropped by the expectation
-        payment("pay-0004", 2, "ten", "2026-11-02T12:00:00Z"),
-        json.dumps({"payment_id": "pay-0005", "order_key": 2, "paid_at": "2026-11-02T12:00:00Z"}),
-        "not json at all",
-        payment("pay-0006", 2, "20.00", "2026-11-02T13:00:00Z", card_brand="visa"),  # drift: kept in bronze
-    ])
+    land(
+        landing / "payments",
+        "batch-00001.json",
+        [
+            *example,
+            payment("pay-0001", 1, "100.50", "2026-11-02T11:00:00Z"),  # a correction: later paid_at wins
+            payment("pay-0003", 2, "-5.00", "2026-11-02T12:00:00Z"),  # dropped by the expectation
+            payment("pay-0004", 2, "ten", "2026-11-02T12:00:00Z"),
+            json.dumps({"payment_id": "pay-0005", "order_key": 2, "paid_at": "2026-11-02T12:00:00Z"}),
+            "not json at all",
+            payment("pay-0006", 2, "20.00", "2026-11-02T13:00:00Z", card_brand="visa"),  # drift: kept in bronze
+        ],
+    )
 
     defs = build_definitions("local", simulator=False)
     repo = defs.get_repository_def()
@@ -116,20 +130,35 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     assert AssetKey(["landing", "simulated_batch"]) not in with_demo.get(BRONZE).parent_keys
     sensor = repo.get_sensor_def("payments_raw_checkpoint_sensor")
     check_keys = {(k.asset_key, k.name) for k in repo.asset_graph.asset_check_keys}
-    assert {(BRONZE, "stream_health"), (SILVER, "payments_amount_positive"), (SILVER, "payments_key_unique"),
-            (SILVER, "freshness_check")} <= check_keys
+    assert {
+        (BRONZE, "stream_health"),
+        (SILVER, "payments_amount_positive"),
+        (SILVER, "payments_key_unique"),
+        (SILVER, "freshness_check"),
+    } <= check_keys
 
     assert HISTORY in keys
-    wanted = {BRONZE, SILVER, QUARANTINE, GOLD, HISTORY, AssetKey(["bronze", "orders_raw"]), AssetKey(["bronze", "orders_kafka"]),
-              AssetKey(["silver", "orders"])}
+    wanted = {
+        BRONZE,
+        SILVER,
+        QUARANTINE,
+        GOLD,
+        HISTORY,
+        AssetKey(["bronze", "orders_raw"]),
+        AssetKey(["bronze", "orders_kafka"]),
+        AssetKey(["silver", "orders"]),
+    }
     assets = list({id(a): a for a in defs.assets if set(getattr(a, "keys", ())) & wanted}.values())
     checks = [c for c in defs.asset_checks if {k.asset_key for k in c.check_keys} <= {BRONZE, SILVER}]
     instance = DagsterInstance.ephemeral()
     result = materialize([*assets, *checks], resources=defs.resources, instance=instance, raise_on_error=False)
     # The page's sample is a broken delivery by the default rule (4 of 9 lines rejected): the run fails on
     # the blocking rejected-rows check once silver and quarantine are written, and gold is not computed.
-    failed = {e.step_key: e.step_failure_data.error.cls_name for e in result.all_events
-              if e.event_type_value == "STEP_FAILURE"}
+    failed = {
+        e.step_key: e.step_failure_data.error.cls_name
+        for e in result.all_events
+        if e.event_type_value == "STEP_FAILURE"
+    }
     assert not result.success and set(failed.values()) == {"DagsterAssetCheckFailedError"}, failed
     assert GOLD not in {e.asset_key for e in result.get_asset_materialization_events()}
     # Run again, as the page says: nothing new to read, the check passes, gold is computed.
@@ -154,19 +183,29 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
 
     # The history: both versions of the corrected payment, nothing of the refused ones.
     history = read_with_duckdb(str(lake_root / "silver" / "payments_history")).to_pylist()
-    assert sorted(history[0]) == sorted(["payment_id", "order_key", "amount", "paid_at", "valid_from", "valid_to",
-                                         "is_current", "is_deleted"])
+    assert sorted(history[0]) == sorted(
+        ["payment_id", "order_key", "amount", "paid_at", "valid_from", "valid_to", "is_current", "is_deleted"]
+    )
     versions = sorted((r["payment_id"], r["amount"], r["is_current"], r["is_deleted"]) for r in history)
-    assert versions == [("pay-0001", Decimal("100.50"), True, False), ("pay-0001", Decimal("120.50"), False, False),
-                        ("pay-0002", Decimal("80.00"), True, False), ("pay-0006", Decimal("20.00"), True, False)]
+    assert versions == [
+        ("pay-0001", Decimal("100.50"), True, False),
+        ("pay-0001", Decimal("120.50"), False, False),
+        ("pay-0002", Decimal("80.00"), True, False),
+        ("pay-0006", Decimal("20.00"), True, False),
+    ]
     [closed] = [r for r in history if not r["is_current"]]
     assert closed["valid_to"] == silver["pay-0001"]["paid_at"] and closed["valid_from"] == closed["paid_at"]
 
     # Quarantine: each bad line with the reason the page names, and its file.
     quarantine = read_with_deltalake(str(lake_root / "quarantine" / "payments")).to_pylist()
-    assert sorted(r["reason"] for r in quarantine) == sorted([
-        "not valid JSON", "missing amount", "amount is not a decimal: 'ten'", "payments_amount_positive: amount > 0",
-    ])
+    assert sorted(r["reason"] for r in quarantine) == sorted(
+        [
+            "not valid JSON",
+            "missing amount",
+            "amount is not a decimal: 'ten'",
+            "payments_amount_positive: amount > 0",
+        ]
+    )
     assert all(r["_source_file"].endswith("batch-00001.json") for r in quarantine)
 
     # Gold: what each order has been paid.
@@ -177,8 +216,10 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     # Checks: the expectation fails amber with the dropped row (handled as declared, not good data);
     # the rejected-rows check counts the four rows quarantined, an ERROR (4 of 9 lines, above the
     # default 5%) naming their file; the key is unique.
-    evaluations = {(e.asset_key, e.check_name): e
-                   for e in [*again.get_asset_check_evaluations(), *result.get_asset_check_evaluations()]}
+    evaluations = {
+        (e.asset_key, e.check_name): e
+        for e in [*again.get_asset_check_evaluations(), *result.get_asset_check_evaluations()]
+    }
     dropped = evaluations[(SILVER, "payments_amount_positive")]
     assert not dropped.passed and dropped.severity == AssetCheckSeverity.WARN
     assert dropped.metadata["failing_rows"].value == 1
@@ -192,8 +233,9 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     # Column schema: the declared descriptions on bronze and silver, the gold ones on gold.
     def described(key):
         # Each table's materialization in the run that computed it (gold: the second).
-        [event] = [m for m in (result if key != GOLD else again).get_asset_materialization_events()
-                   if m.asset_key == key]
+        [event] = [
+            m for m in (result if key != GOLD else again).get_asset_materialization_events() if m.asset_key == key
+        ]
         schema = event.materialization.metadata["dagster/column_schema"].value
         return {c.name: c.description for c in schema.columns}
 
@@ -215,14 +257,21 @@ def test_the_page_adds_a_feed_that_gets_every_piece(spark, tmp_path, monkeypatch
     # Continuous mode runs the new stream by its name.
     land(landing / "payments", "batch-00002.json", [payment("pay-0007", 1, "1.00", "2026-11-03T09:00:00Z")])
     table = str(lake_root / "bronze" / "payments_raw")
-    config = ContinuousStreamsConfig(streams=["payments_raw"], trigger_interval="1 second", run_seconds=120,
-                                     poll_seconds=0.5)
+    config = ContinuousStreamsConfig(
+        streams=["payments_raw"], trigger_interval="1 second", run_seconds=120, poll_seconds=0.5
+    )
     started = time.monotonic()
     # Stop on the logged progress, not on the table: Spark commits a batch to the
     # table before it reports the batch's progress, and a stop in between loses the report.
     logged: list[str] = []
-    run = run_continuous(spark, lake, config, install_signal_handlers=False, log_progress=logged.append,
-                         should_stop=lambda: any(line.startswith("payments_raw: batch ") for line in logged))
+    run = run_continuous(
+        spark,
+        lake,
+        config,
+        install_signal_handlers=False,
+        log_progress=logged.append,
+        should_stop=lambda: any(line.startswith("payments_raw: batch ") for line in logged),
+    )
     assert run.progress["payments_raw"], "continuous mode ran the feed's stream"
     assert len(read_with_deltalake(table)) == len(landed) + 1
     assert time.monotonic() - started < 120

@@ -7,10 +7,9 @@ import json
 import pytest
 from dagster import AssetKey, DagsterEventType, DagsterInstance, materialize
 
-from medallion_assets.pipelines.tpch import gold
-from medallion_assets.pipelines.tpch import silver
-from medallion_assets_tests import tpch_assets as bronze
 from medallion_assets.definitions import resources_for
+from medallion_assets.pipelines.tpch import gold, silver
+from medallion_assets_tests import tpch_assets as bronze
 from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.order_events import order_event_line
 
@@ -22,8 +21,11 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
     orders_dir = lake / "landing" / "orders"
     orders_dir.mkdir(parents=True)
-    lines = [order_event_line(1, "e1", total="100.00"), order_event_line(2, "e2", total="-5.00"),
-             order_event_line(3, "e3", total="7.50")]
+    lines = [
+        order_event_line(1, "e1", total="100.00"),
+        order_event_line(2, "e2", total="-5.00"),
+        order_event_line(3, "e3", total="7.50"),
+    ]
     (orders_dir / "batch-00001-001.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     downstream = [gold.monthly_revenue, gold.pricing_summary, gold.forecasting_revenue_change]
@@ -36,7 +38,9 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     )
 
     # The blocking check failed with the bad row counted.
-    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == "orders_total_price_non_negative"]
+    [evaluation] = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "orders_total_price_non_negative"
+    ]
     assert not evaluation.passed
     assert evaluation.metadata["failing_rows"].value == 1
     assert evaluation.metadata["passing_rows"].value == 2
@@ -49,9 +53,7 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     assert not {a.key for a in downstream} & materialized
     assert not (lake / "silver" / "orders").exists()
     assert not (lake / "gold").exists()
-    started = {
-        e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_START and e.step_key
-    }
+    started = {e.step_key for e in result.all_events if e.event_type == DagsterEventType.STEP_START and e.step_key}
     assert not {step for step in started if step.startswith("gold__")}, started
 
     # Quarantine holds the bad row with its reason.
@@ -68,10 +70,14 @@ def test_failed_expectation_blocks_downstream_and_quarantines(spark, tmp_path, m
     correction = order_event_line(2, "e4", event_time="1996-01-03T08:00:00Z", total="5.00")
     (orders_dir / "batch-00002-001.json").write_text(correction + "\n", encoding="utf-8")
     second = materialize(
-        [bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem], resources=resources_for("local"), instance=instance
+        [bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem],
+        resources=resources_for("local"),
+        instance=instance,
     )
     assert second.success
     orders = read_with_deltalake(lake / "silver" / "orders").to_pylist()
     assert sorted((row["o_orderkey"], str(row["o_totalprice"])) for row in orders) == [
-        (1, "100.00"), (2, "5.00"), (3, "7.50"),
+        (1, "100.00"),
+        (2, "5.00"),
+        (3, "7.50"),
     ]

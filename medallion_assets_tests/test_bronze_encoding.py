@@ -20,11 +20,11 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
 from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.ingest import start_bronze_stream
-from medallion_assets.resources import LakeResource
 from medallion_assets.pipelines.tpch import transforms as silver
+from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
+from medallion_assets.resources import LakeResource
 from medallion_assets_tests import contract_reference
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
@@ -36,8 +36,18 @@ _HEADER = ",".join(CUSTOMER_CSV_COLUMNS).encode()
 
 def _customer_row(op: str, key: int, name: bytes = b"Customer", comment: bytes = b"c") -> bytes:
     return b",".join(
-        [op.encode(), str(key).encode(), name, b"1 Main St", b"3", b"13-111-222-3333", b"10.00", b"BUILDING",
-         comment, b"2024-01-01T00:00:00Z"]
+        [
+            op.encode(),
+            str(key).encode(),
+            name,
+            b"1 Main St",
+            b"3",
+            b"13-111-222-3333",
+            b"10.00",
+            b"BUILDING",
+            comment,
+            b"2024-01-01T00:00:00Z",
+        ]
     )
 
 
@@ -84,7 +94,7 @@ def _delivered_customer_rows(folder: Path) -> list[tuple]:
     for path in folder.glob("*.csv"):
         text = path.read_bytes().decode("utf-8", errors="replace")
         lines = text.splitlines()
-        for line, fields in zip(lines[1:], csv.reader(io.StringIO("\n".join(lines[1:])))):
+        for line, fields in zip(lines[1:], csv.reader(io.StringIO("\n".join(lines[1:]))), strict=False):
             padded = [field or None for field in fields[:width]] + [None] * (width - len(fields))
             rows.append((path.name, *padded, line if len(fields) != width else None))
     return sorted(rows, key=repr)
@@ -126,7 +136,7 @@ def test_undecodable_bytes_are_kept_replaced_and_do_not_stop_the_streams(spark, 
         orders,
         "batch-00001.json",
         [
-            _with_bytes(order_event_line(1, "e1", order_fields={"o_comment": "@"}), "@", "café ☕".encode("utf-8")),
+            _with_bytes(order_event_line(1, "e1", order_fields={"o_comment": "@"}), "@", "café ☕".encode()),
             # Valid JSON but for one Latin-1 byte in a string: rejected all the same.
             _with_bytes(order_event_line(2, "e2", order_fields={"o_comment": "@"}), "@", b"caf\xe9"),
             # A cut three-byte character, an encoded surrogate and a stray continuation byte,
@@ -140,7 +150,7 @@ def test_undecodable_bytes_are_kept_replaced_and_do_not_stop_the_streams(spark, 
         "batch-00001.csv",
         [
             _HEADER,
-            _customer_row("I", 1, name="José".encode("utf-8")),
+            _customer_row("I", 1, name="José".encode()),
             _customer_row("I", 2, name=b"Jos\xe9"),  # Latin-1: otherwise a valid change
             b"U,3,\xff\xfe",  # too few fields as well; the encoding is checked first
             _customer_row("I", 4),

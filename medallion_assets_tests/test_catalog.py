@@ -50,7 +50,9 @@ def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, delta_engine, 
     def things():
         return spark.range(3).selectExpr(*state["frame"].split(", "))
 
-    @asset(key=["gold", "from_sql"], deps=[things], metadata=delta_table(write_mode="overwrite", schema_mode="overwrite"))
+    @asset(
+        key=["gold", "from_sql"], deps=[things], metadata=delta_table(write_mode="overwrite", schema_mode="overwrite")
+    )
     def from_sql(spark: SparkResource):
         # Asset code that wants SQL names the upstream table.
         return spark.spark_session.sql(f"SELECT id, twice + 1 AS later FROM {prefix}gold.things WHERE id > 0")
@@ -84,8 +86,9 @@ def test_the_io_manager_keeps_each_entry_true_to_its_table(spark, delta_engine, 
     time.sleep(1)  # Created Time counts seconds: an entry made again would differ
     other = LakeResource(root=str(tmp_path / "other"))
     state["frame"] = "id AS only"
-    assert materialize([things], resources={**resources, "lake": other,
-                                            "io_manager": DeltaIOManager(spark=resource, lake=other)}).success
+    assert materialize(
+        [things], resources={**resources, "lake": other, "io_manager": DeltaIOManager(spark=resource, lake=other)}
+    ).success
     _same_as_path(spark, name, other.table_path(["gold", "things"]))
     if delta_engine == "delta-spark":
         assert _created(spark, name) == created
@@ -136,7 +139,6 @@ def test_a_session_attaching_a_lake_names_every_table_and_for_name_opens_it(spar
         DeltaTable.forName(spark, f"{catalog.database('gold')}.no_such_table")
 
 
-
 def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_names_the_lake(spark, tmp_path):
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -176,8 +178,12 @@ def test_a_run_working_by_path_names_only_what_it_writes_and_asking_for_names_na
 def test_the_metastore_password_is_no_spark_setting_and_locations_compare_as_folders(tmp_path):
     from medallion_assets.catalog import same_location
 
-    catalog = LakeCatalog(kind="hive", metastore_url="jdbc:postgresql://db:5432/metastore", metastore_user="hive",
-                          metastore_password="s3cret-value")
+    catalog = LakeCatalog(
+        kind="hive",
+        metastore_url="jdbc:postgresql://db:5432/metastore",
+        metastore_user="hive",
+        metastore_password="s3cret-value",
+    )
     # Spark settings reach the driver's command line: the password goes to the JVM's Hadoop configuration.
     assert not [key for key, value in catalog.spark_config().items() if "s3cret-value" in value or "Password" in key]
     assert catalog.hadoop_secrets() == {"javax.jdo.option.ConnectionPassword": "s3cret-value"}

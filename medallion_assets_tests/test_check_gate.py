@@ -31,7 +31,7 @@ PROBE_PACKAGE = "gate_probe_pipelines"
 #: A pipeline package, as a user would write one: a gold table with a blocking ERROR check that
 #: fails on one stored row, a WARN check that fails, a passing check, and a table downstream
 #: whose check cannot run once the blocking check failed.
-PROBE_MODULE = '''
+PROBE_MODULE = """
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetIn, AssetKey, asset, asset_check
 from pyspark.sql import DataFrame
 
@@ -86,7 +86,7 @@ GATE_PROBE_FEED = Feed(
     fields=(Field("item_id", description="The item."), Field("updated_at", TimestampType(), description="When.")),
     silver=ApplyChanges(table="gate_probe_items", keys=("item_id",), sequence_by=("updated_at",)),
 )
-'''
+"""
 
 
 def junit_cases(path: Path) -> dict[tuple[str, str], ET.Element]:
@@ -116,17 +116,24 @@ def test_the_sample_passes_every_check_of_the_definitions(spark, tmp_path, capsy
     expected = {(key.asset_key.to_user_string(), key.name) for key in graph.asset_check_keys}
     cases = junit_cases(junit)
     assert set(cases) == expected
-    assert not [name for name, case in cases.items() if case.find("failure") is not None or case.find("error") is not None]
+    assert not [
+        name for name, case in cases.items() if case.find("failure") is not None or case.find("error") is not None
+    ]
     # Every check ran; the noisy sample may fail WARN checks (rejected rows), which stay out of the verdict.
-    skipped = {name: case.find("skipped").get("message") for name, case in cases.items() if case.find("skipped") is not None}
+    skipped = {
+        name: case.find("skipped").get("message") for name, case in cases.items() if case.find("skipped") is not None
+    }
     assert all(message.startswith("WARN check failed") for message in skipped.values()), skipped
     # The README's quickstart: "the expectations that dropped rows turn amber", each with the rows the
     # contract's reference says it drops from the sample (one batch: one run judges every row).
     from medallion_assets_tests import contract_reference
 
     drops = contract_reference.expected_drops(tmp_path / "lake" / "landing")
-    amber = {("silver/orders", "orders_status_known"), ("silver/lineitem", "lineitem_quantity_positive"),
-             ("silver/customers", "customers_segment_known")}
+    amber = {
+        ("silver/orders", "orders_status_known"),
+        ("silver/lineitem", "lineitem_quantity_positive"),
+        ("silver/customers", "customers_segment_known"),
+    }
     assert {name for _, name in amber} == set(drops), drops
     for asset, check in amber:
         message = skipped.get((asset, check), "")
@@ -158,10 +165,22 @@ def test_a_failed_error_check_fails_the_gate_and_is_named(tmp_path):
         "TMPDIR": str(temp),
     }
     finished = subprocess.run(
-        [sys.executable, "-m", "medallion_assets.cli", "check", "--select",
-         'key:"gold/gate_probe"+ or key:"bronze/gate_probe_raw" or key:"silver/gate_probe_items"',
-         "--landing", str(landing), "--junit-xml", str(junit)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "medallion_assets.cli",
+            "check",
+            "--select",
+            'key:"gold/gate_probe"+ or key:"bronze/gate_probe_raw" or key:"silver/gate_probe_items"',
+            "--landing",
+            str(landing),
+            "--junit-xml",
+            str(junit),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
     assert finished.returncode == check_gate.EXIT_CHECK_FAILED, finished.stderr[-3000:]
@@ -169,16 +188,27 @@ def test_a_failed_error_check_fails_the_gate_and_is_named(tmp_path):
     assert " - DEBUG - " not in finished.stderr and "Spark session ready after " in finished.stderr
     assert "ERROR check gold/gate_probe amounts_non_negative failed: failing_rows=1" in finished.stderr
     # The non-blocking rejected-rows check of a file rejected whole fails the gate too, the file named.
-    rejected = [line for line in finished.stderr.splitlines()
-                if line.startswith("medallion-assets check: ERROR check silver/gate_probe_items gate_probe_items_rejected_rows")]
+    rejected = [
+        line
+        for line in finished.stderr.splitlines()
+        if line.startswith("medallion-assets check: ERROR check silver/gate_probe_items gate_probe_items_rejected_rows")
+    ]
     assert rejected and "files_rejected_whole=1" in rejected[0] and "gate_probe/batch-00001.json" in rejected[0]
     cases = junit_cases(junit)
-    assert {("gold/gate_probe", "amounts_non_negative"), ("gold/gate_probe", "amounts_below_five"),
-            ("gold/gate_probe", "ids_present"), ("gold/gate_probe_total", "total_present"),
-            ("silver/gate_probe_items", "gate_probe_items_rejected_rows")} <= set(cases)
+    assert {
+        ("gold/gate_probe", "amounts_non_negative"),
+        ("gold/gate_probe", "amounts_below_five"),
+        ("gold/gate_probe", "ids_present"),
+        ("gold/gate_probe_total", "total_present"),
+        ("silver/gate_probe_items", "gate_probe_items_rejected_rows"),
+    } <= set(cases)
     assert cases[("silver/gate_probe_items", "gate_probe_items_rejected_rows")].find("failure") is not None
     failure = cases[("gold/gate_probe", "amounts_non_negative")].find("failure")
-    assert failure is not None and "failing_rows=1" in failure.get("message") and "passing_rows=1" in failure.get("message")
+    assert (
+        failure is not None
+        and "failing_rows=1" in failure.get("message")
+        and "passing_rows=1" in failure.get("message")
+    )
     warned = cases[("gold/gate_probe", "amounts_below_five")]
     assert warned.find("failure") is None and warned.find("skipped").get("message").startswith("WARN check failed")
     passed = cases[("gold/gate_probe", "ids_present")]
@@ -192,11 +222,23 @@ def test_a_step_error_outranks_failed_checks_and_is_a_junit_error(tmp_path):
     """No Spark: a report as a run leaves it, written and read back (the slow tests make real ones)."""
     from medallion_assets.check_gate import CheckOutcome, GateReport, StepError, write_junit
 
-    failed = CheckOutcome(asset="silver/t", check="key_unique", severity="ERROR", status="failed",
-                          metadata={"failing_rows": "2", "top_reasons": "| reason |\n|---|\n| bad |"})
-    warned = CheckOutcome(asset="silver/t", check="in_range", severity="WARN", status="failed", metadata={"failing_rows": "1"})
-    report = GateReport(outcomes=(failed, warned), seconds=1.0, step_errors=(
-        StepError(step="gold__t", error_type="ValueError", message="no such column", trace="Traceback ..."),))
+    failed = CheckOutcome(
+        asset="silver/t",
+        check="key_unique",
+        severity="ERROR",
+        status="failed",
+        metadata={"failing_rows": "2", "top_reasons": "| reason |\n|---|\n| bad |"},
+    )
+    warned = CheckOutcome(
+        asset="silver/t", check="in_range", severity="WARN", status="failed", metadata={"failing_rows": "1"}
+    )
+    report = GateReport(
+        outcomes=(failed, warned),
+        seconds=1.0,
+        step_errors=(
+            StepError(step="gold__t", error_type="ValueError", message="no such column", trace="Traceback ..."),
+        ),
+    )
     assert report.exit_code == check_gate.EXIT_RUN_FAILED
     assert GateReport(outcomes=(failed, warned), step_errors=(), seconds=1.0).exit_code == check_gate.EXIT_CHECK_FAILED
     assert GateReport(outcomes=(warned,), step_errors=(), seconds=1.0).exit_code == check_gate.EXIT_PASSED

@@ -127,8 +127,10 @@ def test_every_column_of_every_gold_table_is_described(spark):
     for gold in gold_assets:
         parameters = inspect.signature(gold.op.compute_fn.decorated_fn).parameters
         inputs = {name: _silver_frame(spark, key) for name, key in gold.keys_by_input_name.items()}
-        inputs = {name: _as_table_read(frame) if parameters[name].annotation in (TableRead, "TableRead") else frame
-                  for name, frame in inputs.items()}
+        inputs = {
+            name: _as_table_read(frame) if parameters[name].annotation in (TableRead, "TableRead") else frame
+            for name, frame in inputs.items()
+        }
         if "context" in parameters:
             partition = gold.partitions_def.get_first_partition_key() if gold.partitions_def else None
             produced = gold(build_asset_context(partition_key=partition), **inputs)

@@ -44,7 +44,10 @@ BIG_FILE_LINES = 50_000
 def land_order_file(folder: Path, n: int, lines: int) -> Counter:
     """Land one NDJSON file; after the first, each repeats a line of file 0 (at-least-once delivery)."""
     folder.mkdir(parents=True, exist_ok=True)
-    body = [f'{{"event_id": "e{n}-{i}", "op": "upsert", "order": {{"o_orderkey": {n * 100_000 + i}}}}}' for i in range(lines)]
+    body = [
+        f'{{"event_id": "e{n}-{i}", "op": "upsert", "order": {{"o_orderkey": {n * 100_000 + i}}}}}'
+        for i in range(lines)
+    ]
     if n:
         body.append('{"event_id": "e0-0", "op": "upsert", "order": {"o_orderkey": 0}}')  # a redelivery
     body.append("not json at all")  # a bad line stays in bronze as delivered
@@ -66,7 +69,10 @@ def start(root: Path) -> subprocess.Popen:
     log = root.parent / f"run-{len(list(root.parent.glob('run-*.log')))}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "medallion_assets_tests.ingest_runner", str(root), STREAM, "1"],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
     )
     proc.log = log
     return proc
@@ -110,7 +116,8 @@ def test_ingest_killed_at_several_points_ends_exactly_once(tmp_path, delta_engin
     expected += land_order_file(landing, 2, BIG_FILE_LINES)
     earlier_orphans = watch.look().uncommitted
     seen = kill_when(
-        start(root), watch,
+        start(root),
+        watch,
         lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
         what="batch 2's tasks writing",
         # The files exist for tens of milliseconds before their commit: step through batch 2.

@@ -18,8 +18,13 @@ def test_definitions_hold_layers_jobs_and_checks():
     assert {"bronze/orders_raw", "silver/orders", "silver/lineitem", "silver/customers", "quarantine/orders"} <= keys
     assert {job.name for job in defs.jobs} >= {"ingest", "refresh", "table_maintenance"}
     gold = {
-        "gold/pricing_summary", "gold/shipping_priority", "gold/local_supplier_volume",
-        "gold/forecasting_revenue_change", "gold/daily_revenue", "gold/monthly_revenue", "gold/customer_lifetime_value",
+        "gold/pricing_summary",
+        "gold/shipping_priority",
+        "gold/local_supplier_volume",
+        "gold/forecasting_revenue_change",
+        "gold/daily_revenue",
+        "gold/monthly_revenue",
+        "gold/customer_lifetime_value",
         "gold/pricing_summary_report",
     }
     assert gold <= keys
@@ -38,16 +43,23 @@ def test_definitions_hold_layers_jobs_and_checks():
     sensor = defs.resolve_sensor_def("freshness_checks_sensor")
     assert sensor.default_status == DefaultSensorStatus.STOPPED
     freshness = {k for k in defs.resolve_asset_graph().asset_check_keys if k.name == "freshness_check"}
-    assert {k.asset_key.to_user_string() for k in freshness} >= gold | {"silver/orders", "silver/lineitem", "silver/customers"}
+    assert {k.asset_key.to_user_string() for k in freshness} >= gold | {
+        "silver/orders",
+        "silver/lineitem",
+        "silver/customers",
+    }
     assert set(sensor.asset_selection.resolve_checks(defs.resolve_asset_graph())) == freshness
     refresh = defs.resolve_job_def("refresh")
-    assert {"silver/orders", "gold/daily_revenue"} <= {k.to_user_string() for k in refresh.asset_layer.executable_asset_keys}
+    assert {"silver/orders", "gold/daily_revenue"} <= {
+        k.to_user_string() for k in refresh.asset_layer.executable_asset_keys
+    }
 
 
 def test_every_delta_table_asset_shows_its_storage_kind():
     graph = build_definitions("local").resolve_asset_graph()
     without = sorted(
-        key.to_user_string() for key in graph.materializable_asset_keys
+        key.to_user_string()
+        for key in graph.materializable_asset_keys
         if key.path[0] != "landing" and "dagster/kind/delta" not in (graph.get(key).tags or {})
     )
     assert without == []
@@ -58,7 +70,11 @@ def test_the_simulator_is_in_no_job_and_can_be_left_out():
     defs = build_definitions("local")
     assert simulated in {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
     for job in defs.jobs:
-        selected = {key.to_user_string() for key in defs.resolve_job_def(job.name).asset_layer.executable_asset_keys} if hasattr(job, "selection") else set()
+        selected = (
+            {key.to_user_string() for key in defs.resolve_job_def(job.name).asset_layer.executable_asset_keys}
+            if hasattr(job, "selection")
+            else set()
+        )
         assert simulated not in selected, f"job {job.name} runs the simulator"
     production = build_definitions("local", simulator=False)
     # Bronze still names the landing zone as its upstream: a key nothing can materialize.
@@ -71,17 +87,24 @@ def test_kafka_feeds_are_left_out_without_a_broker(monkeypatch):
 
     def shown(d):
         graph = d.resolve_asset_graph()
-        return ({k.to_user_string() for k in graph.get_all_asset_keys()}, {s.name for s in d.sensors},
-                {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys},
-                {k.to_user_string() for k in graph.get(AssetKey(["silver", "orders"])).parent_keys})
+        return (
+            {k.to_user_string() for k in graph.get_all_asset_keys()},
+            {s.name for s in d.sensors},
+            {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys},
+            {k.to_user_string() for k in graph.get(AssetKey(["silver", "orders"])).parent_keys},
+        )
 
     assets, sensors, checks, order_inputs = shown(build_definitions("local", kafka=True))
-    assets_without, sensors_without, checks_without, order_inputs_without = shown(build_definitions("local", kafka=False))
+    assets_without, sensors_without, checks_without, order_inputs_without = shown(
+        build_definitions("local", kafka=False)
+    )
     assert assets - assets_without == {"bronze/orders_kafka"} and assets_without < assets
     assert sensors - sensors_without == {"orders_kafka_checkpoint_sensor"} and sensors_without < sensors
     assert {asset for asset, _ in checks - checks_without} == {"bronze/orders_kafka"} and checks_without < checks
     # TPC-H's order step still loads, on the landed files alone.
-    assert order_inputs == {"bronze/orders_raw", "bronze/orders_kafka"} and order_inputs_without == {"bronze/orders_raw"}
+    assert order_inputs == {"bronze/orders_raw", "bronze/orders_kafka"} and order_inputs_without == {
+        "bronze/orders_raw"
+    }
     # The loaded definitions take it from MEDALLION_KAFKA_BOOTSTRAP_SERVERS.
     monkeypatch.delenv("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", raising=False)
     assert shown(defs())[0] == assets_without
@@ -111,7 +134,7 @@ def test_every_schedule_says_what_it_runs_and_when():
     assert [schedule.name for schedule in schedules if not (schedule.description or "").strip()] == []
 
 
-TEAM_FEED = '''
+TEAM_FEED = """
 from pyspark.sql.types import LongType, TimestampType
 
 from medallion_assets.expectations import expect_or_drop
@@ -126,7 +149,7 @@ SUBSCRIPTIONS = Feed(
     silver=ApplyChanges(table="subscriptions", keys=("key",), sequence_by=("changed_at",)),
     expectations=(expect_or_drop("subscriptions_seats_positive", "seats > 0"),),
 )
-'''
+"""
 
 
 def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, monkeypatch):
@@ -152,11 +175,17 @@ def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, mo
         feed_assets = {"bronze/subscriptions_raw", "silver/subscriptions", "quarantine/subscriptions"}
         assert {k.to_user_string() for k in graph.get_all_asset_keys()} == feed_assets
         assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
-            ("bronze/subscriptions_raw", "stream_health"), ("silver/subscriptions", "subscriptions_seats_positive"),
-            ("silver/subscriptions", "subscriptions_key_unique"), ("silver/subscriptions", "subscriptions_rejected_rows"),
-            ("silver/subscriptions", "freshness_check")}
+            ("bronze/subscriptions_raw", "stream_health"),
+            ("silver/subscriptions", "subscriptions_seats_positive"),
+            ("silver/subscriptions", "subscriptions_key_unique"),
+            ("silver/subscriptions", "subscriptions_rejected_rows"),
+            ("silver/subscriptions", "freshness_check"),
+        }
         assert {s.name for s in repo.sensor_defs} == {
-            "subscriptions_raw_checkpoint_sensor", "landing_sensor", "freshness_checks_sensor"}
+            "subscriptions_raw_checkpoint_sensor",
+            "landing_sensor",
+            "freshness_checks_sensor",
+        }
 
         # The jobs and schedules hold the team's assets and still run.
         def selected(job):

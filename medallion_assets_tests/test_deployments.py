@@ -52,16 +52,25 @@ def test_pipeline_on_a_standalone_cluster(tmp_path, engine):
         pytest.skip(f"delta-spark on the cluster not tested: {NO_DELTA_SPARK}")
     if engine == "delta-spark" and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
         # The suite's time budget: test_engine_switch.py's delta-spark run is on a standalone cluster.
-        pytest.skip("budget: delta-spark on the cluster runs in test_engine_switch.py; "
-                    "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it here too")
-    if engine == "delta-rs" and delta_spark_source() is not None and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE"):
+        pytest.skip(
+            "budget: delta-spark on the cluster runs in test_engine_switch.py; "
+            "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it here too"
+        )
+    if (
+        engine == "delta-rs"
+        and delta_spark_source() is not None
+        and not os.environ.get("MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE")
+    ):
         # The suite's time budget: with delta-spark, test_engine_switch.py runs the cluster deployment.
-        pytest.skip("budget: the cluster deployment runs in test_engine_switch.py (delta-spark); "
-                    "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it on delta-rs too")
+        pytest.skip(
+            "budget: the cluster deployment runs in test_engine_switch.py (delta-spark); "
+            "set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run it on delta-rs too"
+        )
     engine_env = {"MEDALLION_DELTA_ENGINE": engine, **((delta_spark_source() or {}) if engine == "delta-spark" else {})}
     with standalone_cluster(tmp_path) as master:
         report = _run_pipeline(
-            tmp_path, {"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": master, "PYSPARK_PYTHON": sys.executable},
+            tmp_path,
+            {"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": master, "PYSPARK_PYTHON": sys.executable},
             engine_env,
         )
     assert set(report["engines"].values()) == {engine}
@@ -77,7 +86,9 @@ def test_pipeline_over_spark_connect(tmp_path, engine):
         # The suite's time budget: one end-to-end run per deployment (Connect on delta-rs,
         # the cluster on delta-spark). delta-spark's Connect route (Delta SQL) is covered by
         # the Connect write test below; this whole run takes about 8 minutes more.
-        pytest.skip("budget: set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run the pipeline over Connect on delta-spark too")
+        pytest.skip(
+            "budget: set MEDALLION_TEST_EVERY_DEPLOYMENT_ENGINE=1 to run the pipeline over Connect on delta-spark too"
+        )
     engine_env = {"MEDALLION_DELTA_ENGINE": engine, **((delta_spark_source() or {}) if engine == "delta-spark" else {})}
     # The server is the session: it gets the engine's jars (or packages) and settings, as a deployment's would.
     plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]
@@ -118,8 +129,9 @@ def test_tables_written_over_connect_by_delta_spark_are_readable_by_delta_rs(tmp
     plan = delta_spark_plan()
     path = str(tmp_path / "t")
     with connect_server(tmp_path, spark_config=plan.spark_config, python=sys.executable) as remote:
-        done = subprocess.run([sys.executable, "-c", _WRITE_OVER_CONNECT, remote, path],
-                              capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITE_OVER_CONNECT, remote, path], capture_output=True, text=True, timeout=600
+        )
     assert done.returncode == 0, done.stderr[-6000:]
     rows = sorted(tuple(r.values()) for r in read_with_deltalake(path).to_pylist())
     assert rows == [(0, "0", ["0"]), (0, "0", ["0"]), (1, "1", ["1"]), (2, "2", ["2"])]

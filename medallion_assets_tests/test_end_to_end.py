@@ -105,7 +105,7 @@ def _assert_same_rows(gold: list[dict], duck: list[dict], what: str) -> None:
     order = lambda r: tuple(str(r[c]) for c in columns)  # noqa: E731
     gold, duck = sorted(gold, key=order), sorted(duck, key=order)
     assert len(gold) == len(duck), f"{what}: {len(gold)} rows != {len(duck)}"
-    for g, d in zip(gold, duck):
+    for g, d in zip(gold, duck, strict=False):
         assert all(_same_value(g[c], d[c]) for c in columns), f"{what}: {g} != {d}"
 
 
@@ -143,8 +143,11 @@ def materialize_everything(defs, instance):
 def assert_no_check_errs(result) -> int:
     """No check failed with severity ERROR; WARN failures (rows of the noisy feed dropped or rejected) are allowed."""
     evaluations = result.get_asset_check_evaluations()
-    failed = [(e.asset_key.to_user_string(), e.check_name, dict(e.metadata)) for e in evaluations
-              if not e.passed and e.severity == AssetCheckSeverity.ERROR]
+    failed = [
+        (e.asset_key.to_user_string(), e.check_name, dict(e.metadata))
+        for e in evaluations
+        if not e.passed and e.severity == AssetCheckSeverity.ERROR
+    ]
     assert not failed, failed
     return len(evaluations)
 
@@ -216,7 +219,8 @@ def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     tombstones = Path(DeltaTableClient.tombstone_path(str(silver)))
     adopted = T.adopted_sequences(
         spark.read.format("delta").load(str(silver)),
-        spark.read.format("delta").load(str(tombstones)) if (tombstones / "_delta_log").exists() else None, feed,
+        spark.read.format("delta").load(str(tombstones)) if (tombstones / "_delta_log").exists() else None,
+        feed,
     )
     rebuilt = T.history_rows(records, feed, adopted)
     kept = read_with_deltalake(lake / "silver" / "customers_history").select(rebuilt.columns)
@@ -264,8 +268,12 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     import deltalake
 
     # Statistics on what the order step declares (filtered_by, and lineitem's replace group for its keys).
-    stats_columns = {table: deltalake.DeltaTable(str(lake / "silver" / table)).metadata().configuration.get(
-        "delta.dataSkippingStatsColumns") for table in ("orders", "lineitem")}
+    stats_columns = {
+        table: deltalake.DeltaTable(str(lake / "silver" / table))
+        .metadata()
+        .configuration.get("delta.dataSkippingStatsColumns")
+        for table in ("orders", "lineitem")
+    }
     assert stats_columns == {"orders": "o_orderkey,o_orderdate", "lineitem": "l_orderkey,l_shipdate"}
 
     bronze_v1 = deltalake.DeltaTable(str(bronze_path)).version()
@@ -335,8 +343,11 @@ DELTA_SNAPSHOT_CACHE = "Delta Table State"
 def cached_rdds(spark) -> set[int]:
     """Ids of the session's cached datasets (a cached DataFrame's, once computed), delta-spark's snapshot caches aside."""
     persistent = spark.sparkContext._jsc.getPersistentRDDs()
-    return {int(rdd_id) for rdd_id in persistent.keySet()
-            if not (persistent.get(rdd_id).name() or "").startswith(DELTA_SNAPSHOT_CACHE)}
+    return {
+        int(rdd_id)
+        for rdd_id in persistent.keySet()
+        if not (persistent.get(rdd_id).name() or "").startswith(DELTA_SNAPSHOT_CACHE)
+    }
 
 
 def assert_unchanged_tables_are_not_checked_again(changed, unchanged) -> None:
@@ -346,12 +357,16 @@ def assert_unchanged_tables_are_not_checked_again(changed, unchanged) -> None:
     same versions, so each check over whole tables is run 2's evaluation again,
     naming run 2, and each table's metadata describes the same version as run 2's.
     """
+
     def evaluations(result) -> dict:
         return {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
 
     before, after = evaluations(changed), evaluations(unchanged)
-    for check in [("silver/orders", "orders_key_unique"), ("silver/lineitem", "lineitem_references_orders"),
-                  ("gold/monthly_revenue", "revenue_reconciles_with_silver")]:
+    for check in [
+        ("silver/orders", "orders_key_unique"),
+        ("silver/lineitem", "lineitem_references_orders"),
+        ("gold/monthly_revenue", "revenue_reconciles_with_silver"),
+    ]:
         assert REUSED_FROM_RUN not in before[check].metadata, check
         assert after[check].metadata[REUSED_FROM_RUN].value == changed.run_id, check
         assert after[check].passed == before[check].passed
@@ -381,15 +396,28 @@ def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
     for engine in engines:
         out = tmp_path / f"by_name_{engine}"
         out.mkdir()
-        env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), MEDALLION_DELTA_ENGINE=engine, SPARK_DRIVER_MEMORY="1g",
-                   **(source or {}))
+        env = dict(
+            os.environ,
+            MEDALLION_LAKE_ROOT=str(lake),
+            MEDALLION_DELTA_ENGINE=engine,
+            SPARK_DRIVER_MEMORY="1g",
+            **(source or {}),
+        )
         env.pop("MEDALLION_CATALOG", None)
-        command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "project", str(out),
-                   "gold.pricing_summary"]
+        command = [
+            sys.executable,
+            "-m",
+            "medallion_assets_tests.metastore_clients",
+            "project",
+            str(out),
+            "gold.pricing_summary",
+        ]
         sessions[engine] = (out, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
     answer = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
     for engine, (out, proc) in sessions.items():
         _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, f"a new {engine} session could not read gold.pricing_summary by name:\n{err[-6000:]}"
+        assert proc.returncode == 0, (
+            f"a new {engine} session could not read gold.pricing_summary by name:\n{err[-6000:]}"
+        )
         rows = pq.read_table(out / "gold.pricing_summary.parquet").to_pylist()
         _assert_same_rows(rows, answer, f"gold.pricing_summary by name in a new {engine} session vs TPC-H Q1")

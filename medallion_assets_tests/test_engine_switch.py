@@ -36,15 +36,15 @@ from pathlib import Path
 import pytest
 
 from medallion_assets_tests import contract_reference
+from medallion_assets_tests.delta.readers import read_with_deltalake
 from medallion_assets_tests.deployments import (
     documented_metastore_conf,
     documented_thrift_server,
     standalone_cluster,
 )
 from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
-from medallion_assets_tests.processes import process_list_watch
 from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
-from medallion_assets_tests.delta.readers import read_with_deltalake
+from medallion_assets_tests.processes import process_list_watch
 from medallion_assets_tests.test_end_to_end import (
     SEED,
     TPCH_GOLD,
@@ -54,8 +54,12 @@ from medallion_assets_tests.test_end_to_end import (
     assert_silver_matches_contract,
     landed_lines,
 )
-from medallion_assets_tests.test_engines import (NO_DELTA_SPARK, _delta_spark_jars, delta_spark_jars_from_maven,
-                                                 delta_spark_source)
+from medallion_assets_tests.test_engines import (
+    NO_DELTA_SPARK,
+    _delta_spark_jars,
+    delta_spark_jars_from_maven,
+    delta_spark_source,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -71,16 +75,21 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     if source is None:
         pytest.skip(f"engine switch not tested: {NO_DELTA_SPARK}")
     if postgres_bin() is None or jdbc_jar() is None:
-        pytest.skip("needs PostgreSQL's server and its JDBC driver (Debian: postgresql, libpostgresql-jdbc-java; "
-                    ".ci/run installs the driver)")
+        pytest.skip(
+            "needs PostgreSQL's server and its JDBC driver (Debian: postgresql, libpostgresql-jdbc-java; "
+            ".ci/run installs the driver)"
+        )
     with postgres_cluster() as metastore, process_list_watch(metastore.password) as command_lines:
         outputs = _alternate_engines_on_a_shared_metastore(tmp_path, source, metastore)
     # The password reached the metastore (every session above opened it) and nothing else.
     assert command_lines == [], command_lines
     assert not [name for name, text in outputs.items() if metastore.password in text]
     assert list((tmp_path / "events").iterdir()), "no Spark event log was written"
-    holding = [str(path) for path in [*tmp_path.rglob("*"), *Path(outputs["dagster_home"]).rglob("*")]
-               if path.is_file() and path.name != "metastore.conf" and metastore.password.encode() in path.read_bytes()]
+    holding = [
+        str(path)
+        for path in [*tmp_path.rglob("*"), *Path(outputs["dagster_home"]).rglob("*")]
+        if path.is_file() and path.name != "metastore.conf" and metastore.password.encode() in path.read_bytes()
+    ]
     assert holding == [], holding
 
 
@@ -92,13 +101,17 @@ def _spark_conf_with_event_logs(tmp_path: Path) -> Path:
     for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
         (conf / source.name).write_bytes(source.read_bytes())
     with open(conf / "spark-defaults.conf", "a") as defaults:
-        defaults.write(f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n")
+        defaults.write(
+            f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n"
+        )
     return conf
 
 
 def _entries(metastore) -> dict[str, str]:
     """``database.table`` -> ``TBL_ID`` of every entry of the metastore, read from its database."""
-    rows = metastore.query('SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON t."DB_ID" = d."DB_ID"')
+    rows = metastore.query(
+        'SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON t."DB_ID" = d."DB_ID"'
+    )
     return {f"{database}.{table}": table_id for database, table, table_id in rows}
 
 
@@ -106,16 +119,34 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
     """The runs; returns every run's output (and the Dagster home's folder) for the password check."""
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir()
-    catalog = {"MEDALLION_CATALOG": "hive", "MEDALLION_METASTORE_URL": metastore.jdbc_url,
-               "MEDALLION_METASTORE_USER": metastore.user, "MEDALLION_METASTORE_PASSWORD": metastore.password,
-               "MEDALLION_METASTORE_JARS": jdbc_jar()}
+    catalog = {
+        "MEDALLION_CATALOG": "hive",
+        "MEDALLION_METASTORE_URL": metastore.jdbc_url,
+        "MEDALLION_METASTORE_USER": metastore.user,
+        "MEDALLION_METASTORE_PASSWORD": metastore.password,
+        "MEDALLION_METASTORE_JARS": jdbc_jar(),
+    }
     spark_conf = _spark_conf_with_event_logs(tmp_path)
     outputs = {"dagster_home": str(home)}
     batches = len(RUNS)
     for run, (engine, deployment) in enumerate(RUNS, start=1):
-        env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home), SPARK_CONF_DIR=str(spark_conf),
-                   MEDALLION_DELTA_ENGINE=engine, **source, **catalog)
-        command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), str(batches), str(SEED)]
+        env = dict(
+            os.environ,
+            MEDALLION_LAKE_ROOT=str(lake),
+            DAGSTER_HOME=str(home),
+            SPARK_CONF_DIR=str(spark_conf),
+            MEDALLION_DELTA_ENGINE=engine,
+            **source,
+            **catalog,
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "medallion_assets_tests.pipeline_runner",
+            str(SCALE_FACTOR),
+            str(batches),
+            str(SEED),
+        ]
         with contextlib.ExitStack() as stack:
             if deployment == "cluster":
                 (tmp_path / f"cluster-{run}").mkdir()
@@ -129,8 +160,9 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert report["engines"] and set(report["engines"].values()) == {engine}, report["engines"]
         assert report["failed_checks"] == [], f"run {run} on {engine}: {report['failed_checks']}"
-        assert_the_first_minute_is_explained(report, engine=engine,
-                                             deployment="cluster at spark://" if deployment == "cluster" else "embedded")
+        assert_the_first_minute_is_explained(
+            report, engine=engine, deployment="cluster at spark://" if deployment == "cluster" else "embedded"
+        )
         assert_silver_matches_contract(lake)
         assert_gold_matches_duckdb(lake)
         if engine == "delta-spark":
@@ -146,10 +178,21 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
     # although each run read what the one before, on the other engine, had consumed.
     assert _quarantined_rejects(lake) == sorted(contract_reference.expected_reject_reasons(lake / "landing"))
 
-    _tables_by_name_from_every_client(tmp_path, lake, metastore, outputs,
-                                      dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home),
-                                           SPARK_CONF_DIR=str(spark_conf), MEDALLION_DELTA_ENGINE="delta-spark",
-                                           **source, **catalog))
+    _tables_by_name_from_every_client(
+        tmp_path,
+        lake,
+        metastore,
+        outputs,
+        dict(
+            os.environ,
+            MEDALLION_LAKE_ROOT=str(lake),
+            DAGSTER_HOME=str(home),
+            SPARK_CONF_DIR=str(spark_conf),
+            MEDALLION_DELTA_ENGINE="delta-spark",
+            **source,
+            **catalog,
+        ),
+    )
     return outputs
 
 
@@ -157,8 +200,13 @@ def _assert_every_table_registered_once(lake: Path, metastore, home: Path) -> No
     """Every Delta table of the lake, its tombstones too, has an entry; the run said so once per table."""
     from dagster import DagsterInstance
 
-    tables = {f"{layer.name}.{table.name}" for layer in lake.iterdir() if layer.name in ("bronze", "silver", "gold", "quarantine")
-              for table in layer.iterdir() if (table / "_delta_log").is_dir()}
+    tables = {
+        f"{layer.name}.{table.name}"
+        for layer in lake.iterdir()
+        if layer.name in ("bronze", "silver", "gold", "quarantine")
+        for table in layer.iterdir()
+        if (table / "_delta_log").is_dir()
+    }
     assert any(name.endswith("__tombstones") for name in tables), sorted(tables)
     assert tables <= set(_entries(metastore)), sorted(tables - set(_entries(metastore)))
     with DagsterInstance.from_config(str(home)) as instance:
@@ -176,8 +224,10 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
 
     # Two runs at once: each reads gold.pricing_summary by name and registers a table of its own.
     command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "run"]
-    runs = {name: subprocess.Popen([*command, name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for name in ("run_a", "run_b")}
+    runs = {
+        name: subprocess.Popen([*command, name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in ("run_a", "run_b")
+    }
     for name, proc in runs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"concurrent run {name} failed:\n{err[-6000:]}"
@@ -188,18 +238,29 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
     # Spark's Thrift JDBC server, started as docs/catalog.md says with its metastore.conf: the
     # metastore's settings and delta-spark, nothing of this project, as a BI tool would have.
     conf = documented_metastore_conf(
-        values={"spark.hadoop.javax.jdo.option.ConnectionURL": metastore.jdbc_url,
-                "spark.hadoop.javax.jdo.option.ConnectionUserName": metastore.user,
-                "spark.hadoop.javax.jdo.option.ConnectionPassword": metastore.password},
-        class_path={"/usr/share/java/postgresql.jar": jdbc_jar(), "/opt/delta-spark/*": _delta_spark_jar_folder(tmp_path)},
+        values={
+            "spark.hadoop.javax.jdo.option.ConnectionURL": metastore.jdbc_url,
+            "spark.hadoop.javax.jdo.option.ConnectionUserName": metastore.user,
+            "spark.hadoop.javax.jdo.option.ConnectionPassword": metastore.password,
+        },
+        class_path={
+            "/usr/share/java/postgresql.jar": jdbc_jar(),
+            "/opt/delta-spark/*": _delta_spark_jar_folder(tmp_path),
+        },
     )
     (tmp_path / "thrift").mkdir()
-    query = " UNION ALL ".join(f"SELECT '{table}' AS source, l_returnflag, l_linestatus, count_order FROM gold.{table}"
-                               for table in ("pricing_summary", "run_a", "run_b"))
+    query = " UNION ALL ".join(
+        f"SELECT '{table}' AS source, l_returnflag, l_linestatus, count_order FROM gold.{table}"
+        for table in ("pricing_summary", "run_a", "run_b")
+    )
     with documented_thrift_server(tmp_path / "thrift", conf) as (_, ask):
-        asked = subprocess.run(["bash", "-c", ask.replace("'SELECT * FROM gold.pricing_summary'", shlex.quote(query))],
-                               capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])})
+        asked = subprocess.run(
+            ["bash", "-c", ask.replace("'SELECT * FROM gold.pricing_summary'", shlex.quote(query))],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])},
+        )
     outputs["beeline"] = asked.stdout + asked.stderr
     assert asked.returncode == 0, f"beeline failed:\n{asked.stdout[-2000:]}\n{asked.stderr[-4000:]}"
     answered = _table_rows(asked.stdout)
@@ -210,13 +271,17 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
     # A property of the entry itself, as another metastore client (Trino, Hive) sets one: delta-spark
     # keeps its own TBLPROPERTIES and comments in the table's log, not in the entry.
     ids = _entries(metastore)
-    metastore.query(f'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") VALUES ({ids["gold.run_a"]}, \'team.owner\', \'finance\') RETURNING 1')
+    metastore.query(
+        f'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") VALUES ({ids["gold.run_a"]}, \'team.owner\', \'finance\') RETURNING 1'
+    )
     # A second write of gold.run_a, in a new process: the entry is kept, not made again.
     again = subprocess.run([*command, "run_a"], env=env, capture_output=True, text=True, timeout=600)
     outputs["run_a again"] = again.stdout + again.stderr
     assert again.returncode == 0, f"second run_a failed:\n{again.stderr[-6000:]}"
     assert _entries(metastore) == ids
-    params = dict(metastore.query(f'SELECT "PARAM_KEY", "PARAM_VALUE" FROM "TABLE_PARAMS" WHERE "TBL_ID" = {ids["gold.run_a"]}'))
+    params = dict(
+        metastore.query(f'SELECT "PARAM_KEY", "PARAM_VALUE" FROM "TABLE_PARAMS" WHERE "TBL_ID" = {ids["gold.run_a"]}')
+    )
     assert params.get("team.owner") == "finance", params
     assert not re.search(r"catalog: (registered|updated) gold\.run_a", again.stderr), "the unchanged entry was touched"
 
@@ -231,7 +296,7 @@ def _table_rows(output: str) -> list[dict[str, str]]:
                 current = {"header": cells, "rows": []}
                 tables.append(current)
             else:
-                current["rows"].append(dict(zip(current["header"], cells)))
+                current["rows"].append(dict(zip(current["header"], cells, strict=False)))
         elif not line.startswith("+"):
             current = None
     assert tables, f"beeline drew no table:\n{output[-2000:]}"

@@ -54,8 +54,11 @@ def delta_spark_jars_from_maven() -> str | None:
     Ivy's copies of delta-spark, delta-storage, delta-kernel-* and unitycatalog-* (conftest's
     resolution recorded Spark's ``spark.jars``), or ``None`` where the tests do not use Maven.
     """
-    delivered = [jar for jar in os.environ.get("MEDALLION_TEST_MAVEN_JARS", "").split(",")
-                 if os.path.basename(jar).startswith(("io.delta_", "io.unitycatalog_"))]
+    delivered = [
+        jar
+        for jar in os.environ.get("MEDALLION_TEST_MAVEN_JARS", "").split(",")
+        if os.path.basename(jar).startswith(("io.delta_", "io.unitycatalog_"))
+    ]
     return ",".join(jar.removeprefix("file:") for jar in delivered) or None
 
 
@@ -66,8 +69,11 @@ NO_DELTA_SPARK = "neither Maven (unreachable) nor DELTA_SPARK_JARS (a folder of 
 def delta_spark_plan(engine: str = "delta-spark"):
     """:func:`plan_engine` for ``engine`` with this test session's route to delta-spark (see :func:`delta_spark_source`)."""
     source = delta_spark_source() or {}
-    return plan_engine(engine, jars=source.get("DELTA_SPARK_JARS"),  # type: ignore[arg-type]
-                       maven=bool(source.get("MEDALLION_DELTA_SPARK_MAVEN")))
+    return plan_engine(
+        engine,
+        jars=source.get("DELTA_SPARK_JARS"),  # type: ignore[arg-type]
+        maven=bool(source.get("MEDALLION_DELTA_SPARK_MAVEN")),
+    )
 
 
 def test_auto_without_jars_plans_the_delta_rs_engine():
@@ -177,18 +183,30 @@ def test_a_fresh_clone_on_auto_writes_with_delta_spark_from_maven(tmp_path):
     if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN") != "true":
         pytest.skip("Maven not used by these tests (unreachable, or DELTA_SPARK_JARS names the jars)")
     env = {k: v for k, v in os.environ.items() if k not in {v.name for v in VARIABLES}}
-    done = subprocess.run([sys.executable, "-c", _FRESH_CLONE, str(tmp_path / "lake")], env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_CLONE, str(tmp_path / "lake")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     from importlib.metadata import version
 
     artifact = DELTA_SPARK_MAVEN_PACKAGE.format(version=version("delta-spark"))
     assert report["success"] and report["engine"] == "delta-spark", report
-    assert report["reason"].startswith(f"delta-spark {version('delta-spark')} from Maven (") and artifact in report["reason"]
+    assert (
+        report["reason"].startswith(f"delta-spark {version('delta-spark')} from Maven (")
+        and artifact in report["reason"]
+    )
     assert report["packages"] == artifact  # no Kafka connector unless asked for (MEDALLION_KAFKA_MAVEN)
     # Read back by delta-rs: delta-spark's commit, with the rows the asset computed.
     table = DeltaTable(report["path"])
-    assert table.history(1)[0]["engineInfo"].startswith("Apache-Spark/") and "Delta-Lake/" in table.history(1)[0]["engineInfo"]
+    assert (
+        table.history(1)[0]["engineInfo"].startswith("Apache-Spark/")
+        and "Delta-Lake/" in table.history(1)[0]["engineInfo"]
+    )
     assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
-        {"id": i, "tripled": 3 * i} for i in range(5)]
+        {"id": i, "tripled": 3 * i} for i in range(5)
+    ]

@@ -41,10 +41,15 @@ def both_forms(tmp_path, monkeypatch):
 def _shown(packages: tuple[str, ...]):
     repo = build_definitions("local", simulator=False, kafka=False, pipelines=packages).get_repository_def()
     graph = repo.asset_graph
-    return ({k.to_user_string() for k in graph.get_all_asset_keys()},
-            {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys},
-            {s.name for s in repo.sensor_defs},
-            {k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys} for k in graph.materializable_asset_keys})
+    return (
+        {k.to_user_string() for k in graph.get_all_asset_keys()},
+        {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys},
+        {s.name for s in repo.sensor_defs},
+        {
+            k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+            for k in graph.materializable_asset_keys
+        },
+    )
 
 
 def test_the_yaml_form_of_the_page_is_the_python_form(both_forms):
@@ -61,12 +66,24 @@ def test_the_yaml_form_of_the_page_is_the_python_form(both_forms):
     python_form, yaml_form = _shown((tpch, "forms_python")), _shown((tpch, "forms_yaml"))
     assert yaml_form == python_form
     (assets, checks, sensors, parents), (demo_assets, demo_checks, demo_sensors, _) = yaml_form, _shown((tpch,))
-    assert assets - demo_assets == {"bronze/payments_raw", "silver/payments", "silver/payments_history",
-                                    "quarantine/payments", "gold/order_payments"} and demo_assets < assets
+    assert (
+        assets - demo_assets
+        == {
+            "bronze/payments_raw",
+            "silver/payments",
+            "silver/payments_history",
+            "quarantine/payments",
+            "gold/order_payments",
+        }
+        and demo_assets < assets
+    )
     assert checks - demo_checks == {
-        ("bronze/payments_raw", "stream_health"), ("silver/payments", "payments_amount_positive"),
-        ("silver/payments", "payments_key_unique"), ("silver/payments", "payments_rejected_rows"),
-        ("silver/payments", "freshness_check")}
+        ("bronze/payments_raw", "stream_health"),
+        ("silver/payments", "payments_amount_positive"),
+        ("silver/payments", "payments_key_unique"),
+        ("silver/payments", "payments_rejected_rows"),
+        ("silver/payments", "freshness_check"),
+    }
     assert sensors - demo_sensors == {"payments_raw_checkpoint_sensor"}
     assert parents["silver/payments"] == {"bronze/payments_raw"}
     assert parents["gold/order_payments"] == {"silver/payments", "silver/orders"}
@@ -78,12 +95,14 @@ def test_the_yaml_form_of_the_page_is_the_python_form(both_forms):
     component = FeedComponent.from_attributes_dict(attributes=yaml.safe_load(declared)["attributes"])
     assert component.feed() == python_feed
     # Its resources are the project's (a defs folder's components leave them to the top-level Definitions).
-    own = Definitions.merge(component.build_defs(ComponentTree.for_test().load_context),
-                            Definitions(resources=resources_for("local")))
+    own = Definitions.merge(
+        component.build_defs(ComponentTree.for_test().load_context), Definitions(resources=resources_for("local"))
+    )
     own_graph = own.resolve_asset_graph()
-    assert {k.to_user_string() for k in own_graph.get_all_asset_keys()} == assets - demo_assets - {"gold/order_payments"}
-    assert {(k.asset_key.to_user_string(), k.name) for k in own_graph.asset_check_keys} == {
-        *(checks - demo_checks)}
+    assert {k.to_user_string() for k in own_graph.get_all_asset_keys()} == assets - demo_assets - {
+        "gold/order_payments"
+    }
+    assert {(k.asset_key.to_user_string(), k.name) for k in own_graph.asset_check_keys} == {*(checks - demo_checks)}
     assert {s.name for s in own.sensors} == {"payments_raw_checkpoint_sensor"}
 
 
@@ -101,11 +120,17 @@ def test_the_scaffolded_template_is_a_feed(tmp_path):
 
     target = tmp_path / "invoices"
     target.mkdir()
-    FeedScaffolder().scaffold(ScaffoldRequest(type_name=COMPONENT_TYPE, target_path=target, scaffold_format="yaml",
-                                              project_root=tmp_path, params=None))
+    FeedScaffolder().scaffold(
+        ScaffoldRequest(
+            type_name=COMPONENT_TYPE, target_path=target, scaffold_format="yaml", project_root=tmp_path, params=None
+        )
+    )
     feed = feed_from_yaml(target / "defs.yaml")
     assert (feed.name, feed.silver_key.to_user_string(), feed.bronze_key) == (
-        "invoices_raw", "silver/invoices", AssetKey(["bronze", "invoices_raw"]))
+        "invoices_raw",
+        "silver/invoices",
+        AssetKey(["bronze", "invoices_raw"]),
+    )
 
 
 def _page_yaml(**replace: str) -> str:
@@ -116,23 +141,44 @@ def _page_yaml(**replace: str) -> str:
     return component
 
 
-@pytest.mark.parametrize(("old", "new", "message"), [
-    ("type: long", "type: bigint",
-     "fields[order_key].type = 'bigint' is not a field type: use one of string, long, int, decimal(p,s), date, "
-     "timestamp"),
-    ("keys: [payment_id]", "keys: [paymentid]",
-     "feed 'payments_raw': silver.keys = ['paymentid'] cannot work: use declared fields: payment_id, order_key, "
-     "amount, paid_at"),
-    ("history: true", "histroy: true",
-     "silver.apply_changes has no attribute histroy: use table, keys, sequence_by"),
-    ("      action: drop", "      action: dorp",
-     "expectations.0.action = 'dorp' cannot work: Input should be 'warn', 'drop' or 'fail'"),
-    ("    - name: amount\n", "    - nmae: amount\n",
-     "fields.2.nmae is not an attribute here: remove it or correct its spelling"),
-    ("  source:\n    landing_files:", "  source:\n    landing_file:",
-     "source = {'landing_file': {'folder': 'payments', 'format': 'ndjson'}} cannot work: give exactly one of "
-     "landing_files, kafka_topic, landing_snapshots"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "type: long",
+            "type: bigint",
+            "fields[order_key].type = 'bigint' is not a field type: use one of string, long, int, decimal(p,s), date, "
+            "timestamp",
+        ),
+        (
+            "keys: [payment_id]",
+            "keys: [paymentid]",
+            "feed 'payments_raw': silver.keys = ['paymentid'] cannot work: use declared fields: payment_id, order_key, "
+            "amount, paid_at",
+        ),
+        (
+            "history: true",
+            "histroy: true",
+            "silver.apply_changes has no attribute histroy: use table, keys, sequence_by",
+        ),
+        (
+            "      action: drop",
+            "      action: dorp",
+            "expectations.0.action = 'dorp' cannot work: Input should be 'warn', 'drop' or 'fail'",
+        ),
+        (
+            "    - name: amount\n",
+            "    - nmae: amount\n",
+            "fields.2.nmae is not an attribute here: remove it or correct its spelling",
+        ),
+        (
+            "  source:\n    landing_files:",
+            "  source:\n    landing_file:",
+            "source = {'landing_file': {'folder': 'payments', 'format': 'ndjson'}} cannot work: give exactly one of "
+            "landing_files, kafka_topic, landing_snapshots",
+        ),
+    ],
+)
 def test_a_yaml_feed_that_cannot_work_names_the_file_the_attribute_and_the_fix(tmp_path, old, new, message):
     path = tmp_path / "payments" / "defs.yaml"
     path.parent.mkdir()
@@ -144,7 +190,13 @@ def test_a_yaml_feed_that_cannot_work_names_the_file_the_attribute_and_the_fix(t
 
 def test_dg_lists_the_feed_component():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([str(Path(sys.executable).with_name("dg")), "list", "components", "--json"], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("dg")), "list", "components", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert f'"{COMPONENT_TYPE}"' in result.stdout

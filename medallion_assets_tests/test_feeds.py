@@ -28,8 +28,7 @@ NOT_MACHINERY = ("pipelines/", "contract.py", "simulate.py", "assets/landing.py"
 
 def machinery_modules() -> list[Path]:
     return [
-        path for path in sorted(PACKAGE.rglob("*.py"))
-        if not str(path.relative_to(PACKAGE)).startswith(NOT_MACHINERY)
+        path for path in sorted(PACKAGE.rglob("*.py")) if not str(path.relative_to(PACKAGE)).startswith(NOT_MACHINERY)
     ]
 
 
@@ -38,7 +37,9 @@ def tpch_names() -> set[str]:
     from medallion_assets.pipelines.tpch import feeds, silver
 
     declared = feeds_in([feeds])
-    tables = {f.silver_table for f in declared if f.silver_table} | {k.path[-1] for k in silver.orders_and_lineitem.keys}
+    tables = {f.silver_table for f in declared if f.silver_table} | {
+        k.path[-1] for k in silver.orders_and_lineitem.keys
+    }
     return {f.name for f in declared} | tables
 
 
@@ -46,9 +47,12 @@ def names_in_code(path: Path) -> tuple[set[str], set[str]]:
     """A module's string constants (docstrings aside: what code can branch on) and its identifiers."""
     tree = ast.parse(path.read_text())
     docstrings = {
-        id(node.body[0].value) for node in ast.walk(tree)
+        id(node.body[0].value)
+        for node in ast.walk(tree)
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
     strings, identifiers = set(), set()
     for node in ast.walk(tree):
@@ -75,8 +79,12 @@ def test_no_machinery_module_names_a_tpch_feed_or_imports_tpch():
         strings, identifiers = names_in_code(path)
         # Any string equal to a TPC-H name; identifiers only when unmistakable (a local
         # variable called ``part`` is not the TPC-H table).
-        hits = sorted(strings & tpch) + sorted(identifiers & {n for n in tpch if "_" in n}) + sorted(
-            n for n in identifiers if n.startswith(("medallion_assets.pipelines.tpch", "medallion_assets.contract"))
+        hits = (
+            sorted(strings & tpch)
+            + sorted(identifiers & {n for n in tpch if "_" in n})
+            + sorted(
+                n for n in identifiers if n.startswith(("medallion_assets.pipelines.tpch", "medallion_assets.contract"))
+            )
         )
         if hits:
             offenders[str(path.relative_to(PACKAGE))] = hits
@@ -89,8 +97,10 @@ def test_the_scan_would_see_a_feed_name():
 
     with tempfile.TemporaryDirectory() as folder:
         module = Path(folder) / "branchy.py"
-        module.write_text('def read(stream):\n    """orders_raw in a docstring is fine."""\n'
-                          '    return "text" if stream == "orders_raw" else "csv"\n')
+        module.write_text(
+            'def read(stream):\n    """orders_raw in a docstring is fine."""\n'
+            '    return "text" if stream == "orders_raw" else "csv"\n'
+        )
         assert "orders_raw" in names_in_code(module)[0]
         module.write_text('def read(stream):\n    """orders_raw in a docstring is fine."""\n')
         assert "orders_raw" not in names_in_code(module)[0]
@@ -110,38 +120,86 @@ def _payments(**changes) -> Feed:
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        ({"silver": ApplyChanges(table="payments", keys=("paymentid",), sequence_by=("paid_at",))},
-         "silver.keys = ['paymentid'] cannot work: use declared fields: payment_id, amount, paid_at"),
-        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=())},
-         "silver.sequence_by = () cannot work"),
+        (
+            {"silver": ApplyChanges(table="payments", keys=("paymentid",), sequence_by=("paid_at",))},
+            "silver.keys = ['paymentid'] cannot work: use declared fields: payment_id, amount, paid_at",
+        ),
+        (
+            {"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=())},
+            "silver.sequence_by = () cannot work",
+        ),
         ({"name": "payments-raw"}, "name = 'payments-raw' cannot work"),
-        ({"source": LandingFiles(folder="payments", format="xml")}, "source.format = 'xml' cannot work: use 'ndjson' or 'csv'"),
-        ({"fields": (Field("payment_id"), Field("payment_id"))}, "fields = ['payment_id'] cannot work: declare each field once"),
-        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("payment_id",), history=True)},
-         "silver.history = True cannot work"),
-        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                 deletion_vectors="yes")},
-         "silver.deletion_vectors = 'yes' cannot work: say True"),
-        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                 filtered_by=("paidat",))},
-         "silver.filtered_by = ['paidat'] cannot work: use declared fields"),
-        ({"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                 except_fields=("paid_at",), filtered_by=("paid_at",))},
-         "silver.filtered_by = ['paid_at'] cannot work: filter on fields the silver table keeps"),
-        ({"silver": Replace(table="payments")}, "silver = Replace(table='payments', keys=()) cannot work: "
-         "Replace(...) is for snapshots"),
-        ({"source": LandingSnapshots(folder="payments")},
-         "silver.sequence_by = ('paid_at',) cannot work: leave it out: a snapshot feed's changes are ordered by"),
-        ({"source": LandingSnapshots(folder="payments"),
-          "silver": ApplyChanges(table="payments", keys=("payment_id",), delete_when=("amount", "0"))},
-         "silver.delete_when = ('amount', '0') cannot work: leave it out: a key absent from a newer snapshot"),
-        ({"source": LandingSnapshots(folder="payments"), "fields": (Field("payment_id"), Field("_snapshot")),
-          "silver": ApplyChanges(table="payments", keys=("payment_id",))},
-         "fields = ['_snapshot'] cannot work: rename them"),
-        ({"source": LandingSnapshots(folder="payments"), "silver": ApplyChanges(table="payments", keys=())},
-         "silver.keys = () cannot work"),
-        ({"source": LandingSnapshots(folder="payments"), "silver": None},
-         "silver = None cannot work: snapshots (LandingSnapshots) declare Replace(...)"),
+        (
+            {"source": LandingFiles(folder="payments", format="xml")},
+            "source.format = 'xml' cannot work: use 'ndjson' or 'csv'",
+        ),
+        (
+            {"fields": (Field("payment_id"), Field("payment_id"))},
+            "fields = ['payment_id'] cannot work: declare each field once",
+        ),
+        (
+            {"silver": ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("payment_id",), history=True)},
+            "silver.history = True cannot work",
+        ),
+        (
+            {
+                "silver": ApplyChanges(
+                    table="payments", keys=("payment_id",), sequence_by=("paid_at",), deletion_vectors="yes"
+                )
+            },
+            "silver.deletion_vectors = 'yes' cannot work: say True",
+        ),
+        (
+            {
+                "silver": ApplyChanges(
+                    table="payments", keys=("payment_id",), sequence_by=("paid_at",), filtered_by=("paidat",)
+                )
+            },
+            "silver.filtered_by = ['paidat'] cannot work: use declared fields",
+        ),
+        (
+            {
+                "silver": ApplyChanges(
+                    table="payments",
+                    keys=("payment_id",),
+                    sequence_by=("paid_at",),
+                    except_fields=("paid_at",),
+                    filtered_by=("paid_at",),
+                )
+            },
+            "silver.filtered_by = ['paid_at'] cannot work: filter on fields the silver table keeps",
+        ),
+        (
+            {"silver": Replace(table="payments")},
+            "silver = Replace(table='payments', keys=()) cannot work: Replace(...) is for snapshots",
+        ),
+        (
+            {"source": LandingSnapshots(folder="payments")},
+            "silver.sequence_by = ('paid_at',) cannot work: leave it out: a snapshot feed's changes are ordered by",
+        ),
+        (
+            {
+                "source": LandingSnapshots(folder="payments"),
+                "silver": ApplyChanges(table="payments", keys=("payment_id",), delete_when=("amount", "0")),
+            },
+            "silver.delete_when = ('amount', '0') cannot work: leave it out: a key absent from a newer snapshot",
+        ),
+        (
+            {
+                "source": LandingSnapshots(folder="payments"),
+                "fields": (Field("payment_id"), Field("_snapshot")),
+                "silver": ApplyChanges(table="payments", keys=("payment_id",)),
+            },
+            "fields = ['_snapshot'] cannot work: rename them",
+        ),
+        (
+            {"source": LandingSnapshots(folder="payments"), "silver": ApplyChanges(table="payments", keys=())},
+            "silver.keys = () cannot work",
+        ),
+        (
+            {"source": LandingSnapshots(folder="payments"), "silver": None},
+            "silver = None cannot work: snapshots (LandingSnapshots) declare Replace(...)",
+        ),
     ],
 )
 def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(changes, says):
@@ -152,8 +210,10 @@ def test_a_declaration_that_cannot_work_says_the_setting_the_value_and_the_fix(c
 
 
 def test_a_snapshot_feed_with_keys_is_applied_as_changes_ordered_by_its_snapshots():
-    snapshots = _payments(source=LandingSnapshots(folder="payments"),
-                          silver=ApplyChanges(table="payments", keys=("payment_id",), history=True))
+    snapshots = _payments(
+        source=LandingSnapshots(folder="payments"),
+        silver=ApplyChanges(table="payments", keys=("payment_id",), history=True),
+    )
     assert snapshots.applies_snapshots and not _payments().applies_snapshots
     changes = snapshots.change_feed
     assert changes.field_names == (*snapshots.field_names, "_snapshot_at", "_snapshot", "_change")
@@ -172,8 +232,9 @@ def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_w
         return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata)
 
     plain = _payments()
-    with_vectors = _payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                                 deletion_vectors=True))
+    with_vectors = _payments(
+        silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",), deletion_vectors=True)
+    )
     assert DELETION_VECTORS not in silver_spec(plain).table_properties
     assert silver_spec(with_vectors).table_properties == {DELETION_VECTORS: "true"}
 
@@ -187,10 +248,21 @@ def test_a_change_feed_declares_the_fields_its_silver_table_is_filtered_by():
         return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata).filtered_by
 
     assert filtered_by(_payments()) is None  # the default: every date and timestamp column
-    assert filtered_by(_payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                                     filtered_by=("amount",)))) == ("amount",)
-    assert filtered_by(_payments(silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",),
-                                                     filtered_by=()))) == ()
+    assert filtered_by(
+        _payments(
+            silver=ApplyChanges(
+                table="payments", keys=("payment_id",), sequence_by=("paid_at",), filtered_by=("amount",)
+            )
+        )
+    ) == ("amount",)
+    assert (
+        filtered_by(
+            _payments(
+                silver=ApplyChanges(table="payments", keys=("payment_id",), sequence_by=("paid_at",), filtered_by=())
+            )
+        )
+        == ()
+    )
 
 
 def test_two_feeds_of_one_name_are_refused_when_the_pipelines_are_read():

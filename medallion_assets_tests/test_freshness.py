@@ -24,8 +24,7 @@ from dagster import (
     materialize,
 )
 
-from medallion_assets.assets.checks import SILVER_MAX_LAG_HOURS
-from medallion_assets.assets.checks import freshness_checks_among
+from medallion_assets.assets.checks import SILVER_MAX_LAG_HOURS, freshness_checks_among
 from medallion_assets.pipelines.tpch.silver import tpch_silver_checks
 
 silver_freshness_checks = freshness_checks_among(tpch_silver_checks)

@@ -39,13 +39,21 @@ def _silver_rows() -> dict[str, pa.Table]:
     days = [dt.date(1995, 1, 1) + dt.timedelta(days=i % 3) for i in range(8)]
     return {
         # Customer 4 is not in silver: its order's revenue is no day's.
-        "orders": pa.table({"o_orderkey": pa.array(range(1, 9), pa.int64()),
-                            "o_custkey": pa.array([1, 2, 3, 1, 2, 3, 1, 4], pa.int64()),
-                            "o_orderdate": pa.array(days, pa.date32()),
-                            "o_totalprice": pa.array([Decimal(f"{50 + 11 * i}.{i:02d}") for i in range(8)], PRICE)}),
-        "lineitem": pa.table({"l_orderkey": pa.array([1, 1, 2, 3, 4, 5, 5, 6, 7, 8], pa.int64()),
-                              "l_extendedprice": pa.array([Decimal(f"{100 + 7 * i}.{i:02d}") for i in range(10)], PRICE),
-                              "l_discount": pa.array([Decimal(f"0.0{i % 10}") for i in range(10)], PRICE)}),
+        "orders": pa.table(
+            {
+                "o_orderkey": pa.array(range(1, 9), pa.int64()),
+                "o_custkey": pa.array([1, 2, 3, 1, 2, 3, 1, 4], pa.int64()),
+                "o_orderdate": pa.array(days, pa.date32()),
+                "o_totalprice": pa.array([Decimal(f"{50 + 11 * i}.{i:02d}") for i in range(8)], PRICE),
+            }
+        ),
+        "lineitem": pa.table(
+            {
+                "l_orderkey": pa.array([1, 1, 2, 3, 4, 5, 5, 6, 7, 8], pa.int64()),
+                "l_extendedprice": pa.array([Decimal(f"{100 + 7 * i}.{i:02d}") for i in range(10)], PRICE),
+                "l_discount": pa.array([Decimal(f"0.0{i % 10}") for i in range(10)], PRICE),
+            }
+        ),
         # Customer 5 has no order: 0 spent in 0 orders.
         "customers": pa.table({"c_custkey": pa.array([1, 2, 3, 5], pa.int64())}),
     }
@@ -81,24 +89,37 @@ def _an_order_too_many_and_a_customer_missing(gold: pa.Table) -> pa.Table:
 
 #: Each gold table: its reconciliation, the Spark schema of its rows, DuckDB's rows, and a wrong copy.
 GOLD_TABLES = {
-    "daily_revenue": (DAILY_REVENUE_RECONCILIATION, "o_orderdate date, c_mktsegment string, revenue decimal(38,4)",
-                      _daily_revenue_by_duckdb, _a_cent_and_a_day_off, "revenue"),
-    "customer_lifetime_value": (CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
-                                "c_custkey long, total_spend decimal(25,2), order_count long",
-                                _lifetime_value_by_duckdb, _an_order_too_many_and_a_customer_missing, "total_spend"),
+    "daily_revenue": (
+        DAILY_REVENUE_RECONCILIATION,
+        "o_orderdate date, c_mktsegment string, revenue decimal(38,4)",
+        _daily_revenue_by_duckdb,
+        _a_cent_and_a_day_off,
+        "revenue",
+    ),
+    "customer_lifetime_value": (
+        CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
+        "c_custkey long, total_spend decimal(25,2), order_count long",
+        _lifetime_value_by_duckdb,
+        _an_order_too_many_and_a_customer_missing,
+        "total_spend",
+    ),
 }
 
 
-@pytest.mark.parametrize("datafusion_memory_bytes, arrow_read_max_rows, way", [
-    (table_checks.DATAFUSION_MEMORY_BYTES, ARROW_READ_MAX_ROWS, "DataFusion"),
-    (1_024, ARROW_READ_MAX_ROWS, "Spark"),
-    # Gold has 3 or 4 rows: more than a step may hold as Arrow, so Spark SQL reconciles, memory or not.
-    (table_checks.DATAFUSION_MEMORY_BYTES, 2, "Spark"),
-])
+@pytest.mark.parametrize(
+    "datafusion_memory_bytes, arrow_read_max_rows, way",
+    [
+        (table_checks.DATAFUSION_MEMORY_BYTES, ARROW_READ_MAX_ROWS, "DataFusion"),
+        (1_024, ARROW_READ_MAX_ROWS, "Spark"),
+        # Gold has 3 or 4 rows: more than a step may hold as Arrow, so Spark SQL reconciles, memory or not.
+        (table_checks.DATAFUSION_MEMORY_BYTES, 2, "Spark"),
+    ],
+)
 @pytest.mark.parametrize("gold_is_off", [False, True])
 @pytest.mark.parametrize("table", list(GOLD_TABLES))
-def test_reconciliation_counts_the_rows_gold_gets_wrong(spark, tmp_path, monkeypatch, datafusion_memory_bytes,
-                                                        arrow_read_max_rows, way, gold_is_off, table):
+def test_reconciliation_counts_the_rows_gold_gets_wrong(
+    spark, tmp_path, monkeypatch, datafusion_memory_bytes, arrow_read_max_rows, way, gold_is_off, table
+):
     reconciliation, schema, by_duckdb, made_wrong, summed = GOLD_TABLES[table]
     silver = _silver_rows()
     for name, rows in silver.items():
@@ -109,21 +130,35 @@ def test_reconciliation_counts_the_rows_gold_gets_wrong(spark, tmp_path, monkeyp
     # The check hangs on silver.orders here, where the pipeline's hangs on its gold table.
     checked = AssetKey(["silver", "orders"])
 
-    @asset_check(asset=["silver", "orders"], name="revenue_reconciles_with_silver",
-                 additional_ins={"lineitem": AssetIn(key=["silver", "lineitem"]),
-                                 "customer": AssetIn(key=["silver", "customers"])})
+    @asset_check(
+        asset=["silver", "orders"],
+        name="revenue_reconciles_with_silver",
+        additional_ins={
+            "lineitem": AssetIn(key=["silver", "lineitem"]),
+            "customer": AssetIn(key=["silver", "customers"]),
+        },
+    )
     def _reconciles(context, orders: TableRead, lineitem: TableRead, customer: TableRead):
         gold = spark.createDataFrame(gold_rows.to_pandas(), schema=schema)
-        return reconcile(context, gold, {"orders": orders, "lineitem": lineitem, "customer": customer},
-                         reconciliation, check_name="revenue_reconciles_with_silver", asset_key=checked)
+        return reconcile(
+            context,
+            gold,
+            {"orders": orders, "lineitem": lineitem, "customer": customer},
+            reconciliation,
+            check_name="revenue_reconciles_with_silver",
+            asset_key=checked,
+        )
 
     lake = LakeResource(root=str(tmp_path))
     resource = SparkResource(master="local[1]")
     result = materialize(
         [*(AssetSpec(["silver", name]) for name in silver), _reconciles],
         selection=AssetSelection.all_asset_checks(),
-        resources={"spark": resource, "lake": lake,
-                   "io_manager": DeltaIOManager(spark=resource, lake=lake, arrow_read_max_rows=arrow_read_max_rows)},
+        resources={
+            "spark": resource,
+            "lake": lake,
+            "io_manager": DeltaIOManager(spark=resource, lake=lake, arrow_read_max_rows=arrow_read_max_rows),
+        },
         instance=DagsterInstance.ephemeral(),
     )
     [evaluation] = result.get_asset_check_evaluations()

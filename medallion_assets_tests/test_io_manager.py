@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from dagster import AssetIn, AssetKey, MetadataValue, MonthlyPartitionsDefinition, asset, materialize
-
 from pyspark.sql import functions as F
 
 from medallion_assets.io_manager import DeltaIOManager, DeltaTableClient, delta_table
@@ -81,12 +79,21 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
 
     # (order, line, seq, price, deleted): each batch restates whole orders.
     batches = [
-        [(1, 1, 10, 1.0, False), (1, 2, 10, 2.0, False), (1, 3, 10, 3.0, False), (2, 1, 10, 4.0, False),
-         (3, 0, 10, None, True)],  # 3: deleted before it was ever stored
-        [(1, 1, 20, 1.5, False), (1, 2, 20, 2.5, False),  # 1 restated without its line 3
-         (2, 1, 5, 9.0, False), (2, 2, 5, 9.0, False),  # older than 2's stored rows
-         (3, 1, 5, 9.0, False),  # older than 3's delete
-         (4, 1, 1, 7.0, False)],
+        [
+            (1, 1, 10, 1.0, False),
+            (1, 2, 10, 2.0, False),
+            (1, 3, 10, 3.0, False),
+            (2, 1, 10, 4.0, False),
+            (3, 0, 10, None, True),
+        ],  # 3: deleted before it was ever stored
+        [
+            (1, 1, 20, 1.5, False),
+            (1, 2, 20, 2.5, False),  # 1 restated without its line 3
+            (2, 1, 5, 9.0, False),
+            (2, 2, 5, 9.0, False),  # older than 2's stored rows
+            (3, 1, 5, 9.0, False),  # older than 3's delete
+            (4, 1, 1, 7.0, False),
+        ],
         [(4, 0, 2, None, True), (1, 0, 15, None, True)],  # 1's delete is older than its restatement
         # Nothing newer than what is stored, and 3 deleted again while it has no rows.
         [(1, 1, 1, 9.0, False), (2, 1, 9, 9.0, False), (3, 0, 12, None, True)],
@@ -97,12 +104,17 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     @asset(
         key=["silver", "lines"],
         metadata=delta_table(
-            write_mode="merge", merge_keys=["order", "line"], sequence_column="seq", delete_column="_deleted",
+            write_mode="merge",
+            merge_keys=["order", "line"],
+            sequence_column="seq",
+            delete_column="_deleted",
             replace_group="order",
         ),
     )
     def lines():
-        return spark.createDataFrame(batches[state["batch"]], "order long, line long, seq long, price double, _deleted boolean")
+        return spark.createDataFrame(
+            batches[state["batch"]], "order long, line long, seq long, price double, _deleted boolean"
+        )
 
     resources = _resources(tmp_path, **_route(merged_by))
     path = resources["lake"].table_path(["silver", "lines"])
@@ -156,8 +168,9 @@ def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_th
         state["write"] = write
         result = materialize([versions], resources=resources)
         assert result.success
-        assertDataFrameEqual(spark.createDataFrame(read_with_duckdb(path).to_pylist(), schema),
-                             spark.createDataFrame(expected, schema))
+        assertDataFrameEqual(
+            spark.createDataFrame(read_with_duckdb(path).to_pylist(), schema), spark.createDataFrame(expected, schema)
+        )
     [merge] = deltalake.DeltaTable(path).history(1)
     assert merge["operation"] == "MERGE" and merge["version"] == 2  # created, appended, merged
     _assert_merged_by(result, "silver__versions", merged_by, delta_engine)
@@ -222,15 +235,22 @@ def test_a_merge_table_with_deletion_vectors_marks_replaced_rows_on_delta_spark_
 
     client = DeltaTableClient(spark)
     path = str(tmp_path / "silver" / "things")
-    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted",
-                     table_properties={DELETION_VECTORS: "true"})
+    spec = WriteSpec(
+        mode="merge",
+        merge_keys=("id",),
+        sequence_column="seq",
+        delete_column="_deleted",
+        table_properties={DELETION_VECTORS: "true"},
+    )
 
     def changes(rows):
         return spark.createDataFrame(rows, "id long, seq long, name string, _deleted boolean").repartition(1)
 
     first = changes([(i, 1, f"n{i}", False) for i in range(100)])
     if delta_engine != "delta-spark":
-        with pytest.raises(ValueError, match=r"deletion vectors \(delta.enableDeletionVectors=true\) on the delta-rs engine"):
+        with pytest.raises(
+            ValueError, match=r"deletion vectors \(delta.enableDeletionVectors=true\) on the delta-rs engine"
+        ):
             client.write(first, path, spec)
         assert not client.exists(path)
         return
@@ -248,8 +268,10 @@ def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spa
     # The second batch grows only the struct, and id 2's change is stale; the third adds a column.
     batches = [
         ("id long, seq long, name string, info struct<a: long>", [(1, 1, "a", (1,)), (2, 1, "b", (2,))]),
-        ("id long, seq long, name string, info struct<a: long, b: string>",
-         [(1, 2, "a2", (10, "x")), (2, 0, "stale", (20, "y"))]),
+        (
+            "id long, seq long, name string, info struct<a: long, b: string>",
+            [(1, 2, "a2", (10, "x")), (2, 0, "stale", (20, "y"))],
+        ),
         ("id long, seq long, tier string", [(1, 3, "gold"), (3, 3, "silver")]),
     ]
     state = {"batch": 0}
@@ -271,11 +293,15 @@ def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spa
     # A merged row replaces the stored one: 1 loses its name and info, which its last change lacks.
     # The stale change leaves 2 as stored, its struct's new field null.
     assert sorted(tuple(row.values()) for row in table.to_pylist()) == [
-        (1, 3, None, None, "gold"), (2, 1, "b", {"a": 2, "b": None}, None), (3, 3, None, None, "silver"),
+        (1, 3, None, None, "gold"),
+        (2, 1, "b", {"a": 2, "b": None}, None),
+        (3, 3, None, None, "silver"),
     ]
 
 
-def test_merge_growing_the_structs_of_a_map_works_on_delta_spark_and_is_refused_on_delta_rs(spark, tmp_path, delta_engine):
+def test_merge_growing_the_structs_of_a_map_works_on_delta_spark_and_is_refused_on_delta_rs(
+    spark, tmp_path, delta_engine
+):
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     tags = "id long, seq long, tags map<string, struct<n: long{}>>"
@@ -287,8 +313,10 @@ def test_merge_growing_the_structs_of_a_map_works_on_delta_spark_and_is_refused_
     ]
     state = {"batch": 0}
 
-    @asset(key=["silver", "tagged"],
-           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    @asset(
+        key=["silver", "tagged"],
+        metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"),
+    )
     def tagged():
         schema, rows = batches[state["batch"]]
         return spark.createDataFrame(rows, schema)
@@ -318,7 +346,9 @@ def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
     def numbers():
         return spark.range(10).withColumnRenamed("id", "n")
 
-    @asset(key=["gold", "total"], ins={"numbers": AssetIn(key=["bronze", "numbers"], metadata={"delta/columns": ["n"]})})
+    @asset(
+        key=["gold", "total"], ins={"numbers": AssetIn(key=["bronze", "numbers"], metadata={"delta/columns": ["n"]})}
+    )
     def total(numbers):
         return numbers.groupBy().agg(F.sum("n").alias("total"))
 
@@ -334,7 +364,9 @@ def test_overwrite_pinned_read_columns_and_unchanged_skip(spark, tmp_path):
     read = first.asset_materializations_for_node("gold__total")[0].metadata["medallion/inputs"].value
     assert read == {"bronze/numbers": {"version": numbers_version}}
     # A new Dagster instance: what the table was computed from is in its own Delta log.
-    result = materialize([total, numbers.to_source_asset()], resources=resources, selection=[AssetKey(["gold", "total"])])
+    result = materialize(
+        [total, numbers.to_source_asset()], resources=resources, selection=[AssetKey(["gold", "total"])]
+    )
     assert result.success
     assert client.latest_version(gold_path) == version  # inputs unchanged -> no new commit
     meta = result.asset_materializations_for_node("gold__total")[0].metadata
@@ -350,12 +382,17 @@ def _daily_totals(spark, days: int):
     from decimal import Decimal
 
     lines = spark.createDataFrame(
-        [(day, Decimal(f"{day}.25"), dt.date(1995, 1, 1) + dt.timedelta(days=day), None if day == 0 else f"d{day}")
-         for day in range(days) for _ in range(2)],
+        [
+            (day, Decimal(f"{day}.25"), dt.date(1995, 1, 1) + dt.timedelta(days=day), None if day == 0 else f"d{day}")
+            for day in range(days)
+            for _ in range(2)
+        ],
         "day long, amount decimal(12,2), on date, label string",
     )
     return lines.groupBy("day", "on", "label").agg(
-        F.sum("amount").alias("total"), F.count(F.lit(1)).alias("lines"), F.max(F.col("on").cast("timestamp")).alias("at"),
+        F.sum("amount").alias("total"),
+        F.count(F.lit(1)).alias("lines"),
+        F.max(F.col("on").cast("timestamp")).alias("at"),
     )
 
 
@@ -422,10 +459,17 @@ def test_an_unchanged_small_overwrite_reuses_its_description_without_reading_the
     assert written["delta/engine"].value == ENGINE_NAME
     described = []
     describe = DeltaTableClient.describe
-    monkeypatch.setattr(DeltaTableClient, "describe",
-                        lambda client, path, **kwargs: described.append(path) or describe(client, path, **kwargs))
-    again = materialize([total, numbers.to_source_asset()], resources=resources, instance=instance,
-                        selection=[AssetKey(["gold", "total"])])
+    monkeypatch.setattr(
+        DeltaTableClient,
+        "describe",
+        lambda client, path, **kwargs: described.append(path) or describe(client, path, **kwargs),
+    )
+    again = materialize(
+        [total, numbers.to_source_asset()],
+        resources=resources,
+        instance=instance,
+        selection=[AssetKey(["gold", "total"])],
+    )
     skipped = again.asset_materializations_for_node("gold__total")[0].metadata
     # Inputs unchanged: not written, and described by the earlier materialization of the same version.
     assert "delta/skipped" in skipped and described == []
@@ -441,8 +485,10 @@ def test_a_small_overwrite_deltalake_cannot_commit_is_written_by_spark(spark, tm
 
     resources = _resources(tmp_path)
     path = resources["lake"].table_path(["gold", "tracked"])
-    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING) USING delta "
-              "TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+    )
 
     @asset(key=["gold", "tracked"])
     def tracked():
@@ -480,7 +526,11 @@ def test_column_names_delta_cannot_store_are_refused_before_writing(spark, tmp_p
     result = materialize([sums], resources=resources, raise_on_error=False)
     assert not result.success
     [failure] = [e for e in result.all_events if e.is_step_failure]
-    message = failure.step_failure_data.error.cause.message if failure.step_failure_data.error.cause else failure.step_failure_data.error.message
+    message = (
+        failure.step_failure_data.error.cause.message
+        if failure.step_failure_data.error.cause
+        else failure.step_failure_data.error.message
+    )
     assert "sum(id)" in message and "alias" in message
     assert not DeltaTableClient(spark).exists(resources["lake"].table_path(["gold", "sums"]))
 
@@ -512,7 +562,12 @@ def test_append_retried_after_its_commit_lands_once(spark, tmp_path):
     # A new run appends: the transaction belongs to a run, not to the table.
     assert materialize([rejects], resources=resources).success
     table = read_with_deltalake(resources["lake"].table_path(["quarantine", "rejects"]))
-    assert sorted(tuple(row.values()) for row in table.to_pylist()) == [(1, "bad"), (1, "bad"), (2, "worse"), (2, "worse")]
+    assert sorted(tuple(row.values()) for row in table.to_pylist()) == [
+        (1, "bad"),
+        (1, "bad"),
+        (2, "worse"),
+        (2, "worse"),
+    ]
 
 
 def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_larger_one_by_spark(
@@ -557,9 +612,13 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     # describes the version it wrote, its columns named by Spark's types.
     metadata, commit = append(3)
     assert (metadata["delta/engine"].value, metadata["dagster/row_count"].value) == (ENGINE_NAME, 4)
-    assert int(metadata["delta/version"].value) == commit["version"] and commit["operationMetrics"]["num_added_rows"] == 3
+    assert (
+        int(metadata["delta/version"].value) == commit["version"] and commit["operationMetrics"]["num_added_rows"] == 3
+    )
     assert [(c.name, c.type) for c in metadata["dagster/column_schema"].schema.columns] == [
-        ("id", "bigint"), ("reason", "string"), ("at", "timestamp")
+        ("id", "bigint"),
+        ("reason", "string"),
+        ("at", "timestamp"),
     ]
     # One row past the bound, or no bound: the engine writes.
     assert append(4)[0]["delta/engine"].value == delta_engine
@@ -585,8 +644,10 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     delivery = {"rows": []}
     expected: dict[int, tuple] = {}
 
-    @asset(key=["silver", "payments"], metadata=delta_table(
-        write_mode="merge", merge_keys=["id"], sequence_column="seq", delete_column="_deleted"))
+    @asset(
+        key=["silver", "payments"],
+        metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", delete_column="_deleted"),
+    )
     def payments():
         return spark.createDataFrame(delivery["rows"], schema)
 
@@ -605,20 +666,28 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
         kept = [row[:4] for row in expected.values() if not row[4]]
         # Whoever merged, Spark and DuckDB read the rows the merge rule keeps, decimals and timestamps included.
         assertDataFrameEqual(DeltaTableClient(spark).read(path), spark.createDataFrame(kept, stored_schema))
-        assert sorted(read_with_duckdb(path).column("id").to_pylist()) == sorted(expected_key for expected_key, *_ in kept)
+        assert sorted(read_with_duckdb(path).column("id").to_pylist()) == sorted(
+            expected_key for expected_key, *_ in kept
+        )
         return materialization.metadata, deltalake.DeltaTable(path).history(1)[0]
 
     def at(day):
         return dt.datetime(1995, 3, day, 12, 30)
 
     # The first write creates the table: the engine writes it.
-    metadata, _ = merge([(1, 1, Decimal("10.50"), at(1), False), (2, 1, Decimal("3.00"), at(1), False),
-                         (3, 1, Decimal("7.25"), at(1), False)])
+    metadata, _ = merge(
+        [
+            (1, 1, Decimal("10.50"), at(1), False),
+            (2, 1, Decimal("3.00"), at(1), False),
+            (3, 1, Decimal("7.25"), at(1), False),
+        ]
+    )
     assert metadata["delta/engine"].value == delta_engine
     # At most 3 source rows into the existing table: deltalake merges them (an update, a stale
     # change, a delete, an insert), and delta-rs describes the version it wrote.
-    metadata, commit = merge([(1, 2, Decimal("11.00"), at(2), False), (2, 0, Decimal("0.01"), at(2), False),
-                              (3, 2, None, None, True)])
+    metadata, commit = merge(
+        [(1, 2, Decimal("11.00"), at(2), False), (2, 0, Decimal("0.01"), at(2), False), (3, 2, None, None, True)]
+    )
     assert commit["operation"] == "MERGE" and commit["engineInfo"].startswith("delta-rs")
     # The stale change is kept as it was by the last matched clause, which delta-rs counts as an update.
     metrics = commit["operationMetrics"]
@@ -627,12 +696,21 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
         assert metadata["delta/engine"].value == ENGINE_NAME
         assert int(metadata["delta/version"].value) == commit["version"]
         assert [(c.name, c.type) for c in metadata["dagster/column_schema"].schema.columns] == [
-            ("id", "bigint"), ("seq", "bigint"), ("amount", "decimal(15,2)"), ("at", "timestamp")
+            ("id", "bigint"),
+            ("seq", "bigint"),
+            ("amount", "decimal(15,2)"),
+            ("at", "timestamp"),
         ]
     assert metadata["dagster/row_count"].value == 2
     # One row past the bound, or no bound: the engine merges.
-    metadata, commit = merge([(4, 1, Decimal("1.00"), at(3), False), (5, 1, Decimal("2.00"), at(3), False),
-                              (1, 3, Decimal("12.00"), at(3), False), (2, 3, None, None, True)])
+    metadata, commit = merge(
+        [
+            (4, 1, Decimal("1.00"), at(3), False),
+            (5, 1, Decimal("2.00"), at(3), False),
+            (1, 3, Decimal("12.00"), at(3), False),
+            (2, 3, None, None, True),
+        ]
+    )
     assert metadata["delta/engine"].value == delta_engine
     metadata, commit = merge([(6, 1, Decimal("6.00"), at(4), False), (4, 0, Decimal("0.02"), at(4), False)], bound=0)
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
@@ -662,8 +740,12 @@ def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_sp
     from medallion_assets.io_manager.spec import WriteSpec
 
     client = DeltaTableClient(spark, arrow_append_max_rows=10)
-    spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq",
-                     table_properties={"delta.enableDeletionVectors": "true"})
+    spec = WriteSpec(
+        mode="merge",
+        merge_keys=("id",),
+        sequence_column="seq",
+        table_properties={"delta.enableDeletionVectors": "true"},
+    )
     path = str(tmp_path / "with_vectors")
     schema = "id long, seq long, name string"
     client.write(spark.createDataFrame([(i, 1, f"v{i}") for i in range(6)], schema), path, spec)
@@ -762,8 +844,9 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
     client = DeltaTableClient(spark)
     path = str(tmp_path / "silver" / "counted")
     schema = "id long, part string, seq long, _deleted boolean"
-    merge = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted",
-                      partition_columns=("part",))
+    merge = WriteSpec(
+        mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted", partition_columns=("part",)
+    )
 
     def write(rows, spec):
         frame = spark.createDataFrame(rows, schema).repartition(3)
@@ -773,6 +856,7 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
 
     def added_by(version):
         """Files, rows and bytes commit ``version`` added, from delta-rs's snapshots at it and before it."""
+
         def files(at):
             if at < 0:
                 return {}
@@ -781,8 +865,11 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
 
         before = files(version - 1)
         added = [stats for name, stats in files(version).items() if name not in before]
-        return {"numFiles": len(added), "numOutputRows": sum(r for r, _ in added),
-                "numOutputBytes": sum(b for _, b in added)}
+        return {
+            "numFiles": len(added),
+            "numOutputRows": sum(r for r, _ in added),
+            "numOutputBytes": sum(b for _, b in added),
+        }
 
     def check(result, expected_rows):
         metadata = table_metadata(client, path, commit=result.commit, key_columns=["id"])
@@ -809,7 +896,8 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
             # engine's commitInfo): files, rows and bytes it added, as delta-rs sees that commit.
             metrics = metadata["delta/operation_metrics"].value
             assert {name: metrics[name] for name in ("numFiles", "numOutputRows", "numOutputBytes")} == added_by(
-                result.version)
+                result.version
+            )
         if delta_engine == "delta-spark":
             # The Spark Connect route (DESCRIBE DETAIL and a count) describes the same version alike.
             state = DeltaSparkSqlEngine().table_state(spark, path, result.version)
@@ -819,8 +907,11 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
     first = [(i, f"p{i % 3}", 1, False) for i in range(100)]
     check(write(first, WriteSpec(mode="overwrite", partition_columns=("part",))), 100)
     # Deletes 10 keys, updates 10, inserts 5: files are removed and added.
-    changes = ([(i, f"p{i % 3}", 2, True) for i in range(10)] + [(i, f"p{i % 3}", 2, False) for i in range(10, 20)]
-               + [(i, f"p{i % 3}", 2, False) for i in range(100, 105)])
+    changes = (
+        [(i, f"p{i % 3}", 2, True) for i in range(10)]
+        + [(i, f"p{i % 3}", 2, False) for i in range(10, 20)]
+        + [(i, f"p{i % 3}", 2, False) for i in range(100, 105)]
+    )
     merged = write(changes, merge)
     assert merged.commit.operation == "MERGE"
     check(merged, 95)
@@ -838,8 +929,10 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
 
 def _column_mapped_table(spark, path: str) -> None:
     """Three rows in a column-mapped table, written by delta-spark (reader version 2: no reader feature named)."""
-    spark.sql(f"CREATE TABLE delta.`{path}` (k BIGINT, v STRING) USING delta "
-              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (k BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
     written = spark.range(3).select(F.col("id").alias("k"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"))
     written.write.format("delta").mode("append").save(path)
 
@@ -854,8 +947,11 @@ def test_a_column_mapped_table_is_previewed_by_spark_with_its_values(spark, tmp_
     _column_mapped_table(spark, path)
 
     preview = table_metadata(DeltaTableClient(spark), path, key_columns=["k"])["preview"].value
-    shown = [[cell.strip() for cell in line.strip("|").split("|")] for line in preview.splitlines()[2:]
-             if line.startswith("| ")]
+    shown = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in preview.splitlines()[2:]
+        if line.startswith("| ")
+    ]
     assert shown == [["0", "v0"], ["1", "v1"], ["2", "v2"]]
 
 
@@ -879,8 +975,12 @@ def test_a_column_mapped_table_is_refused_as_an_arrow_input_naming_it(spark, tmp
         materialize([AssetSpec(["silver", "mapped"]), from_mapped], selection=[from_mapped], resources=resources)
     assert read == []
     message = str(refused.value)
-    for part in ("input silver/mapped of gold__from_mapped", "columnMapping", "as Table",
-                 "annotate the input as a Spark DataFrame"):
+    for part in (
+        "input silver/mapped of gold__from_mapped",
+        "columnMapping",
+        "as Table",
+        "annotate the input as a Spark DataFrame",
+    ):
         assert part in message
 
     # The same rows as a Spark input: Spark reads the mapped columns.
@@ -906,8 +1006,11 @@ def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_sp
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
     # Eight files, each one range of days (and so of ids): what a date filter can skip.
     events = spark.range(4000, numPartitions=1).select(
-        "id", (F.col("id") % 5).alias("seq"), F.expr("date_add(DATE'2024-01-01', CAST(id DIV 100 AS INT))").alias("day"),
-        F.lit(False).alias("_deleted"), F.concat(F.lit("payload "), F.col("id").cast("string")).alias("payload"),
+        "id",
+        (F.col("id") % 5).alias("seq"),
+        F.expr("date_add(DATE'2024-01-01', CAST(id DIV 100 AS INT))").alias("day"),
+        F.lit(False).alias("_deleted"),
+        F.concat(F.lit("payload "), F.col("id").cast("string")).alias("payload"),
     )
     client.write(events.repartitionByRange(8, "day"), path, spec)
     table = spark.read.format("delta").load(path)
@@ -918,12 +1021,16 @@ def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_sp
     assertDataFrameEqual(first_days, events.drop("_deleted").where(F.col("id") < 500))
     assert len(table.where(F.col("payload") == "payload 7").inputFiles()) == 8  # no statistics kept on payload
 
-    changes = events.where(F.col("id") < 10).withColumn("seq", F.lit(9).cast("long")).withColumn(
-        "payload", F.lit("changed"))
+    changes = (
+        events.where(F.col("id") < 10).withColumn("seq", F.lit(9).cast("long")).withColumn("payload", F.lit("changed"))
+    )
     client.write(changes, path, spec)
     [merge] = DeltaTable.forPath(spark, path).history(1).select("operation", "operationMetrics").collect()
     assert merge.operation == "MERGE"
-    assert (merge.operationMetrics["numTargetFilesRemoved"], merge.operationMetrics["numTargetRowsUpdated"]) == ("1", "10")
+    assert (merge.operationMetrics["numTargetFilesRemoved"], merge.operationMetrics["numTargetRowsUpdated"]) == (
+        "1",
+        "10",
+    )
     assert spark.read.format("delta").load(path).where(F.col("payload") == "changed").count() == 10
 
 
@@ -961,11 +1068,26 @@ def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_i
 
     from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 
-    schema = StructType([StructField(name, kind) for name, kind in [
-        ("order", LongType()), ("line", LongType()), ("seq", StringType()), ("shipped", DateType()),
-        ("received", DateType()), ("note", StringType())]])
-    grouped = dict(mode="merge", merge_keys=("order", "line"), sequence_column="seq", delete_column="_deleted",
-                   replace_group="order")
+    schema = StructType(
+        [
+            StructField(name, kind)
+            for name, kind in [
+                ("order", LongType()),
+                ("line", LongType()),
+                ("seq", StringType()),
+                ("shipped", DateType()),
+                ("received", DateType()),
+                ("note", StringType()),
+            ]
+        ]
+    )
+    grouped = dict(
+        mode="merge",
+        merge_keys=("order", "line"),
+        sequence_column="seq",
+        delete_column="_deleted",
+        replace_group="order",
+    )
     stats = lambda **spec: table_properties_for(WriteSpec(**spec), schema)["delta.dataSkippingStatsColumns"]  # noqa: E731
     assert stats(**grouped) == "order,shipped,received"
     assert stats(**grouped, filtered_by=("shipped",)) == "order,shipped"

@@ -79,8 +79,12 @@ def load_every_type(root: str) -> dict:
         remember("dataset", numbers.to_table(), type(numbers))
 
     result = materialize(
-        [AssetSpec(SOURCE), as_pandas, as_polars, as_lazy, as_table, as_dataset], resources=_resources(root),
-        selection=[AssetKey(["gold", "as_pandas"]), *(AssetKey(n) for n in ("as_polars", "as_lazy", "as_table", "as_dataset"))],
+        [AssetSpec(SOURCE), as_pandas, as_polars, as_lazy, as_table, as_dataset],
+        resources=_resources(root),
+        selection=[
+            AssetKey(["gold", "as_pandas"]),
+            *(AssetKey(n) for n in ("as_polars", "as_lazy", "as_table", "as_dataset")),
+        ],
     )
     [stored] = result.asset_materializations_for_node("gold__as_pandas")
     return {
@@ -94,8 +98,10 @@ def load_every_type(root: str) -> dict:
 def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spark(tmp_path):
     root = str(tmp_path / "lake")
     _write_source(root)
-    code = ("import json, sys; from medallion_assets_tests.test_io_manager_arrow import load_every_type; "
-            "print('RESULT ' + json.dumps(load_every_type(sys.argv[1])))")
+    code = (
+        "import json, sys; from medallion_assets_tests.test_io_manager_arrow import load_every_type; "
+        "print('RESULT ' + json.dumps(load_every_type(sys.argv[1])))"
+    )
     done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     [line] = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -118,8 +124,12 @@ def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spar
 
 def _frames(kind: str, ids: list[int]):
     data = {"id": ids, "label": [f"n{i}" for i in ids]}
-    return {"pandas": lambda: pd.DataFrame(data), "polars": lambda: pl.DataFrame(data),
-            "lazy": lambda: pl.LazyFrame(data), "arrow": lambda: pa.table(data)}[kind]()
+    return {
+        "pandas": lambda: pd.DataFrame(data),
+        "polars": lambda: pl.DataFrame(data),
+        "lazy": lambda: pl.LazyFrame(data),
+        "arrow": lambda: pa.table(data),
+    }[kind]()
 
 
 @pytest.mark.parametrize("kind", ["pandas", "polars", "lazy", "arrow"])
@@ -151,10 +161,12 @@ def test_outputs_append_then_overwrite_read_back_by_duckdb(tmp_path, kind):
 
 def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
     root = str(tmp_path / "lake")
-    batches = iter([
-        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"]},
-        {"id": [1, 2, 3], "seq": [6, 4, 1], "v": ["new1", "stale2", "new3"]},
-    ])
+    batches = iter(
+        [
+            {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"]},
+            {"id": [1, 2, 3], "seq": [6, 4, 1], "v": ["new1", "stale2", "new3"]},
+        ]
+    )
 
     @asset(key=["silver", "states"], metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq"))
     def states() -> pa.Table:
@@ -163,7 +175,9 @@ def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
     for _ in range(2):
         materialize([states], resources=_resources(root))
     assert rows(read_with_duckdb(f"{root}/silver/states"), sort_by="id") == [
-        {"id": 1, "seq": 6, "v": "new1"}, {"id": 2, "seq": 5, "v": "old2"}, {"id": 3, "seq": 1, "v": "new3"},
+        {"id": 1, "seq": 6, "v": "new1"},
+        {"id": 2, "seq": 5, "v": "old2"},
+        {"id": 3, "seq": 1, "v": "new3"},
     ]
     # The stale change (id 2) is kept as it was by a last matched clause, which delta-rs counts as an update.
     from deltalake import DeltaTable
@@ -175,15 +189,30 @@ def test_merge_on_keys_keeps_the_newer_sequence(tmp_path):
 def test_merge_adding_a_column_first_keeps_stale_changes_and_evolves_the_schema(tmp_path):
     root = str(tmp_path / "lake")
     # The second batch adds a column, a field of the struct and one of the list's structs; id 2's change is stale.
-    batches = iter([
-        {"id": [1, 2], "seq": [5, 5], "v": ["old1", "old2"], "info": [{"a": 1}, {"a": 2}],
-         "parts": [[{"n": 1}], [{"n": 2}]]},
-        {"note": ["n1", "n2"], "id": [1, 2], "seq": [6, 4], "v": ["new1", "stale2"],
-         "info": [{"a": 10, "b": "x"}, {"a": 20, "b": "y"}], "parts": [[{"n": 10, "w": 1.5}], [{"n": 20, "w": 2.5}]]},
-    ])
+    batches = iter(
+        [
+            {
+                "id": [1, 2],
+                "seq": [5, 5],
+                "v": ["old1", "old2"],
+                "info": [{"a": 1}, {"a": 2}],
+                "parts": [[{"n": 1}], [{"n": 2}]],
+            },
+            {
+                "note": ["n1", "n2"],
+                "id": [1, 2],
+                "seq": [6, 4],
+                "v": ["new1", "stale2"],
+                "info": [{"a": 10, "b": "x"}, {"a": 20, "b": "y"}],
+                "parts": [[{"n": 10, "w": 1.5}], [{"n": 20, "w": 2.5}]],
+            },
+        ]
+    )
 
-    @asset(key=["silver", "notes"],
-           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    @asset(
+        key=["silver", "notes"],
+        metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"),
+    )
     def notes() -> pa.Table:
         return pa.table(next(batches))
 
@@ -201,13 +230,17 @@ def test_merge_growing_the_structs_of_a_map_is_refused_and_commits_nothing(tmp_p
     root = str(tmp_path / "lake")
     by_name = pa.map_(pa.string(), pa.struct([("n", pa.int64())]))
     grown = pa.map_(pa.string(), pa.struct([("n", pa.int64()), ("w", pa.float64())]))
-    batches = iter([
-        pa.table({"id": [1], "seq": [1], "tags": pa.array([[("k", {"n": 1})]], by_name)}),
-        pa.table({"id": [1], "seq": [2], "tags": pa.array([[("k", {"n": 2, "w": 0.5})]], grown)}),
-    ])
+    batches = iter(
+        [
+            pa.table({"id": [1], "seq": [1], "tags": pa.array([[("k", {"n": 1})]], by_name)}),
+            pa.table({"id": [1], "seq": [2], "tags": pa.array([[("k", {"n": 2, "w": 0.5})]], grown)}),
+        ]
+    )
 
-    @asset(key=["silver", "tagged"],
-           metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"))
+    @asset(
+        key=["silver", "tagged"],
+        metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq", schema_mode="merge"),
+    )
     def tagged() -> pa.Table:
         return next(batches)
 
@@ -227,8 +260,12 @@ def test_merge_into_a_map_whose_structs_another_writer_grew_fails_saying_why_and
     grown = pa.map_(pa.string(), pa.struct([("n", pa.int64()), ("w", pa.float64())]))
     write_deltalake(path, pa.table({"id": [1], "seq": [1], "tags": pa.array([[("k", {"n": 1})]], by_name)}))
     # Another writer grows the map's structs; the file written before keeps the old ones.
-    write_deltalake(path, pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("tags", grown)]).empty_table(),
-                    mode="append", schema_mode="merge")
+    write_deltalake(
+        path,
+        pa.schema([("id", pa.int64()), ("seq", pa.int64()), ("tags", grown)]).empty_table(),
+        mode="append",
+        schema_mode="merge",
+    )
 
     @asset(key=["silver", "tagged"], metadata=delta_table(write_mode="merge", merge_keys=["id"], sequence_column="seq"))
     def tagged() -> pa.Table:
@@ -276,16 +313,27 @@ def test_deletion_vectors_are_refused_before_delta_rs_creates_a_table_it_could_n
 def test_pricing_summary_report_shares_of_a_gold_table_written_by_delta_rs(tmp_path):
     root = str(tmp_path / "lake")
     money = pa.decimal128(38, 4)
-    write_deltalake(f"{root}/gold/pricing_summary", pa.table({
-        "l_returnflag": ["R", "A", "N"],
-        "l_linestatus": ["F", "F", "O"],
-        "sum_qty": pa.array([Decimal("10"), Decimal("20"), Decimal("30")], pa.decimal128(25, 2)),
-        "sum_disc_price": pa.array([Decimal("250.0000"), Decimal("500.0000"), Decimal("250.0000")], money),
-        "count_order": pa.array([2, 3, 5], pa.int64()),
-    }))
+    write_deltalake(
+        f"{root}/gold/pricing_summary",
+        pa.table(
+            {
+                "l_returnflag": ["R", "A", "N"],
+                "l_linestatus": ["F", "F", "O"],
+                "sum_qty": pa.array([Decimal("10"), Decimal("20"), Decimal("30")], pa.decimal128(25, 2)),
+                "sum_disc_price": pa.array([Decimal("250.0000"), Decimal("500.0000"), Decimal("250.0000")], money),
+                "count_order": pa.array([2, 3, 5], pa.int64()),
+            }
+        ),
+    )
     report = AssetKey(["gold", "pricing_summary_report"])
-    runs = [materialize([AssetSpec(["gold", "pricing_summary"]), pricing_summary_report], resources=_resources(root),
-                        selection=[report]) for _ in range(2)]
+    runs = [
+        materialize(
+            [AssetSpec(["gold", "pricing_summary"]), pricing_summary_report],
+            resources=_resources(root),
+            selection=[report],
+        )
+        for _ in range(2)
+    ]
     first, second = (run.asset_materializations_for_node("gold__pricing_summary_report")[0].metadata for run in runs)
     assert first["delta/version"].value == second["delta/version"].value == "0"
     # Its input's version did not change: the second run rewrote nothing (as on the Spark path).
@@ -316,12 +364,15 @@ def test_time_window_partition_is_replaced_and_read_alone(tmp_path):
         materialize([daily], resources=resources, partition_key=month)
     materialize([daily, monthly], resources=resources, partition_key="2024-02-01", selection=[monthly.key])
     assert sorted(seen["rows"], key=lambda r: r["day"]) == [
-        {"day": dt.date(2024, 2, 1), "n": 20}, {"day": dt.date(2024, 2, 2), "n": 20},
+        {"day": dt.date(2024, 2, 1), "n": 20},
+        {"day": dt.date(2024, 2, 2), "n": 20},
     ]
     # January was replaced by its second run; February kept.
     assert rows(read_with_duckdb(str(tmp_path / "lake" / "silver" / "daily")), sort_by="day") == [
-        {"day": dt.date(2024, 1, 1), "n": 30}, {"day": dt.date(2024, 1, 2), "n": 30},
-        {"day": dt.date(2024, 2, 1), "n": 20}, {"day": dt.date(2024, 2, 2), "n": 20},
+        {"day": dt.date(2024, 1, 1), "n": 30},
+        {"day": dt.date(2024, 1, 2), "n": 30},
+        {"day": dt.date(2024, 2, 1), "n": 20},
+        {"day": dt.date(2024, 2, 2), "n": 20},
     ]
 
 

@@ -87,9 +87,13 @@ def consumption_job():
 
 
 def _land(path: str, rows: list[tuple[int, int]], *, create: bool = False) -> None:
-    table = pa.table({"id": pa.array([r[0] for r in rows], pa.int64()), "amount": pa.array([r[1] for r in rows], pa.int64())})
+    table = pa.table(
+        {"id": pa.array([r[0] for r in rows], pa.int64()), "amount": pa.array([r[1] for r in rows], pa.int64())}
+    )
     write_deltalake(
-        path, table, mode="append",
+        path,
+        table,
+        mode="append",
         configuration={"delta.enableChangeDataFeed": "true"} if create else None,
     )
 
@@ -133,8 +137,10 @@ def test_a_step_reads_each_upstream_commit_once_across_executors_and_instances(s
     assert _ids(good) == [1, 3, 4, 5]
     assert _ids(bad) == [2]
     # Each output names what the step read: the changes after version 0 (run 1's), up to version 1.
-    read = {m.asset_key: m.metadata["medallion/inputs"].value
-            for m in result.asset_materializations_for_node("split_events")}
+    read = {
+        m.asset_key: m.metadata["medallion/inputs"].value
+        for m in result.asset_materializations_for_node("split_events")
+    }
     assert read == {key: {"bronze/events": {"changes_after_version": 0, "version": 1}} for key in (GOOD, BAD)}
 
     # Run 3, a new instance again: only a bad row lands.
@@ -149,4 +155,3 @@ def test_a_step_reads_each_upstream_commit_once_across_executors_and_instances(s
     assert _ids(good) == [1, 3, 4, 5]
     assert _ids(bad) == [2, 6]
     assert {path: _version(path) for path in (good, bad)} == versions
-

@@ -47,7 +47,6 @@ import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context, materialize
 
 from medallion_assets.checkpoints import read_checkpoint
-from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.kafka import (
     KafkaError,
     KafkaResource,
@@ -56,6 +55,7 @@ from medallion_assets.kafka import (
     publish_lines,
     watermark_offsets,
 )
+from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.stream_monitoring import kafka_lag
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
@@ -111,14 +111,16 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
 
     # A message too big: the ones before it are delivered, and the error says which one and what to raise.
     kafka = kafka_broker.topic(partitions=1)
-    with pytest.raises(KafkaError, match=r"message 3 \(2,000,000 bytes\).*refused.*2 before it were delivered.*message.max.bytes"):
+    with pytest.raises(
+        KafkaError, match=r"message 3 \(2,000,000 bytes\).*refused.*2 before it were delivered.*message.max.bytes"
+    ):
         publish_lines(kafka, [b'{"a": 1}', b'{"a": 2}', b"x" * 2_000_000, b'{"a": 4}'])
     assert latest_offsets(kafka) == {0: 2}
 
 
 def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_broker, tmp_path):
-    from medallion_assets_tests.tpch_assets import orders_kafka
     from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
+    from medallion_assets_tests.tpch_assets import orders_kafka
 
     kafka = kafka_broker.topic(partitions=3, max_lag_messages=5, stall_after_seconds=2)
     lake = LakeResource(root=str(tmp_path / "lake"))
@@ -175,7 +177,7 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     assert sum(m.metadata["rows"].value for m in later) == 3
     later_ranges = later[0].metadata["offset_ranges"].value[kafka.topic]
     assert later_ranges["4"] == [0, 2] and later_ranges["0"] == [11, 12], later_ranges
-    for partition, (first, end) in later_ranges.items():
+    for partition, (first, _end) in later_ranges.items():
         assert first == max((b.get(partition, [0, 0])[1] for b in ranges), default=0)
 
 
@@ -221,7 +223,7 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
             time.sleep(3)  # triggers fire against a broker that is gone
             kafka_broker.start()
             for partition in range(3):
-                produce(kafka.client_config(), kafka.topic, lines[12 + partition::3], partition=partition)
+                produce(kafka.client_config(), kafka.topic, lines[12 + partition :: 3], partition=partition)
             wait_for(30, 2)
         except BaseException as error:  # surfaced in the test's thread below
             failures.append(error)
@@ -230,8 +232,15 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
 
     thread = threading.Thread(target=producer)
     thread.start()
-    run = run_continuous(spark, lake, config, should_stop=stop.is_set, install_signal_handlers=False, kafka=kafka,
-                         log_progress=logged.append)
+    run = run_continuous(
+        spark,
+        lake,
+        config,
+        should_stop=stop.is_set,
+        install_signal_handlers=False,
+        kafka=kafka,
+        log_progress=logged.append,
+    )
     thread.join()
     assert not failures, failures
     assert run.stopped_by == "request", "the stream went on through the restart"
@@ -260,17 +269,31 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
         secured.create_topic(topic, 2)
         lines = [json.dumps({"event_id": f"s{i}"}).encode() for i in range(20)]
         for partition in range(2):
-            produce({"bootstrap.servers": secured.sasl_bootstrap, "security.protocol": "SASL_SSL",
-                     "sasl.mechanism": SCRAM_MECHANISM, "sasl.username": "ingest", "sasl.password": password,
-                     "ssl.ca.location": str(secured.ca_file)}, topic, lines[partition::2], partition=partition)
+            produce(
+                {
+                    "bootstrap.servers": secured.sasl_bootstrap,
+                    "security.protocol": "SASL_SSL",
+                    "sasl.mechanism": SCRAM_MECHANISM,
+                    "sasl.username": "ingest",
+                    "sasl.password": password,
+                    "ssl.ca.location": str(secured.ca_file),
+                },
+                topic,
+                lines[partition::2],
+                partition=partition,
+            )
 
         lake = tmp_path / "lake"
-        for name, value in (("MEDALLION_LAKE_ROOT", str(lake)),
-                            ("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", secured.sasl_bootstrap),
-                            ("MEDALLION_KAFKA_TOPIC", topic), ("MEDALLION_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
-                            ("MEDALLION_KAFKA_SASL_MECHANISM", SCRAM_MECHANISM),
-                            ("MEDALLION_KAFKA_SASL_USERNAME", "ingest"), ("MEDALLION_KAFKA_SASL_PASSWORD", password),
-                            ("MEDALLION_KAFKA_SSL_CA_LOCATION", str(secured.ca_file))):
+        for name, value in (
+            ("MEDALLION_LAKE_ROOT", str(lake)),
+            ("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", secured.sasl_bootstrap),
+            ("MEDALLION_KAFKA_TOPIC", topic),
+            ("MEDALLION_KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("MEDALLION_KAFKA_SASL_MECHANISM", SCRAM_MECHANISM),
+            ("MEDALLION_KAFKA_SASL_USERNAME", "ingest"),
+            ("MEDALLION_KAFKA_SASL_PASSWORD", password),
+            ("MEDALLION_KAFKA_SSL_CA_LOCATION", str(secured.ca_file)),
+        ):
             monkeypatch.setenv(name, value)
         defs = build_definitions("local", kafka=True)
         assert isinstance(defs.resources["kafka"].sasl_password, EnvVar), "the password reaches Dagster by name"
@@ -288,8 +311,12 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
         instance = DagsterInstance.ephemeral()
         key = AssetKey(["bronze", KAFKA_STREAM])
         try:
-            run = materialize([*defs.assets, *defs.asset_checks], selection=AssetSelection.assets(key),
-                              resources=defs.resources, instance=instance)
+            run = materialize(
+                [*defs.assets, *defs.asset_checks],
+                selection=AssetSelection.assets(key),
+                resources=defs.resources,
+                instance=instance,
+            )
         finally:
             running.set()
             sampler.join()
@@ -303,8 +330,10 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
 
         captured = capfd.readouterr()
         places = {
-            "the run's stdout": captured.out, "the run's stderr (Spark's log too)": captured.err,
-            "Python's log": caplog.text, "the process list": "\n".join(command_lines),
+            "the run's stdout": captured.out,
+            "the run's stderr (Spark's log too)": captured.err,
+            "Python's log": caplog.text,
+            "the process list": "\n".join(command_lines),
             "the Dagster event log": "\n".join(serialize_value(e) for e in instance.all_logs(run.run_id)),
             "the run's config": serialize_value(instance.get_run_by_id(run.run_id).run_config),
             "the broker's log": secured.log.read_text(errors="replace"),
@@ -325,8 +354,8 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
     from medallion_assets_tests.test_end_to_end import (
-        assert_no_check_errs,
         assert_gold_matches_duckdb,
+        assert_no_check_errs,
         assert_silver_matches_contract,
         materialize_everything,
     )
@@ -338,8 +367,9 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     monkeypatch.setenv("MEDALLION_KAFKA_TOPIC", kafka.topic)
     defs = build_definitions("local", kafka=True)
     instance = DagsterInstance.ephemeral()
-    land = dict(scale_factor=0.01, batches=2, seed=13, order_events_to="kafka",
-                publish=functools.partial(publish_files, kafka))
+    land = dict(
+        scale_factor=0.01, batches=2, seed=13, order_events_to="kafka", publish=functools.partial(publish_files, kafka)
+    )
     table = str(lake / "bronze" / KAFKA_STREAM)
 
     def published_lines(batch) -> int:
@@ -349,8 +379,11 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     contract_view = tmp_path / "published-landing"
     contract_view.mkdir()
     (lake / "landing").mkdir(parents=True, exist_ok=True)
-    for name, target in (("orders", lake / "landing" / simulate.PUBLISHED_FOLDER / "orders"),
-                         ("customers", lake / "landing" / "customers"), ("reference", lake / "landing" / "reference")):
+    for name, target in (
+        ("orders", lake / "landing" / simulate.PUBLISHED_FOLDER / "orders"),
+        ("customers", lake / "landing" / "customers"),
+        ("reference", lake / "landing" / "reference"),
+    ):
         (contract_view / name).symlink_to(target, target_is_directory=True)
 
     batch1 = simulate.land_next_batch(lake / "landing", **land)
@@ -381,12 +414,15 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
 
     # Bad messages are quarantined with their partition and offset (as the message they were: rows a
     # drop expectation set aside are quarantined as typed rows, without the message's value).
-    quarantined = [r for r in read_with_deltalake(lake / "quarantine" / "orders").to_pylist()
-                   if (r["_source_file"] or "").startswith("kafka://") and "value" in json.loads(r["record"])]
+    quarantined = [
+        r
+        for r in read_with_deltalake(lake / "quarantine" / "orders").to_pylist()
+        if (r["_source_file"] or "").startswith("kafka://") and "value" in json.loads(r["record"])
+    ]
     assert quarantined, "the noisy delivery has bad lines"
     by_position = {(r["partition"], r["offset"]): r["value"] for r in read_with_deltalake(table).to_pylist()}
     for row in quarantined[:50]:
-        topic, partition, offset = row["_source_file"][len("kafka://"):].rsplit("/", 2)
+        topic, partition, offset = row["_source_file"][len("kafka://") :].rsplit("/", 2)
         assert topic == kafka.topic
         assert json.loads(row["record"])["value"] == by_position[(int(partition), int(offset))]
 
@@ -395,12 +431,19 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
 
 
 def _start_ingest(root: Path, kafka: KafkaResource, per_batch: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
-           "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers, "MEDALLION_KAFKA_TOPIC": kafka.topic}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+        "MEDALLION_KAFKA_TOPIC": kafka.topic,
+    }
     log = root.parent / f"run-{len(list(root.parent.glob('run-*.log')))}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "medallion_assets_tests.ingest_runner", str(root), KAFKA_STREAM, str(per_batch)],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
     )
     proc.log = log
     return proc
@@ -424,8 +467,13 @@ def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_eng
     publish_lines(kafka, [json.dumps({"event_id": f"a{i}"}).encode() for i in range(60)])
     # Stepped from batch 1's plan: Kafka's rate limit may split the 60 messages into three batches,
     # and batch 2 can be planned tens of milliseconds after commits/1, inside one poll.
-    kill_when(_start_ingest(root, kafka, 30), watch, lambda s: s.txn is not None and s.txn >= 1,
-              what="batch 1's Delta commit", step_once=lambda s: 1 in s.offsets)
+    kill_when(
+        _start_ingest(root, kafka, 30),
+        watch,
+        lambda s: s.txn is not None and s.txn >= 1,
+        what="batch 1's Delta commit",
+        step_once=lambda s: 1 in s.offsets,
+    )
     state = read_checkpoint(ckpt)
     assert max(state.offsets) == 1, f"nothing after batch 1 can be planned: {state}"
     undo_checkpoint_commit(ckpt, 1)
@@ -434,9 +482,13 @@ def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_eng
     # 2. While batch 2's tasks write: a large batch, killed once a data file no commit adds appears.
     publish_lines(kafka, [json.dumps({"event_id": f"b{i}", "pad": "x" * 300}).encode() for i in range(20_000)])
     earlier_orphans = watch.look().uncommitted
-    kill_when(_start_ingest(root, kafka, 100_000), watch,
-              lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
-              what="batch 2's tasks writing", step_once=lambda s: 2 in s.offsets)
+    kill_when(
+        _start_ingest(root, kafka, 100_000),
+        watch,
+        lambda s: 2 in s.offsets and s.txn == 1 and bool(s.uncommitted - earlier_orphans),
+        what="batch 2's tasks writing",
+        step_once=lambda s: 2 in s.offsets,
+    )
     assert txn_version() == 1, "killed before batch 2's Delta commit"
 
     # 3. A clean run to the end.

@@ -28,8 +28,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def _dg_dev(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
-        return subprocess.Popen([str(Path(sys.executable).parent / "dg"), "dev", "--host", "127.0.0.1", "--port", str(port)],
-                                cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "dg"), "dev", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _wait(condition, what: str, process: subprocess.Popen, log: Path, timeout: float = 300) -> None:
@@ -68,16 +74,26 @@ def test_a_second_dg_dev_on_the_same_home_is_refused_and_the_first_goes_on(tmp_p
     first = _dg_dev(first_port, env, first_log)
     second = None
     try:
-        _wait(lambda: _serving(first_port) and lock.is_file() and _live(lock.read_text().strip()),
-              "the first dg dev's UI and daemon", first, first_log)
+        _wait(
+            lambda: _serving(first_port) and lock.is_file() and _live(lock.read_text().strip()),
+            "the first dg dev's UI and daemon",
+            first,
+            first_log,
+        )
         holder = lock.read_text().strip()
         second = _dg_dev(second_port, env, second_log)
-        refusal = (f"another Dagster daemon already runs on DAGSTER_HOME={str(home)!r} (process {holder}, "
-                   f"which holds {lock})")
+        refusal = (
+            f"another Dagster daemon already runs on DAGSTER_HOME={str(home)!r} (process {holder}, which holds {lock})"
+        )
         _wait(lambda: refusal in second_log.read_text(), "the second dg dev's refusal", second, second_log)
         # Its daemon ended before taking anything off the queue, and dg dev shuts down with it.
-        _wait(lambda: "dagster-daemon process shut down unexpectedly with return code 1" in second_log.read_text(),
-              "the second dg dev's shutdown", second, second_log, timeout=60)
+        _wait(
+            lambda: "dagster-daemon process shut down unexpectedly with return code 1" in second_log.read_text(),
+            "the second dg dev's shutdown",
+            second,
+            second_log,
+            timeout=60,
+        )
         # The first one goes on: same daemon, same lock, its UI answers, and no daemon of it met another's heartbeats.
         assert first.poll() is None and _serving(first_port)
         assert lock.read_text().strip() == holder and _live(holder)

@@ -8,13 +8,17 @@ from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS
 
 def _shown(preview: str) -> list[list[str]]:
     """The cells of the preview's rows."""
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in preview.splitlines()[2:]
-            if line.startswith("| ")]
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in preview.splitlines()[2:]
+        if line.startswith("| ")
+    ]
 
 
 def test_the_declared_key_is_what_previews_are_sorted_by():
-    assert WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["o_orderkey"],
-                                               partition_columns=["day"])).key_columns == ("o_orderkey",)
+    assert WriteSpec.from_metadata(
+        delta_table(write_mode="merge", merge_keys=["o_orderkey"], partition_columns=["day"])
+    ).key_columns == ("o_orderkey",)
     assert WriteSpec.from_metadata(delta_table(partition_columns=["day"], partition_expr="day")).key_columns == ("day",)
     assert WriteSpec.from_metadata(delta_table(partition_expr="order_month")).key_columns == ("order_month",)
     assert WriteSpec.from_metadata(delta_table()).key_columns == ()
@@ -47,8 +51,9 @@ def test_a_written_table_is_previewed_from_its_files_as_spark_shows_it_without_a
     client = DeltaTableClient(spark)
     path = str(tmp_path / "previewed")
     rows = [(5, "e", 2), (3, "c", 1), (None, "n", 1), (1, "a", 1), (4, "d", 2), (2, "b", 9)]
-    client.write(spark.createDataFrame(rows, "k long, name string, tie long").repartition(2), path,
-                 WriteSpec(mode="overwrite"))
+    client.write(
+        spark.createDataFrame(rows, "k long, name string, tie long").repartition(2), path, WriteSpec(mode="overwrite")
+    )
     description = client.describe(path)
 
     context = spark.sparkContext
@@ -105,12 +110,14 @@ def test_a_table_only_appended_to_previews_its_newest_rows_on_both_routes(spark,
     assert not WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["k"])).newest_first
     path = str(tmp_path / "appended")
     for batch in (1, 2, 3):  # written by deltalake, not by the code under test
-        deltalake.write_deltalake(path, pa.table({"reason": [f"a{batch}", f"b{batch}", f"c{batch}"],
-                                                  "batch": [batch] * 3}), mode="append")
+        deltalake.write_deltalake(
+            path, pa.table({"reason": [f"a{batch}", f"b{batch}", f"c{batch}"], "batch": [batch] * 3}), mode="append"
+        )
         time.sleep(0.01)  # a file's modification time is in milliseconds
 
-    spark_route = description_metadata(DeltaTableClient(spark).describe(path), preview_rows=2,
-                                       newest_first=True)["preview"].value
+    spark_route = description_metadata(DeltaTableClient(spark).describe(path), preview_rows=2, newest_first=True)[
+        "preview"
+    ].value
     arrow_route = ArrowDeltaClient().metadata(path, newest_first=True)["preview"].value
     for preview in (spark_route, arrow_route):
         shown = _shown(preview)

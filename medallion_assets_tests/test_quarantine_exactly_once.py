@@ -93,7 +93,10 @@ def start_step(lake: Path, run_id: str) -> subprocess.Popen:
     log = lake.parent / "killed-step.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", "orders_step", run_id],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
     )
     proc.log = log
     return proc
@@ -120,7 +123,9 @@ def assert_same_rows(crashed: Path, undisturbed: Path, name: str) -> int:
     return want.total()
 
 
-def test_step_killed_between_its_commits_then_rerun_equals_an_undisturbed_run(spark, tmp_path, monkeypatch, delta_engine):
+def test_step_killed_between_its_commits_then_rerun_equals_an_undisturbed_run(
+    spark, tmp_path, monkeypatch, delta_engine
+):
     undisturbed, crashed = tmp_path / "undisturbed", tmp_path / "crashed"
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(undisturbed))
     land(undisturbed / "landing" / "orders")
@@ -133,7 +138,10 @@ def test_step_killed_between_its_commits_then_rerun_equals_an_undisturbed_run(sp
     proc = start_step(crashed, killed_run)
     try:
         fired = kill_when(
-            proc, watch, lambda look: len(look.tables) == 1, timeout=300,
+            proc,
+            watch,
+            lambda look: len(look.tables) == 1,
+            timeout=300,
             what="a commit of the run in exactly one of silver/orders and quarantine/orders",
         )
     finally:
@@ -144,8 +152,10 @@ def test_step_killed_between_its_commits_then_rerun_equals_an_undisturbed_run(sp
     [first] = fired.tables
     assert at_kill.tables & set(WATCHED) == {first}, f"killed between the two commits: {at_kill}"
     assert at_kill.engines == {delta_engine}, "the killed run used the test session's engine"
-    print(f"killed after the run's commit to {first}; tables with a commit of the run: "
-          f"{sorted(at_kill.tables)}; versions {dict(at_kill.versions)}")
+    print(
+        f"killed after the run's commit to {first}; tables with a commit of the run: "
+        f"{sorted(at_kill.tables)}; versions {dict(at_kill.versions)}"
+    )
 
     # The undisturbed run, then the rerun to the end on the lake of the killed run.
     # Both end on the rejected-rows check, an ERROR (8 of 19 lines are bad on purpose), after their writes.

@@ -49,8 +49,9 @@ def _feed(name: str, *, max_rejected_share: float | None = DEFAULT_MAX_REJECTED_
             Field("qty", LongType(), description="How many."),
             Field("updated_at", TimestampType(), description="When it changed."),
         ),
-        silver=ApplyChanges(table=name, keys=("item_id",), sequence_by=("updated_at",),
-                            max_rejected_share=max_rejected_share),
+        silver=ApplyChanges(
+            table=name, keys=("item_id",), sequence_by=("updated_at",), max_rejected_share=max_rejected_share
+        ),
         expectations=(expect_or_drop(f"{name}_qty_positive", "qty > 0"),),
     )
 
@@ -61,8 +62,12 @@ PLANS = Feed(
     name="plans_raw",
     description="Plans, CSV.",
     source=LandingFiles(folder="plans", format="csv"),
-    fields=(Field("key", description="The account."), Field("email", description="Its address."),
-            Field("plan", description="Its plan."), Field("updated_at", TimestampType(), description="When.")),
+    fields=(
+        Field("key", description="The account."),
+        Field("email", description="Its address."),
+        Field("plan", description="Its plan."),
+        Field("updated_at", TimestampType(), description="When."),
+    ),
     silver=ApplyChanges(table="plans", keys=("key",), sequence_by=("updated_at",)),
 )
 
@@ -125,19 +130,31 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     noise, noise_lines = _random_file()
     _land(landing / "gadgets", "batch-00002.json", noise)
     header = ["key", "email", "plan", "updated_at"]
-    good = [["k1", "a@example.com", "gold", "2026-03-01T10:00:00Z"], ["k2", "b@example.com", "free", "2026-03-01T10:00:00Z"]]
+    good = [
+        ["k1", "a@example.com", "gold", "2026-03-01T10:00:00Z"],
+        ["k2", "b@example.com", "free", "2026-03-01T10:00:00Z"],
+    ]
     _land(landing / "plans", "batch-00001.csv", _csv([header, *good], quoting=csv.QUOTE_ALL))
-    _land(landing / "plans", "batch-00002.csv", _csv([["id", "name", "favourite_colour"], ["1", "x", "blue"], ["2", "y", "red"]]))
+    _land(
+        landing / "plans",
+        "batch-00002.csv",
+        _csv([["id", "name", "favourite_colour"], ["1", "x", "blue"], ["2", "y", "red"]]),
+    )
 
     feeds = [WIDGETS, GADGETS, PLANS]
     instance = DagsterInstance.ephemeral()
     assets = [*bronze_assets(feeds), *silver_assets(feeds)]
     result = materialize(assets, resources=resources_for("local"), instance=instance, raise_on_error=False)
     # The rejected-rows check is blocking: at ERROR it fails its step (after the step's writes) and so the run.
-    failed = {e.step_key: e.step_failure_data.error.cls_name for e in result.all_events
-              if e.event_type_value == "STEP_FAILURE"}
-    assert not result.success and failed == {"gadgets_from_gadgets_raw": "DagsterAssetCheckFailedError",
-                                              "plans_from_plans_raw": "DagsterAssetCheckFailedError"}, failed
+    failed = {
+        e.step_key: e.step_failure_data.error.cls_name
+        for e in result.all_events
+        if e.event_type_value == "STEP_FAILURE"
+    }
+    assert not result.success and failed == {
+        "gadgets_from_gadgets_raw": "DagsterAssetCheckFailedError",
+        "plans_from_plans_raw": "DagsterAssetCheckFailedError",
+    }, failed
     checks = {(e.asset_key.to_user_string(), e.check_name): e for e in result.get_asset_check_evaluations()}
 
     # widgets: 110 lines read; the random bytes, the broken JSON and the dropped row set aside: a WARN.
@@ -146,15 +163,22 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     metadata = {k: v.value for k, v in rejected.metadata.items()}
     assert (metadata["input_rows"], metadata["rejected_rows"]) == (110, 3)
     assert metadata["rejected_by_reason"] == {
-        "not valid UTF-8": 1, "not valid JSON": 1, "widgets_qty_positive: qty > 0": 1,
+        "not valid UTF-8": 1,
+        "not valid JSON": 1,
+        "widgets_qty_positive: qty > 0": 1,
     }
     assert "| not valid JSON | 1 |" in metadata["top_reasons"]
     # The same as plain text, readable in the check's row without opening the Markdown.
     assert sorted(metadata["reasons"].split("; ")) == [
-        "not valid JSON: 1", "not valid UTF-8: 1", "widgets_qty_positive: qty > 0: 1"]
+        "not valid JSON: 1",
+        "not valid UTF-8: 1",
+        "widgets_qty_positive: qty > 0: 1",
+    ]
     assert metadata["files_rejected_whole"] == 0
-    assert [(f["file"].rsplit("/", 1)[1], f["rejected_rows"], f["input_rows"], f["rejected_whole"])
-            for f in metadata["rejected_by_file"]] == [("batch-00002.json", 2, 10, False), ("batch-00001.json", 1, 100, False)]
+    assert [
+        (f["file"].rsplit("/", 1)[1], f["rejected_rows"], f["input_rows"], f["rejected_whole"])
+        for f in metadata["rejected_by_file"]
+    ] == [("batch-00002.json", 2, 10, False), ("batch-00001.json", 1, 100, False)]
     dropped = checks[("silver/widgets", "widgets_qty_positive")]
     assert not dropped.passed and dropped.severity == AssetCheckSeverity.WARN
     assert dropped.metadata["failing_rows"].value == 1
@@ -165,12 +189,15 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
         assert (run["medallion/input_rows"], run["medallion/rejected_rows"]) == (110, 3), key
     assert len(read_with_deltalake(str(lake / "quarantine" / "widgets"))) == 3
     # Every quarantine column, and silver's _sequence, is described in the column schema the UI shows.
-    quarantine_columns = {c.name: c.description for c in _run_of(result, AssetKey(["quarantine", "widgets"]))[
-        "dagster/column_schema"].columns}
+    quarantine_columns = {
+        c.name: c.description
+        for c in _run_of(result, AssetKey(["quarantine", "widgets"]))["dagster/column_schema"].columns
+    }
     assert set(quarantine_columns) == set(read_with_deltalake(str(lake / "quarantine" / "widgets")).column_names)
     assert all(quarantine_columns.values()), quarantine_columns
-    silver_columns = {c.name: c.description for c in _run_of(result, AssetKey(["silver", "widgets"]))[
-        "dagster/column_schema"].columns}
+    silver_columns = {
+        c.name: c.description for c in _run_of(result, AssetKey(["silver", "widgets"]))["dagster/column_schema"].columns
+    }
     assert "greater" in silver_columns["_sequence"]
 
     # gadgets: the file of random bytes is rejected whole: an ERROR (max_rejected_share=1: that rule only).
@@ -178,7 +205,10 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     assert not over.passed and over.severity == AssetCheckSeverity.ERROR
     metadata = {k: v.value for k, v in over.metadata.items()}
     assert (metadata["input_rows"], metadata["rejected_rows"], metadata["files_rejected_whole"]) == (
-        2 + noise_lines, noise_lines, 1)
+        2 + noise_lines,
+        noise_lines,
+        1,
+    )
     [noisy] = metadata["rejected_by_file"]
     assert noisy["file"].endswith("/gadgets/batch-00002.json") and noisy["rejected_whole"] and noisy["share"] == 1.0
     assert "gadgets/batch-00002.json" in over.description and "every line rejected" in over.description
@@ -189,15 +219,19 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     # plans: the file whose header is not the declaration is rejected whole, the header named.
     plans = checks[("silver/plans", "plans_rejected_rows")]
     assert not plans.passed and plans.severity == AssetCheckSeverity.ERROR
-    wrong = ("header does not match the declaration: expected (key, email, plan, updated_at), "
-             "found (id, name, favourite_colour)")
+    wrong = (
+        "header does not match the declaration: expected (key, email, plan, updated_at), "
+        "found (id, name, favourite_colour)"
+    )
     [file] = plans.metadata["rejected_by_file"].value
     assert file["file"].endswith("/plans/batch-00002.csv") and file["reason"] == wrong
     assert (file["rejected_rows"], file["input_rows"], file["rejected_whole"]) == (2, 2, True)
     assert wrong in plans.metadata["rejected_files"].value and wrong in plans.description
     quarantine = read_with_deltalake(str(lake / "quarantine" / "plans")).to_pylist()
-    assert sorted((row["_source_file"].rsplit("/", 1)[1], row["reason"]) for row in quarantine) == [
-        ("batch-00002.csv", wrong)] * 2
+    assert (
+        sorted((row["_source_file"].rsplit("/", 1)[1], row["reason"]) for row in quarantine)
+        == [("batch-00002.csv", wrong)] * 2
+    )
     # The good file, its header quoted and its lines ending \r\n as Python's csv writes them, went through.
     silver_plans = read_with_deltalake(str(lake / "silver" / "plans")).to_pylist()
     assert sorted((row["key"], row["email"], row["plan"]) for row in silver_plans) == [tuple(r[:3]) for r in good]
@@ -210,8 +244,12 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     # A retry of the failed steps reads nothing new (the writes recorded what they consumed): it
     # quarantines nothing twice, its checks pass, and the run succeeds.
     quarantined = {t: len(read_with_deltalake(str(lake / "quarantine" / t))) for t in ("gadgets", "plans")}
-    retry = materialize(assets, resources=resources_for("local"), instance=instance,
-                        selection=[k for f in (GADGETS, PLANS) for k in (f.silver_key, f.quarantine_key)])
+    retry = materialize(
+        assets,
+        resources=resources_for("local"),
+        instance=instance,
+        selection=[k for f in (GADGETS, PLANS) for k in (f.silver_key, f.quarantine_key)],
+    )
     assert retry.success
     assert {t: len(read_with_deltalake(str(lake / "quarantine" / t))) for t in quarantined} == quarantined
     again = {e.check_name: e for e in retry.get_asset_check_evaluations()}
@@ -229,7 +267,8 @@ def test_rejected_rows_are_counted_by_reason_and_input_rows_observed(spark):
     assert observed.metric("rows") == 7
     quarantined.unpersist()
     assert counted == RejectedRows(
-        input_rows=7, rejected_rows=4,
+        input_rows=7,
+        rejected_rows=4,
         by_reason=(("qty is not an integer", 3), ("not valid JSON", 1)),
     )
 
@@ -237,20 +276,29 @@ def test_rejected_rows_are_counted_by_reason_and_input_rows_observed(spark):
 def test_a_rejected_kafka_message_is_not_a_file_rejected_whole(spark):
     # Each message is one line with its own origin: a bad one must not read as a broken delivery.
     judged = spark.createDataFrame(
-        [("{bad", "kafka://orders/0/17", "not valid JSON"), ("{}", "kafka://orders/1/3", None),
-         ("x", "file:///landing/o/a.json", "not valid JSON"), ("y", "file:///landing/o/a.json", None),
-         ("z", "file:///landing/o/b.json", "not valid JSON")],
+        [
+            ("{bad", "kafka://orders/0/17", "not valid JSON"),
+            ("{}", "kafka://orders/1/3", None),
+            ("x", "file:///landing/o/a.json", "not valid JSON"),
+            ("y", "file:///landing/o/a.json", None),
+            ("z", "file:///landing/o/b.json", "not valid JSON"),
+        ],
         "value string, _source_file string, _reject_reason string",
     ).cache()
     quarantined = judged.where("_reject_reason IS NOT NULL").withColumnRenamed("_reject_reason", "reason").cache()
     counted = count_rejected(quarantined, input_rows=lambda: 5, judged=judged)
     assert (counted.rejected_rows, counted.files_rejected_whole) == (3, 1)
     assert [(f.file, f.rejected_rows, f.input_rows, f.whole) for f in counted.by_file] == [
-        ("file:///landing/o/b.json", 1, 1, True), ("file:///landing/o/a.json", 1, 2, False)]
+        ("file:///landing/o/b.json", 1, 1, True),
+        ("file:///landing/o/a.json", 1, 2, False),
+    ]
     result = rejected_rows_result(counted, asset_key=["silver", "orders"], table="orders", max_rejected_share=0.9)
     assert result.severity == AssetCheckSeverity.ERROR and "b.json" in result.description
-    without_files = count_rejected(quarantined.where("_source_file LIKE 'kafka:%'"), input_rows=lambda: 2,
-                                   judged=judged.where("_source_file LIKE 'kafka:%'"))
+    without_files = count_rejected(
+        quarantined.where("_source_file LIKE 'kafka:%'"),
+        input_rows=lambda: 2,
+        judged=judged.where("_source_file LIKE 'kafka:%'"),
+    )
     assert (without_files.rejected_rows, without_files.files_rejected_whole, without_files.by_file) == (1, 0, ())
     result = rejected_rows_result(without_files, asset_key=["silver", "orders"], table="orders", max_rejected_share=0.9)
     assert (result.passed, result.severity) == (False, AssetCheckSeverity.WARN)
@@ -298,10 +346,26 @@ def _with_reasons(frame):
 def test_the_check_passes_without_rejects_warns_with_some_and_errs_on_a_whole_file_or_above_the_share(
     rejected, whole, share, passed, severity
 ):
-    files = (RejectedFile(file="file:///landing/things/b.json", rejected_rows=2, input_rows=2, unparsed_rows=2,
-                          reason="not valid JSON"),) if whole else ()
-    counts = RejectedRows(input_rows=100, rejected_rows=rejected, by_reason=(("missing qty", rejected),) if rejected else (),
-                          by_file=files, files_rejected_whole=whole)
+    files = (
+        (
+            RejectedFile(
+                file="file:///landing/things/b.json",
+                rejected_rows=2,
+                input_rows=2,
+                unparsed_rows=2,
+                reason="not valid JSON",
+            ),
+        )
+        if whole
+        else ()
+    )
+    counts = RejectedRows(
+        input_rows=100,
+        rejected_rows=rejected,
+        by_reason=(("missing qty", rejected),) if rejected else (),
+        by_file=files,
+        files_rejected_whole=whole,
+    )
     result = rejected_rows_result(counts, asset_key=["silver", "things"], table="things", max_rejected_share=share)
     assert (result.passed, result.severity) == (passed, severity)
     assert result.check_name == "things_rejected_rows"

@@ -50,12 +50,14 @@ def test_an_embedded_session_leaves_a_garbage_collector_chosen_elsewhere(tmp_pat
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert garbage_collector_chosen_elsewhere({}) is None
     assert garbage_collector_chosen_elsewhere({"spark.driver.extraJavaOptions": "-Xss4m -XX:+UseG1GC"}) == (
-        "the session setting spark.driver.extraJavaOptions")
+        "the session setting spark.driver.extraJavaOptions"
+    )
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:+UseZGC")
     assert garbage_collector_chosen_elsewhere({}) == "the environment variable JAVA_TOOL_OPTIONS"
     monkeypatch.delenv("JAVA_TOOL_OPTIONS")
     (tmp_path / "spark-defaults.conf").write_text(
-        "spark.executor.extraJavaOptions -XX:+UseG1GC\nspark.driver.extraJavaOptions -XX:+UseSerialGC\n")
+        "spark.executor.extraJavaOptions -XX:+UseG1GC\nspark.driver.extraJavaOptions -XX:+UseSerialGC\n"
+    )
     assert garbage_collector_chosen_elsewhere({}) == str(tmp_path / "spark-defaults.conf")
     # The JIT's thresholds do not depend on it: only the collector is left out.
     options = embedded_driver_java_options({})
@@ -71,7 +73,8 @@ def test_an_embedded_session_keeps_default_java_options_set_elsewhere(tmp_path, 
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     assert default_java_options_set_elsewhere({}) is None
     assert default_java_options_set_elsewhere({"spark.driver.defaultJavaOptions": "-Xss4m"}) == (
-        "the session setting spark.driver.defaultJavaOptions")
+        "the session setting spark.driver.defaultJavaOptions"
+    )
     (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xss4m\n")
     assert default_java_options_set_elsewhere({}) is None
     (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Xss4m\n")
@@ -130,8 +133,9 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     from medallion_assets.resources import embedded_driver_memory
     from medallion_assets_tests.test_engines import _delta_spark_jars, delta_spark_jars_from_maven
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
+    }
     if engine == "delta-spark":
         # The suite's one session on DELTA_SPARK_JARS (the air-gapped route): the named jars, or
         # else delta-spark's jars as Maven delivered them to this test session.
@@ -139,8 +143,13 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
         if jars is None:
             pytest.skip("no delta-spark jars: DELTA_SPARK_JARS names none and Maven is not used")
         env["DELTA_SPARK_JARS"] = jars
-    done = subprocess.run([sys.executable, "-c", _SIZING_OF_AN_EMBEDDED_SESSION, engine], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _SIZING_OF_AN_EMBEDDED_SESSION, engine],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     expected = embedded_driver_memory()
@@ -154,7 +163,9 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     assert report["c2_calls"] == "20000"
     if engine == "delta-spark":
         # From the jars DELTA_SPARK_JARS named, not from Maven.
-        assert report["engine"][0] == "delta-spark" and "jars of DELTA_SPARK_JARS" in report["engine"][1], report["engine"]
+        assert report["engine"][0] == "delta-spark" and "jars of DELTA_SPARK_JARS" in report["engine"][1], report[
+            "engine"
+        ]
         # Delta's cluster-sized defaults, 50 tasks per snapshot and 10000 per VACUUM listing
         # (a 5-row table's VACUUM took 28.6 s with them, 2.4 s without), are lowered to the session's cores.
         assert report["vacuum_tasks"] and max(report["vacuum_tasks"]) < 50, str(report["vacuum_tasks"])

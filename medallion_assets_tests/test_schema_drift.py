@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
+from medallion_assets.definitions import resources_for
 from medallion_assets.pipelines.tpch import silver
 from medallion_assets_tests import tpch_assets as bronze
-from medallion_assets.definitions import resources_for
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.order_events import order_event_line
 
@@ -17,7 +17,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 def _event(key: int, event_id: str, event_time: str, **extra) -> str:
     # Every line carries an envelope field too ("channel"), which no policy keeps.
     return order_event_line(
-        key, event_id, event_time=event_time, envelope_fields={"channel": "web"},
+        key,
+        event_id,
+        event_time=event_time,
+        envelope_fields={"channel": "web"},
         order_fields={k: v for k, v in extra.items() if k.startswith("o_")},
         item_fields={k: v for k, v in extra.items() if k.startswith("l_")},
     )
@@ -47,10 +50,14 @@ def _by_key(rows: list[dict], key: str) -> dict:
 def test_evolve_adds_drifted_fields_as_columns_and_later_rows_without_them_store_null(spark, tmp_path, monkeypatch):
     lake = tmp_path / "lake"
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))
-    _land(lake, "batch-00001-001.json", [
-        _event(1, "e1", "1996-01-02T10:00:00Z"),
-        _event(2, "e2", "1996-01-02T10:00:00Z", o_loyalty_tier="gold", l_gift_wrap=True),
-    ])
+    _land(
+        lake,
+        "batch-00001-001.json",
+        [
+            _event(1, "e1", "1996-01-02T10:00:00Z"),
+            _event(2, "e2", "1996-01-02T10:00:00Z", o_loyalty_tier="gold", l_gift_wrap=True),
+        ],
+    )
 
     # One instance for both runs: silver reads only what bronze gained since the run before.
     instance = DagsterInstance.ephemeral()
@@ -68,20 +75,28 @@ def test_evolve_adds_drifted_fields_as_columns_and_later_rows_without_them_store
 
     # Batch 2: order 2 changes without the field (its value is gone with the
     # whole-order upsert), order 3 brings new fields to tables that already evolved.
-    _land(lake, "batch-00002-001.json", [
-        _event(2, "e3", "1996-01-03T10:00:00Z"),
-        _event(3, "e4", "1996-01-03T10:00:00Z", o_priority_lane="express", l_fragile="yes"),
-    ])
+    _land(
+        lake,
+        "batch-00002-001.json",
+        [
+            _event(2, "e3", "1996-01-03T10:00:00Z"),
+            _event(3, "e4", "1996-01-03T10:00:00Z", o_priority_lane="express", l_fragile="yes"),
+        ],
+    )
     second = _run("evolve", instance)
     assert second[AssetKey(["silver", "lineitem"])]["schema_drift_kept"].value == ["l_fragile"]
 
     stored = _by_key(read_with_deltalake(orders).to_pylist(), "o_orderkey")
     assert {k: (row["o_loyalty_tier"], row["o_priority_lane"]) for k, row in stored.items()} == {
-        1: (None, None), 2: (None, None), 3: (None, "express"),
+        1: (None, None),
+        2: (None, None),
+        3: (None, "express"),
     }
     items = _by_key(read_with_deltalake(lineitem).to_pylist(), "l_orderkey")
     assert {k: (row["l_gift_wrap"], row["l_fragile"]) for k, row in items.items()} == {
-        1: (None, None), 2: (None, None), 3: (None, "yes"),
+        1: (None, None),
+        2: (None, None),
+        3: (None, "yes"),
     }
     assert set(read_with_duckdb(orders).column_names) >= {"o_loyalty_tier", "o_priority_lane"}
 
@@ -96,7 +111,9 @@ def test_ignore_keeps_the_contract_schema_and_reports_the_ignored_fields(spark, 
     from medallion_assets.pipelines.tpch.transforms import LINEITEM_SCHEMA, ORDERS_SCHEMA
 
     assert metadata[AssetKey(["silver", "orders"])]["schema_drift_ignored"].value == [
-        "event.channel", "lineitem.l_gift_wrap", "order.o_loyalty_tier",
+        "event.channel",
+        "lineitem.l_gift_wrap",
+        "order.o_loyalty_tier",
     ]
     orders = read_with_deltalake(lake / "silver" / "orders")
     assert [c for c in orders.column_names if not c.startswith("_")] == ORDERS_SCHEMA.fieldNames()

@@ -78,8 +78,15 @@ class FakeStream:
         # The app transaction and the commitInfo keys both engines' stream sinks write
         # (delta-rs adds the write's own row and file counts).
         params = {"outputMode": "Append", "queryId": self.query_id, "epochId": str(self.batch)}
-        write_deltalake(self.table, data, mode="append", commit_properties=CommitProperties(
-            app_transactions=[Transaction(self.query_id, self.batch)], custom_metadata={"operationParameters": params}))
+        write_deltalake(
+            self.table,
+            data,
+            mode="append",
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(self.query_id, self.batch)],
+                custom_metadata={"operationParameters": params},
+            ),
+        )
         (self.ckpt / "commits" / str(self.batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
     def run_batch(self, names_and_lines: list[tuple[str, int]]) -> int:
@@ -267,13 +274,16 @@ def test_full_refresh_of_a_streaming_bronze_table_is_refused_unless_allowed(lake
 def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     from dagster import materialize
 
-    from medallion_assets_tests.tpch_assets import orders_raw
     from medallion_assets.resources import SparkResource
+    from medallion_assets_tests.tpch_assets import orders_raw
 
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 1)])
     result = materialize(
-        [orders_raw], resources={"lake": lake, "spark": SparkResource()}, instance=instance, raise_on_error=False,
+        [orders_raw],
+        resources={"lake": lake, "spark": SparkResource()},
+        instance=instance,
+        raise_on_error=False,
         run_config={"ops": {"bronze__orders_raw": {"config": {"full_refresh": True}}}},
     )
     assert not result.success
@@ -302,8 +312,8 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
 
 def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, instance):
     """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
-    from medallion_assets.ingest import start_bronze_stream
     from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
+    from medallion_assets.ingest import start_bronze_stream
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     orders = Path(lake.landing_folder("orders_raw"))
@@ -344,7 +354,9 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
     landing = Path(lake.landing_folder(STREAM))
     landing.mkdir(parents=True)
     for i, count in enumerate([3, 1, 5]):
-        lines = "".join(f'{{"event_id": "{i}-{j}", "op": "upsert", "order": {{"o_orderkey": {j}}}}}\n' for j in range(count))
+        lines = "".join(
+            f'{{"event_id": "{i}-{j}", "op": "upsert", "order": {{"o_orderkey": {j}}}}}\n' for j in range(count)
+        )
         (landing / f"{i}.json").write_text(lines)
         os.utime(landing / f"{i}.json", (1_700_000_000 + i, 1_700_000_000 + i))  # taken oldest first
     query = start_bronze_stream(spark, lake, STREAM, max_files_per_trigger=1)
@@ -356,7 +368,7 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
     table = lake.table_path(["bronze", STREAM])
     versions = [e.metadata["delta_version"].value for e in events]
     assert versions == sorted(versions) and versions[0] >= 0
-    for event, version in zip(events, versions):
+    for event, version in zip(events, versions, strict=False):
         before = read_with_deltalake(table, version - 1).num_rows if version > 0 else 0
         assert event.metadata["rows"].value == read_with_deltalake(table, version).num_rows - before
     assert [e.metadata["rows"].value for e in events] == [3, 1, 5]
@@ -382,9 +394,13 @@ def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(l
     stream.plan([stream.land("old.json", 1)])
     table.create_write_transaction(
         [AddAction("old-sink.parquet", first["size_bytes"], {}, 1, True, f'{{"numRecords": {first["num_records"]}}}')],
-        "append", table.schema(), [],
-        commit_properties=CommitProperties(custom_metadata={"streamingQueryId": "q-1", "streamingBatchId": stream.batch},
-                                           app_transactions=[Transaction("q-1", stream.batch)]),
+        "append",
+        table.schema(),
+        [],
+        commit_properties=CommitProperties(
+            custom_metadata={"streamingQueryId": "q-1", "streamingBatchId": stream.batch},
+            app_transactions=[Transaction("q-1", stream.batch)],
+        ),
     )
     monkeypatch.setattr(checkpoints, "_HISTORY_PAGE", 2)
     pages = []
@@ -393,7 +409,9 @@ def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(l
 
     commits = checkpoints.delta_commits_of_query(stream.table, "q-1", after_batch=3)
     assert [(b, c.rows, c.data_files, c.delta_version) for b, c in sorted(commits.items())] == [
-        (4, 5, 1, 4), (5, 1, 1, 6)]
+        (4, 5, 1, 4),
+        (5, 1, 1, 6),
+    ]
     assert pages == [2, 4]  # batch 3 (version 3) came in the second page: nothing older was read
     assert sorted(checkpoints.delta_commits_of_query(stream.table, "q-1")) == [0, 1, 2, 3, 4, 5]
     assert checkpoints.delta_commits_of_query(stream.table, "q-2") == {}

@@ -57,8 +57,9 @@ def _load_error(monkeypatch, **env: str) -> str:
 
 def test_an_unknown_engine_is_named_with_its_choices(monkeypatch):
     line = _load_error(monkeypatch, MEDALLION_DELTA_ENGINE="bogus")
-    assert line == ("MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
-                    "(or unset it for auto)")
+    assert line == (
+        "MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs (or unset it for auto)"
+    )
 
 
 def test_a_misspelled_switch_is_refused_not_read_as_false(monkeypatch):
@@ -112,7 +113,8 @@ def test_a_kafka_ca_file_that_holds_no_certificate_is_named(tmp_path):
         assert str(caught.value) == (
             f"MEDALLION_KAFKA_SSL_CA_LOCATION={value!r} is not a readable PEM file of certificates: point it at the "
             "CA certificate(s) of the broker's TLS listener (-----BEGIN CERTIFICATE-----), or unset it for the "
-            "default trust")
+            "default trust"
+        )
     certificate = tmp_path / "ca.pem"
     certificate.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     assert read_settings({"MEDALLION_KAFKA_SSL_CA_LOCATION": str(certificate)}).kafka is False
@@ -121,21 +123,33 @@ def test_a_kafka_ca_file_that_holds_no_certificate_is_named(tmp_path):
 def test_a_pipelines_package_that_cannot_be_imported_is_named(monkeypatch):
     value = "medallion_assets.pipelines,no_such_pipelines_here"
     line = _load_error(monkeypatch, MEDALLION_PIPELINES=value)
-    assert line == (f"MEDALLION_PIPELINES={value!r} names 'no_such_pipelines_here', which cannot be imported: "
-                    "install it or put its folder on PYTHONPATH")
+    assert line == (
+        f"MEDALLION_PIPELINES={value!r} names 'no_such_pipelines_here', which cannot be imported: "
+        "install it or put its folder on PYTHONPATH"
+    )
 
 
 def test_every_wrong_setting_is_reported_in_one_error():
     with pytest.raises(SettingsError) as caught:
-        read_settings({"MEDALLION_DEPLOYMENT": "mainframe", "MEDALLION_SIMULATOR": "maybe",
-                       "MEDALLION_KAFKA_SECURITY_PROTOCOL": "plaintext", "MEDALLION_KAFKA_STARTING_OFFSETS": "oldest"})
+        read_settings(
+            {
+                "MEDALLION_DEPLOYMENT": "mainframe",
+                "MEDALLION_SIMULATOR": "maybe",
+                "MEDALLION_KAFKA_SECURITY_PROTOCOL": "plaintext",
+                "MEDALLION_KAFKA_STARTING_OFFSETS": "oldest",
+            }
+        )
     lines = str(caught.value).splitlines()
     assert [line.split("=")[0] for line in lines] == [
-        "MEDALLION_DEPLOYMENT", "MEDALLION_SIMULATOR", "MEDALLION_KAFKA_SECURITY_PROTOCOL",
+        "MEDALLION_DEPLOYMENT",
+        "MEDALLION_SIMULATOR",
+        "MEDALLION_KAFKA_SECURITY_PROTOCOL",
         "MEDALLION_KAFKA_STARTING_OFFSETS",
     ]
-    assert lines[1] == "MEDALLION_SIMULATOR='maybe' is not a switch: use on or off (also true/false, yes/no, 1/0), " \
-                       "or unset it for on"
+    assert (
+        lines[1] == "MEDALLION_SIMULATOR='maybe' is not a switch: use on or off (also true/false, yes/no, 1/0), "
+        "or unset it for on"
+    )
 
 
 def test_a_misspelt_setting_is_named_with_the_one_it_resembles():
@@ -148,19 +162,31 @@ def test_a_misspelt_setting_is_named_with_the_one_it_resembles():
 
 
 def test_correct_settings_read_back():
-    settings = read_settings({"MEDALLION_DEPLOYMENT": "cluster", "SPARK_MASTER_URL": "spark://a:7077,b:7077",
-                              "MEDALLION_SIMULATOR": "off", "MEDALLION_DELTA_SPARK_MAVEN": "0",
-                              "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "[::1]:9092,kafka:9093",
-                              "MEDALLION_KAFKA_STARTING_OFFSETS": '{"orders": {"0": 5}}'})
+    settings = read_settings(
+        {
+            "MEDALLION_DEPLOYMENT": "cluster",
+            "SPARK_MASTER_URL": "spark://a:7077,b:7077",
+            "MEDALLION_SIMULATOR": "off",
+            "MEDALLION_DELTA_SPARK_MAVEN": "0",
+            "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "[::1]:9092,kafka:9093",
+            "MEDALLION_KAFKA_STARTING_OFFSETS": '{"orders": {"0": 5}}',
+        }
+    )
     assert (settings.deployment, settings.simulator, settings.delta_spark_maven, settings.kafka) == (
-        "cluster", False, False, True)
+        "cluster",
+        False,
+        False,
+        True,
+    )
     assert read_settings({}).delta_spark_maven is None
 
 
 def test_a_size_limit_that_is_not_a_whole_number_is_named_with_its_unit_and_default(monkeypatch):
     line = _load_error(monkeypatch, MEDALLION_ARROW_MERGE_MAX_TABLE_MB="1GB")
-    assert line == ("MEDALLION_ARROW_MERGE_MAX_TABLE_MB='1GB' is not a whole number of MiB: use 0 or more "
-                    "(0: always Spark), or unset it for 1024")
+    assert line == (
+        "MEDALLION_ARROW_MERGE_MAX_TABLE_MB='1GB' is not a whole number of MiB: use 0 or more "
+        "(0: always Spark), or unset it for 1024"
+    )
     with pytest.raises(SettingsError) as caught:
         read_settings({"MEDALLION_ARROW_WRITE_MAX_ROWS": "-1", "MEDALLION_ARROW_READ_MAX_ROWS": " 5000 "})
     assert str(caught.value).startswith("MEDALLION_ARROW_WRITE_MAX_ROWS='-1' is not a whole number of rows")
@@ -197,25 +223,33 @@ def test_a_lake_root_under_a_file_is_refused_at_load_and_at_run_start(monkeypatc
     blocker.write_text("not a folder")
     root = str(blocker / "lake")
     line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=root)
-    assert line == (f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}): {blocker} is a file, not a folder: "
-                    "set MEDALLION_LAKE_ROOT to a folder this user can write")
-    _assert_run_stops_before_spark(monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created")
+    assert line == (
+        f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}): {blocker} is a file, not a folder: "
+        "set MEDALLION_LAKE_ROOT to a folder this user can write"
+    )
+    _assert_run_stops_before_spark(
+        monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created"
+    )
 
 
 def test_a_lake_root_that_cannot_be_created_stops_the_run_before_spark_whatever_the_mode_bits_say(monkeypatch):
     # /proc's mode bits let root (and os.access) write, and the definitions load; no folder can be made there.
     root = f"/proc/medallion-lake-{os.getpid()}/lake"
     assert read_settings({"MEDALLION_LAKE_ROOT": root}) is not None  # the look-only check at load passes
-    _assert_run_stops_before_spark(monkeypatch, LakeResource(root=root),
-                                   f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
-                                   "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it")
+    _assert_run_stops_before_spark(
+        monkeypatch,
+        LakeResource(root=root),
+        f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
+        "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it",
+    )
 
 
 def test_an_existing_root_no_one_can_write_is_refused_whatever_the_mode_bits_say():
     # /proc exists and its mode bits let root write; no file can be made in it, by root either.
     assert LakeResource(root="/proc").write_problem() == (
         "the lake root '/proc' is not writable (/proc: No such file or directory): "
-        "point MEDALLION_LAKE_ROOT at a folder this user can write, or make it writable")
+        "point MEDALLION_LAKE_ROOT at a folder this user can write, or make it writable"
+    )
 
 
 def test_dg_launch_with_a_lake_root_that_cannot_be_created_fails_the_run_before_spark(tmp_path):
@@ -224,12 +258,24 @@ def test_dg_launch_with_a_lake_root_that_cannot_be_created_fails_the_run_before_
     root = f"/proc/medallion-lake-{os.getpid()}/lake"
     home = tmp_path / "dagster_home"
     home.mkdir()
-    env = {**{k: v for k, v in os.environ.items() if k not in SETTING_NAMES}, "DAGSTER_HOME": str(home),
-           "MEDALLION_LAKE_ROOT": root, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([str(Path(sys.executable).with_name("dg")), "launch", "--assets", "bronze/nation"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    message = (f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
-               "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it")
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in SETTING_NAMES},
+        "DAGSTER_HOME": str(home),
+        "MEDALLION_LAKE_ROOT": root,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("dg")), "launch", "--assets", "bronze/nation"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    message = (
+        f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
+        "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it"
+    )
     assert done.returncode != 0 and message in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
     from dagster import DagsterEventType, DagsterRunStatus
 
@@ -237,15 +283,21 @@ def test_dg_launch_with_a_lake_root_that_cannot_be_created_fails_the_run_before_
         [run] = instance.get_runs()
         assert run.status == DagsterRunStatus.FAILURE
         records = instance.all_logs(run.run_id)
-    failures = [r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.RESOURCE_INIT_FAILURE]
+    failures = [
+        r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.RESOURCE_INIT_FAILURE
+    ]
     assert failures and message in failures[0].dagster_event.engine_event_data.error.to_string()
-    assert not [r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION]
+    assert not [
+        r for r in records if r.dagster_event and r.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION
+    ]
     assert not [r for r in records if "Spark session starting" in (r.user_message or "")]
     assert not Path("/proc", f"medallion-lake-{os.getpid()}").exists()
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="running as root: chmod does not stop root from writing (the file case covers root)")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="running as root: chmod does not stop root from writing (the file case covers root)",
+)
 def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, tmp_path):
     root = tmp_path / "lake"
     root.mkdir()
@@ -253,8 +305,9 @@ def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, 
     try:
         line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=str(root))
         assert line.startswith(f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable ({root}: permission denied)")
-        _assert_run_stops_before_spark(monkeypatch, LakeResource(root=str(root)),
-                                       f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable")
+        _assert_run_stops_before_spark(
+            monkeypatch, LakeResource(root=str(root)), f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable"
+        )
     finally:
         root.chmod(0o755)
 
@@ -268,8 +321,12 @@ def _assert_run_stops_before_spark(monkeypatch, lake: LakeResource, expected: st
 
     had_spark = SparkContext._active_spark_context is not None
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", lake.root)  # as a deployment sets it
-    result = materialize([touches_spark], resources={"spark": SparkResource(delta_engine="delta-rs"), "lake": lake},
-                         instance=DagsterInstance.ephemeral(), raise_on_error=False)
+    result = materialize(
+        [touches_spark],
+        resources={"spark": SparkResource(delta_engine="delta-rs"), "lake": lake},
+        instance=DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     assert not result.success
     failures = [e for e in result.all_events if e.is_failure]
     assert any(expected in str(e.event_specific_data.error) for e in failures if e.event_specific_data), failures
@@ -345,8 +402,12 @@ def _maven_repository(serves: str | None):
 
 def test_auto_takes_delta_spark_from_a_repository_that_answers(tmp_path):
     with _maven_repository("delta-spark_2.13-9.9.9.pom") as (repository, served):
-        plan = plan_engine("auto", maven=None, delta_version="9.9.9",
-                           spark_config={"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))})
+        plan = plan_engine(
+            "auto",
+            maven=None,
+            delta_version="9.9.9",
+            spark_config={"spark.jars.ivySettings": str(_ivy_settings(tmp_path, repository))},
+        )
     assert served == ["/maven2/io/delta/delta-spark_2.13/9.9.9/delta-spark_2.13-9.9.9.pom"]
     assert plan.source == "maven"
     assert plan.spark_config["spark.jars.packages"] == "io.delta:delta-spark_2.13:9.9.9"
@@ -404,14 +465,27 @@ def _ivy_settings(folder: Path, root: str) -> Path:
 
 
 def test_dagster_definitions_validate_prints_the_setting(tmp_path):
-    env = {"PATH": str(Path(sys.executable).parent), "DAGSTER_HOME": str(tmp_path), "HOME": str(tmp_path),
-           "MEDALLION_DELTA_ENGINE": "bogus", "MEDALLION_SIMULATOR": "of"}
-    result = subprocess.run([str(Path(sys.executable).with_name("dagster")), "definitions", "validate"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        "PATH": str(Path(sys.executable).parent),
+        "DAGSTER_HOME": str(tmp_path),
+        "HOME": str(tmp_path),
+        "MEDALLION_DELTA_ENGINE": "bogus",
+        "MEDALLION_SIMULATOR": "of",
+    }
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "definitions", "validate"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert ("SettingsError: MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
-            "(or unset it for auto)\nMEDALLION_SIMULATOR='of' is not a switch") in output
+    assert (
+        "SettingsError: MEDALLION_DELTA_ENGINE='bogus' is not a Delta engine: use auto, delta-spark or delta-rs "
+        "(or unset it for auto)\nMEDALLION_SIMULATOR='of' is not a switch"
+    ) in output
     assert "ValidationError" not in output and "pydantic" not in output
 
 
@@ -421,18 +495,25 @@ def test_dagster_definitions_validate_prints_the_setting(tmp_path):
 def test_the_demo_is_on_unless_switched_off_and_then_needs_the_teams_pipelines():
     assert read_settings({}).pipeline_packages == ("medallion_assets.pipelines",)
     assert read_settings({"MEDALLION_PIPELINES": "medallion_assets_tests"}).pipeline_packages == (
-        "medallion_assets.pipelines", "medallion_assets_tests")
+        "medallion_assets.pipelines",
+        "medallion_assets_tests",
+    )
     own = read_settings({"MEDALLION_DEMO": "off", "MEDALLION_PIPELINES": "medallion_assets_tests"})
     assert (own.demo, own.simulator, own.pipeline_packages) == (False, False, ("medallion_assets_tests",))
     with pytest.raises(SettingsError) as caught:
         read_settings({"MEDALLION_DEMO": "off"})
-    assert str(caught.value) == ("MEDALLION_DEMO='off' leaves out the project's own pipelines, and MEDALLION_PIPELINES "
-                                 "names none of yours: set MEDALLION_PIPELINES to your pipeline packages (e.g. "
-                                 "my_feeds), or unset MEDALLION_DEMO")
+    assert str(caught.value) == (
+        "MEDALLION_DEMO='off' leaves out the project's own pipelines, and MEDALLION_PIPELINES "
+        "names none of yours: set MEDALLION_PIPELINES to your pipeline packages (e.g. "
+        "my_feeds), or unset MEDALLION_DEMO"
+    )
     with pytest.raises(SettingsError) as caught:
-        read_settings({"MEDALLION_DEMO": "no", "MEDALLION_PIPELINES": "medallion_assets_tests",
-                       "MEDALLION_SIMULATOR": "on"})
-    assert str(caught.value).startswith("MEDALLION_SIMULATOR='on' lands TPC-H's demo files, and MEDALLION_DEMO=off "
-                                        "leaves out the feeds that read them: unset MEDALLION_SIMULATOR")
+        read_settings(
+            {"MEDALLION_DEMO": "no", "MEDALLION_PIPELINES": "medallion_assets_tests", "MEDALLION_SIMULATOR": "on"}
+        )
+    assert str(caught.value).startswith(
+        "MEDALLION_SIMULATOR='on' lands TPC-H's demo files, and MEDALLION_DEMO=off "
+        "leaves out the feeds that read them: unset MEDALLION_SIMULATOR"
+    )
     with pytest.raises(SettingsError, match="MEDALLION_DEMO='of' is not a switch"):
         read_settings({"MEDALLION_DEMO": "of"})

@@ -156,9 +156,14 @@ def test_delivery_carries_every_kind_of_noise(small_landing):
 
     # Orders no TPC-H order: phantoms (inserted, then deleted) and the ones silver's expectations drop
     # (an unknown status, every line item of quantity 0), delivered once each.
-    statuses = {event["order"]["o_orderkey"]: event["order"].get("o_orderstatus") for _, _, event in events
-                if event["op"] == "upsert" and isinstance(event["order"].get("o_orderkey"), int)}
-    dropped = {key for key, status in statuses.items() if key not in tpch_keys and status == simulate.DROPPED_ORDER_STATUS}
+    statuses = {
+        event["order"]["o_orderkey"]: event["order"].get("o_orderstatus")
+        for _, _, event in events
+        if event["op"] == "upsert" and isinstance(event["order"].get("o_orderkey"), int)
+    }
+    dropped = {
+        key for key, status in statuses.items() if key not in tpch_keys and status == simulate.DROPPED_ORDER_STATUS
+    }
     phantoms = {key: {op for _, _, op in seen} for key, seen in by_key.items() if key not in tpch_keys | dropped}
     assert phantoms and all(ops == {"upsert", "delete"} for ops in phantoms.values())
     assert dropped and all(len(by_key[key]) == 1 for key in dropped)
@@ -168,8 +173,11 @@ def test_delivery_carries_every_kind_of_noise(small_landing):
     # The drop expectations of every kind of row fail, on exactly those rows (the customers' own check).
     drops = contract_reference.expected_drops(small_landing)
     items = sum(len(e["order"]["lineitems"]) for _, _, e in events if e.get("order", {}).get("o_orderkey") in dropped)
-    assert drops == {"orders_status_known": len(dropped), "lineitem_quantity_positive": items,
-                     "customers_segment_known": drops.get("customers_segment_known", 0)}
+    assert drops == {
+        "orders_status_known": len(dropped),
+        "lineitem_quantity_positive": items,
+        "customers_segment_known": drops.get("customers_segment_known", 0),
+    }
     assert drops["customers_segment_known"] >= 2
 
     reasons = {reason for _, reason in contract_reference.expected_reject_reasons(small_landing)}

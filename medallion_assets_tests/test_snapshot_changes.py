@@ -12,9 +12,9 @@ from the snapshots.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
-import dataclasses
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -32,16 +32,26 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
 
 def _page_declaration() -> Feed:
     """The snapshot feed the adding-a-feed page declares (its ``py`` block with ``LandingSnapshots``)."""
-    [code] = [block for block in re.findall(r"```py\n(.*?)```", PAGE.read_text(), flags=re.S)
-              if "LandingSnapshots(" in block]
+    [code] = [
+        block for block in re.findall(r"```py\n(.*?)```", PAGE.read_text(), flags=re.S) if "LandingSnapshots(" in block
+    ]
     namespace: dict = {}
     exec(compile(code, str(PAGE), "exec"), namespace)
     [feed] = [value for value in namespace.values() if isinstance(value, Feed)]
     return feed
 
+
 COLUMNS = ("plan_id", "name", "price", "seats", "owner")
-ARROW_SCHEMA = pa.schema([("plan_id", pa.string()), ("name", pa.string()), ("price", pa.decimal128(10, 2)),
-                          ("seats", pa.int64()), ("owner", pa.string()), ("note", pa.string())])
+ARROW_SCHEMA = pa.schema(
+    [
+        ("plan_id", pa.string()),
+        ("name", pa.string()),
+        ("price", pa.decimal128(10, 2)),
+        ("seats", pa.int64()),
+        ("owner", pa.string()),
+        ("note", pa.string()),
+    ]
+)
 
 
 def _plan(plan_id: str, name: str, price: str, seats: int) -> tuple:
@@ -50,25 +60,33 @@ def _plan(plan_id: str, name: str, price: str, seats: int) -> tuple:
 
 #: The snapshots in the order they are applied, and the run that takes each in.
 SNAPSHOTS = {
-    "snap-001.parquet": [_plan("P1", "basic", "10.00", 1), _plan("P2", "pro", "20.00", 5),
-                         _plan("P3", "team", "30.00", 10)],
+    "snap-001.parquet": [
+        _plan("P1", "basic", "10.00", 1),
+        _plan("P2", "pro", "20.00", 5),
+        _plan("P3", "team", "30.00", 10),
+    ],
     # P2 updated, P3 absent (deleted), P4 new, P1 unchanged.
-    "snap-002.parquet": [_plan("P1", "basic", "10.00", 1), _plan("P2", "pro", "25.00", 5),
-                         _plan("P4", "enterprise", "99.00", 50)],
+    "snap-002.parquet": [
+        _plan("P1", "basic", "10.00", 1),
+        _plan("P2", "pro", "25.00", 5),
+        _plan("P4", "enterprise", "99.00", 50),
+    ],
     # P1's update has seats 0 (dropped: silver keeps its first row), P3 back after its delete, P4 deleted.
-    "snap-003.parquet": [_plan("P1", "basic", "12.00", 0), _plan("P2", "pro", "25.00", 5),
-                         _plan("P3", "team", "35.00", 10)],
+    "snap-003.parquet": [
+        _plan("P1", "basic", "12.00", 0),
+        _plan("P2", "pro", "25.00", 5),
+        _plan("P3", "team", "35.00", 10),
+    ],
 }
 RUNS = [["snap-001.parquet", "snap-002.parquet"], ["snap-003.parquet"]]
 #: Landed in run 2 and ignored: a late snapshot, and an applied one landed again with other rows.
-LATE = {"snap-0015.parquet": [_plan("P9", "late", "1.00", 1)],
-        "snap-001.parquet": [_plan("P8", "replayed", "1.00", 1)]}
+LATE = {"snap-0015.parquet": [_plan("P9", "late", "1.00", 1)], "snap-001.parquet": [_plan("P8", "replayed", "1.00", 1)]}
 
 
 def _land(folder: Path, name: str, rows: list[tuple]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     # An undeclared column rides along: ignored.
-    table = pa.Table.from_pylist([{**dict(zip(COLUMNS, row)), "note": "x"} for row in rows], schema=ARROW_SCHEMA)
+    table = pa.Table.from_pylist([{**dict(zip(COLUMNS, row, strict=False)), "note": "x"} for row in rows], schema=ARROW_SCHEMA)
     aside = folder / f".{name}.tmp"
     pq.write_table(table, aside)
     os.replace(aside, folder / name)
@@ -104,8 +122,11 @@ def _expected(applied_at: dict[str, object], runs: list[list[str]] = RUNS):
                 silver[k] = row
     history = []
     for k in sorted({k for _, k, _ in changes}):
-        entered = [(name, row) for name, kk, row in changes
-                   if kk == k and (row is None or row[3] > 0) and k in adopted and name <= adopted[k]]
+        entered = [
+            (name, row)
+            for name, kk, row in changes
+            if kk == k and (row is None or row[3] > 0) and k in adopted and name <= adopted[k]
+        ]
         for i, (name, row) in enumerate(entered):
             following = applied_at[entered[i + 1][0]] if i + 1 < len(entered) else None
             history.append((k, row[1:4] if row else None, applied_at[name], following, following is None, row is None))
@@ -162,14 +183,27 @@ def test_snapshots_become_changes_with_history_and_late_ones_are_ignored(spark, 
         k: (row[1], row[2], row[3], _sha(row[4])) for k, row in silver_expected.items()
     }
     by_duckdb = read_with_duckdb(lake / "silver" / "plans").to_pylist()
-    assert sorted((r["plan_id"], r["price"]) for r in by_duckdb) == sorted((k, row[2]) for k, row in silver_expected.items())
+    assert sorted((r["plan_id"], r["price"]) for r in by_duckdb) == sorted(
+        (k, row[2]) for k, row in silver_expected.items()
+    )
     assert silver_expected["P1"][2] == Decimal("10.00") and "P3" in silver_expected and "P4" not in silver_expected
 
     # History: type 2, a delete as a row of its own, P3 back after its delete.
     history = read_with_deltalake(lake / "silver" / "plans_history").to_pylist()
-    got = sorted(((r["plan_id"], None if r["is_deleted"] else (r["name"], r["price"], r["seats"]),
-                   r["valid_from"].replace(tzinfo=None), r["valid_to"].replace(tzinfo=None) if r["valid_to"] else None,
-                   r["is_current"], r["is_deleted"]) for r in history), key=lambda r: (r[0], r[2]))
+    got = sorted(
+        (
+            (
+                r["plan_id"],
+                None if r["is_deleted"] else (r["name"], r["price"], r["seats"]),
+                r["valid_from"].replace(tzinfo=None),
+                r["valid_to"].replace(tzinfo=None) if r["valid_to"] else None,
+                r["is_current"],
+                r["is_deleted"],
+            )
+            for r in history
+        ),
+        key=lambda r: (r[0], r[2]),
+    )
     assert got == history_expected
     assert [r[5] for r in got if r[0] == "P3"] == [False, True, False]
     assert {r["owner"] for r in history if r["owner"]} <= {_sha(row[4]) for rows in SNAPSHOTS.values() for row in rows}

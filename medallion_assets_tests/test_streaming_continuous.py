@@ -42,9 +42,24 @@ def land(folder: Path, name: str, lines: int) -> None:
 def start_stream(root: Path, log_file: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets.cli", "stream", "--lake-root", str(root),
-         "--streams", STREAM, "--trigger-interval", "1 second", "--max-files-per-trigger", f"{STREAM}=5"],
-        env=env, start_new_session=True, stdout=log_file.open("ab"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "medallion_assets.cli",
+            "stream",
+            "--lake-root",
+            str(root),
+            "--streams",
+            STREAM,
+            "--trigger-interval",
+            "1 second",
+            "--max-files-per-trigger",
+            f"{STREAM}=5",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=log_file.open("ab"),
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -131,7 +146,11 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
         land(landing, "c.json", 5)
         result, batches = tick(instance)
         assert batches == []
-        health = [e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)] if isinstance(result, SensorResult) else []
+        health = (
+            [e for e in result.asset_events if isinstance(e, AssetCheckEvaluation)]
+            if isinstance(result, SensorResult)
+            else []
+        )
         assert not health or health[-1].metadata["backlog_files"].value == 1
 
         # Restart: the new batch is reported once, nothing before it again.
@@ -149,9 +168,9 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
 
 def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_path, delta_engine):
     """The ``bronze_streams_continuous`` job (bounded by run_seconds here) ingests what lands."""
+    from medallion_assets.continuous import bronze_streams_continuous
     from medallion_assets.engine import engine_for
     from medallion_assets.resources import SparkResource
-    from medallion_assets.continuous import bronze_streams_continuous
 
     # A session's first Delta write is slow (delta-spark loads and compiles its
     # classes: half a minute or more on a busy machine). Pay that before the
@@ -166,10 +185,18 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
     instance = DagsterInstance.ephemeral()
     result = bronze_streams_continuous.execute_in_process(
         instance=instance,
-        run_config={"ops": {"run_bronze_streams": {"config": {
-            "streams": [STREAM], "trigger_interval": "1 second", "run_seconds": 25,
-            "rate_limits": {STREAM: {"max_files_per_trigger": 1}},
-        }}}},
+        run_config={
+            "ops": {
+                "run_bronze_streams": {
+                    "config": {
+                        "streams": [STREAM],
+                        "trigger_interval": "1 second",
+                        "run_seconds": 25,
+                        "rate_limits": {STREAM: {"max_files_per_trigger": 1}},
+                    }
+                }
+            }
+        },
         # No Kafka source: the job says so and runs the file stream alone.
         resources={"spark": SparkResource(), "lake": lake, "kafka": KafkaResource()},
     )

@@ -22,15 +22,22 @@ from medallion_assets.assets.checks import DataFusionOutOfMemory, count_duplicat
 
 KEYED_ROWS = [(1, 1, "a"), (1, 2, "b"), (2, 1, "c"), (2, 1, "d"), (2, 1, "e"), (None, 1, "f")]
 PARENTS = [(1, 10), (1, 10), (2, 20), (3, 30)]
-CHILDREN = [(1, 10, "ok"), (1, 10, "ok again"), (2, 20, "ok"), (2, 99, "no such pair"), (4, 40, "no such key"),
-            (None, 10, "null key")]
+CHILDREN = [
+    (1, 10, "ok"),
+    (1, 10, "ok again"),
+    (2, 20, "ok"),
+    (2, 99, "no such pair"),
+    (4, 40, "no such key"),
+    (None, 10, "null key"),
+]
 
 
 def _tables(spark, way, rows, names, ddl, arrow_types):
     if way == "spark":
         return spark.createDataFrame(rows, ddl)
-    return pa.table({name: pa.array([row[i] for row in rows], type=kind)
-                     for i, (name, kind) in enumerate(zip(names, arrow_types))})
+    return pa.table(
+        {name: pa.array([row[i] for row in rows], type=kind) for i, (name, kind) in enumerate(zip(names, arrow_types, strict=False))}
+    )
 
 
 def _where(table, way, column, value):
@@ -41,8 +48,14 @@ def _where(table, way, column, value):
 
 @pytest.mark.parametrize("way", ["spark", "datafusion"])
 def test_duplicate_and_null_keys_fail_the_key_check(spark, way):
-    stored = _tables(spark, way, KEYED_ROWS, ["k", "line", "note"], "k long, line long, note string",
-                     [pa.int64(), pa.int64(), pa.string()])
+    stored = _tables(
+        spark,
+        way,
+        KEYED_ROWS,
+        ["k", "line", "note"],
+        "k long, line long, note string",
+        [pa.int64(), pa.int64(), pa.string()],
+    )
     # (2, 1) three times: 3 failing rows, one key; the null key: 1 row, one key.
     assert count_duplicate_keys(stored, ["k", "line"]) == (6, 4, 2)
     # On k alone: k=1 twice, k=2 three times, the null once.
@@ -56,12 +69,17 @@ def test_orphans_and_null_foreign_keys_fail_the_reference_check(spark, way):
     # A parent key stored twice must not count its children twice.
     parent = _tables(spark, way, PARENTS, ["pk", "pk2"], "pk long, pk2 long", [pa.int64(), pa.int64()])
     # The DataFusion child's keys are 32-bit where the parent's are 64-bit: the count must not refuse them.
-    child = _tables(spark, way, CHILDREN, ["fk", "fk2", "note"], "fk long, fk2 long, note string",
-                    [pa.int32(), pa.int64(), pa.string()])
+    child = _tables(
+        spark,
+        way,
+        CHILDREN,
+        ["fk", "fk2", "note"],
+        "fk long, fk2 long, note string",
+        [pa.int32(), pa.int64(), pa.string()],
+    )
     assert count_orphans(child, ["fk"], parent, ["pk"]) == (6, 2)
     assert count_orphans(child, ["fk", "fk2"], parent, ["pk", "pk2"]) == (6, 3)
-    ok = child.where("note LIKE 'ok%'") if way == "spark" else child.filter(
-        pc.starts_with(child["note"], "ok"))
+    ok = child.where("note LIKE 'ok%'") if way == "spark" else child.filter(pc.starts_with(child["note"], "ok"))
     assert count_orphans(ok, ["fk", "fk2"], parent, ["pk", "pk2"]) == (3, 0)
     empty = child.limit(0) if way == "spark" else child.slice(0, 0)
     assert count_orphans(empty, ["fk"], parent, ["pk"]) == (0, 0)
@@ -112,8 +130,14 @@ print(resident_mb() - warm)
 def test_the_driver_gives_back_what_datafusions_counts_freed():
     def kept_mb(**environment: str) -> int:
         env = {name: value for name, value in os.environ.items() if name != "MIMALLOC_PURGE_DELAY"}
-        done = subprocess.run([sys.executable, "-c", _MEMORY_KEPT_AFTER_THE_COUNTS], env={**env, **environment},
-                              capture_output=True, text=True, timeout=300, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _MEMORY_KEPT_AFTER_THE_COUNTS],
+            env={**env, **environment},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
         return int(done.stdout.split()[-1])
 
     kept = kept_mb()
@@ -154,24 +178,37 @@ def test_a_datafusion_join_near_its_memory_bound_returns(tmp_path):
 
     rng = np.random.default_rng(5)
     orders_count = 400_000
-    orders = pa.table({"o_orderkey": np.arange(orders_count, dtype=np.int64),
-                       "o_custkey": rng.integers(0, 50_000, orders_count),
-                       "o_orderdate": rng.integers(0, 2_500, orders_count).astype("int32")})
-    lineitem = pa.table({"l_orderkey": rng.integers(0, orders_count, 4 * orders_count),
-                         "l_price": rng.integers(1, 1_000_000, 4 * orders_count)})
+    orders = pa.table(
+        {
+            "o_orderkey": np.arange(orders_count, dtype=np.int64),
+            "o_custkey": rng.integers(0, 50_000, orders_count),
+            "o_orderdate": rng.integers(0, 2_500, orders_count).astype("int32"),
+        }
+    )
+    lineitem = pa.table(
+        {
+            "l_orderkey": rng.integers(0, orders_count, 4 * orders_count),
+            "l_price": rng.integers(1, 1_000_000, 4 * orders_count),
+        }
+    )
     customer = pa.table({"c_custkey": np.arange(0, 50_000, 2, dtype=np.int64)})
     for name, table in (("orders", orders), ("lineitem", lineitem), ("customer", customer)):
         file_rows = -(-table.num_rows // 4)  # four files
         for start in range(0, table.num_rows, file_rows):
             write_deltalake(str(tmp_path / name), table.slice(start, file_rows), mode="append")
     # The answer by pyarrow: order dates of the orders with a line item and a customer.
-    counted_orders = orders.filter(pc.and_(pc.is_in(orders["o_orderkey"], value_set=pc.unique(lineitem["l_orderkey"])),
-                                           pc.is_in(orders["o_custkey"], value_set=customer["c_custkey"])))
+    counted_orders = orders.filter(
+        pc.and_(
+            pc.is_in(orders["o_orderkey"], value_set=pc.unique(lineitem["l_orderkey"])),
+            pc.is_in(orders["o_custkey"], value_set=customer["c_custkey"]),
+        )
+    )
     dates = pc.count_distinct(counted_orders["o_orderdate"]).as_py()
 
     try:
-        done = subprocess.run([sys.executable, "-c", _A_JOIN_UNDER_EVERY_BOUND, str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", _A_JOIN_UNDER_EVERY_BOUND, str(tmp_path)], capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired as stopped:
         output = stopped.stdout or b""  # bytes, even with text=True, when the run was stopped
         answered = (output.decode() if isinstance(output, bytes) else output).splitlines()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, AssetSelection, AssetSpec, DagsterInstance, materialize
+from dagster import AssetSelection, AssetSpec, DagsterInstance, materialize
 from deltalake import write_deltalake
 
 from medallion_assets.assets import checks as table_checks
@@ -20,14 +20,20 @@ from medallion_assets.resources import LakeResource, SparkResource
 
 
 def _write_tables(root) -> None:
-    write_deltalake(str(root / "silver" / "keyed"),
-                    pa.table({"k": pa.array([1, 2, 2, 3, None], pa.int64()), "name": ["a", "b", "b again", "c", "?"]}))
+    write_deltalake(
+        str(root / "silver" / "keyed"),
+        pa.table({"k": pa.array([1, 2, 2, 3, None], pa.int64()), "name": ["a", "b", "b again", "c", "?"]}),
+    )
     write_deltalake(str(root / "silver" / "parents"), pa.table({"pk": pa.array([1, 2, 3], pa.int64())}))
-    write_deltalake(str(root / "silver" / "children"),
-                    pa.table({"fk": pa.array([1, 1, 3, 4, None, 5], pa.int64()), "n": list(range(6))}))
+    write_deltalake(
+        str(root / "silver" / "children"),
+        pa.table({"fk": pa.array([1, 1, 3, 4, None, 5], pa.int64()), "n": list(range(6))}),
+    )
 
 
-@pytest.mark.parametrize("datafusion_memory_bytes, way", [(table_checks.DATAFUSION_MEMORY_BYTES, "DataFusion"), (1_024, "Spark")])
+@pytest.mark.parametrize(
+    "datafusion_memory_bytes, way", [(table_checks.DATAFUSION_MEMORY_BYTES, "DataFusion"), (1_024, "Spark")]
+)
 def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, monkeypatch, datafusion_memory_bytes, way):
     _write_tables(tmp_path)
     # A kilobyte is too little for either count: both fall back to Spark.
@@ -39,8 +45,7 @@ def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, mon
     result = materialize(
         [*(AssetSpec(["silver", table]) for table in ("keyed", "parents", "children")), *checks],
         selection=AssetSelection.all_asset_checks(),
-        resources={"spark": resource, "lake": lake,
-                   "io_manager": DeltaIOManager(spark=resource, lake=lake)},
+        resources={"spark": resource, "lake": lake, "io_manager": DeltaIOManager(spark=resource, lake=lake)},
         instance=DagsterInstance.ephemeral(),
         raise_on_error=False,  # the key check is blocking, and fails
     )
@@ -49,11 +54,16 @@ def test_key_and_reference_checks_count_the_same_either_way(spark, tmp_path, mon
     # k 2 twice and the null key: 3 failing rows of 5, two bad keys.
     assert not unique.passed
     assert {k: unique.metadata[k].value for k in ("passing_rows", "failing_rows", "duplicated_or_null_keys")} == {
-        "passing_rows": 2, "failing_rows": 3, "duplicated_or_null_keys": 2}
+        "passing_rows": 2,
+        "failing_rows": 3,
+        "duplicated_or_null_keys": 2,
+    }
     # fk 4, 5 and the null have no parent.
     assert not references.passed
     assert (references.metadata["passing_rows"].value, references.metadata["failing_rows"].value) == (3, 3)
     assert unique.metadata[COMPUTED_WITH].value == references.metadata[COMPUTED_WITH].value == way
     assert unique.metadata[CHECKED_VERSIONS].value == {"silver/keyed": {"version": 0}}
-    assert references.metadata[CHECKED_VERSIONS].value == {"silver/children": {"version": 0},
-                                                                "silver/parents": {"version": 0}}
+    assert references.metadata[CHECKED_VERSIONS].value == {
+        "silver/children": {"version": 0},
+        "silver/parents": {"version": 0},
+    }

@@ -142,8 +142,11 @@ def land(path: Path, data: bytes) -> None:
 
 def markdown_rows(markdown: str) -> list[list[str]]:
     """The cells of a Markdown table's body rows."""
-    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")]
-            for line in markdown.splitlines()[2:] if line.startswith("| ")]
+    return [
+        [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        for line in markdown.splitlines()[2:]
+        if line.startswith("| ")
+    ]
 
 
 @pytest.fixture()
@@ -236,8 +239,13 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         # The simulator's delivery is noisy by design: its rejects must show (amber), not hide behind green,
         # and so must "the expectations that dropped rows" (the README's quickstart).
         amber = {name for _, name, _ in warnings}
-        assert {"orders_rejected_rows", "customers_rejected_rows", "orders_status_known",
-                "lineitem_quantity_positive", "customers_segment_known"} <= amber, warnings
+        assert {
+            "orders_rejected_rows",
+            "customers_rejected_rows",
+            "orders_status_known",
+            "lineitem_quantity_positive",
+            "customers_segment_known",
+        } <= amber, warnings
 
         # Every Delta table says which engine wrote it, the engine this session was started with
         # (a pandas asset's table: deltalake itself).
@@ -246,7 +254,8 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         engine = os.environ["MEDALLION_DELTA_ENGINE"]
         engines = {
             "/".join(n["assetKey"]["path"]): entry.get("text")
-            for n in nodes if n["assetKey"]["path"][0] != "landing"
+            for n in nodes
+            if n["assetKey"]["path"][0] != "landing"
             for entry in n["assetMaterializations"][0]["metadataEntries"]
             if entry["label"] == "delta/engine" and entry.get("text") != ENGINE_NAME
         }
@@ -265,12 +274,27 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
 
         # The quickstart's command-line run, with the same DAGSTER_HOME, is in the UI's history too.
         subprocess.run(
-            [str(Path(sys.executable).parent / "dagster"), "asset", "materialize",
-             "-m", "medallion_assets.definitions", "--select", "gold/pricing_summary"],
-            cwd=REPO_ROOT, env=env, check=True, capture_output=True, timeout=600,
+            [
+                str(Path(sys.executable).parent / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "medallion_assets.definitions",
+                "--select",
+                "gold/pricing_summary",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
         )
         # The runs' session catalog keeps its databases' folders in the lake, not in the project.
-        assert {p.name for p in (folder / "lakehouse" / "_warehouse").iterdir()} >= {"bronze.db", "silver.db", "gold.db"}
+        assert {p.name for p in (folder / "lakehouse" / "_warehouse").iterdir()} >= {
+            "bronze.db",
+            "silver.db",
+            "gold.db",
+        }
         runs = graphql(base, RUNS)["runsOrError"]["results"]
         assert len(runs) == 2 and all(r["status"] == "SUCCESS" for r in runs), runs
         page.goto(f"{base}/runs")
@@ -285,21 +309,46 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         land(garbage, bytes(b for b in random.Random(73).randbytes(3000) if b != ord("\r")))
         land(wrong_header, b"id,name,favourite_colour\r\n1,Ada,green\r\n2,Bob,blue\r\n")
         broken = subprocess.run(
-            [str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m", "medallion_assets.definitions",
-             "--select", "bronze/orders_raw*,bronze/customers_cdc*"],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
+            [
+                str(Path(sys.executable).parent / "dagster"),
+                "asset",
+                "materialize",
+                "-m",
+                "medallion_assets.definitions",
+                "--select",
+                "bronze/orders_raw*,bronze/customers_cdc*",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
         assert broken.returncode != 0, broken.stdout[-2000:]
-        [run] = [r for r in graphql(base, RUNS)["runsOrError"]["results"] if r["runId"] not in {r["runId"] for r in runs}]
+        [run] = [
+            r for r in graphql(base, RUNS)["runsOrError"]["results"] if r["runId"] not in {r["runId"] for r in runs}
+        ]
         tags = {t["key"]: t["value"] for t in run["tags"]}
-        assert run["status"] == "FAILURE" and tags.get("medallion/data_checks") == "failed", (run, broken.stderr[-3000:])
-        assert tags["medallion/failed_checks"] == "silver/customers:customers_rejected_rows, silver/orders:orders_rejected_rows"
+        assert run["status"] == "FAILURE" and tags.get("medallion/data_checks") == "failed", (
+            run,
+            broken.stderr[-3000:],
+        )
+        assert (
+            tags["medallion/failed_checks"]
+            == "silver/customers:customers_rejected_rows, silver/orders:orders_rejected_rows"
+        )
 
         nodes = {"/".join(n["assetKey"]["path"]): n for n in graphql(base, CHECKS)["assetNodes"]}
         red = {}
-        for asset, check in (("silver/orders", "orders_rejected_rows"), ("silver/customers", "customers_rejected_rows")):
-            [execution] = [c["executionForLatestMaterialization"] for c in nodes[asset]["assetChecksOrError"]["checks"]
-                           if c["name"] == check]
+        for asset, check in (
+            ("silver/orders", "orders_rejected_rows"),
+            ("silver/customers", "customers_rejected_rows"),
+        ):
+            [execution] = [
+                c["executionForLatestMaterialization"]
+                for c in nodes[asset]["assetChecksOrError"]["checks"]
+                if c["name"] == check
+            ]
             assert execution["runId"] == run["runId"] and execution["status"] == "FAILED", execution
             evaluation = execution["evaluation"]
             assert evaluation["severity"] == "ERROR", evaluation
@@ -307,15 +356,22 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
             red[check] = (evaluation["description"], json.loads(entries["rejected_by_file"]))
         description, files = red["orders_rejected_rows"]
         assert "orders/broken-export.json" in description and "every line rejected" in description
-        assert [f["file"].rsplit("/", 2)[-2:] for f in files if f["rejected_whole"]] == [["orders", "broken-export.json"]]
+        assert [f["file"].rsplit("/", 2)[-2:] for f in files if f["rejected_whole"]] == [
+            ["orders", "broken-export.json"]
+        ]
         description, files = red["customers_rejected_rows"]
         [whole] = [f for f in files if f["rejected_whole"]]
         assert whole["file"].endswith("customers/wrong-export.csv") and whole["input_rows"] == 2
         assert whole["reason"].startswith("header does not match the declaration: expected (op, c_custkey,")
         assert whole["reason"].endswith("found (id, name, favourite_colour)") and "wrong-export.csv" in description
         # Gold was not computed from the broken delivery.
-        computed = [key for key, n in nodes.items() if key.startswith("gold/") and n["assetMaterializations"]
-                    and n["assetMaterializations"][0]["runId"] == run["runId"]]
+        computed = [
+            key
+            for key, n in nodes.items()
+            if key.startswith("gold/")
+            and n["assetMaterializations"]
+            and n["assetMaterializations"][0]["runId"] == run["runId"]
+        ]
         assert not computed, computed
         # The quarantine's preview shows the newest rejects: this run's, not the first batch's.
         from medallion_assets_tests.delta.readers import read_with_deltalake
@@ -323,9 +379,13 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         quarantined = read_with_deltalake(str(folder / "lakehouse" / "quarantine" / "orders")).to_pylist()
         newest = max(r["_quarantined_at"] for r in quarantined)
         assert {r["_source_file"].rsplit("/", 1)[1] for r in quarantined if r["_quarantined_at"] == newest} == {
-            garbage.name}
-        [preview] = [e["mdStr"] for e in nodes["quarantine/orders"]["assetMaterializations"][0]["metadataEntries"]
-                     if e["label"] == "preview"]
+            garbage.name
+        }
+        [preview] = [
+            e["mdStr"]
+            for e in nodes["quarantine/orders"]["assetMaterializations"][0]["metadataEntries"]
+            if e["label"] == "preview"
+        ]
         shown = markdown_rows(preview)
         assert shown and {row[-1] for row in shown} == {str(newest)}, preview
 
@@ -338,8 +398,8 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         listed = page.inner_text("body")
         (shots / "7-runs-broken-delivery.txt").write_text(listed)
         # The list reads row by row, newest first: the broken run's row is its text up to the next run's id.
-        row = listed[listed.index(run["runId"][:8]):]
-        row = row[:min([row.find(r["runId"][:8]) for r in runs if r["runId"][:8] in row] or [len(row)])]
+        row = listed[listed.index(run["runId"][:8]) :]
+        row = row[: min([row.find(r["runId"][:8]) for r in runs if r["runId"][:8] in row] or [len(row)])]
         assert "Failure" in row.split() and "medallion/data_checks: failed" in row, row
         # The run's page: Failure, the blocking check that failed the step, and the tags.
         page.goto(f"{base}/runs/{run['runId']}")

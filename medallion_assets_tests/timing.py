@@ -35,7 +35,9 @@ LONG_TEST_SECONDS = 20.0
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--store-durations", action="store_true", default=False,
+        "--store-durations",
+        action="store_true",
+        default=False,
         help=f"write this run's per-test seconds to {DURATIONS_FILE.name} (the xdist order reads it)",
     )
 
@@ -78,8 +80,10 @@ class _Clock:
         terminalreporter.section("where the time goes")
         wall = time.monotonic() - self.started
         in_tests = sum(self.seconds.values())
-        write(f"wall {wall / 60:.1f} min; test time {in_tests / 60:.1f} min in this session "
-              f"({in_tests / max(wall, 1e-9):.2f} tests at once on average)")
+        write(
+            f"wall {wall / 60:.1f} min; test time {in_tests / 60:.1f} min in this session "
+            f"({in_tests / max(wall, 1e-9):.2f} tests at once on average)"
+        )
         write("per module (minutes; a nested session's modules carry its label):")
         for (label, module), s in sorted(modules.items(), key=lambda kv: -kv[1]):
             if s >= 1.0:

@@ -11,7 +11,6 @@ applied one and names the late or replayed ones it ignored
 (:func:`~medallion_assets.ingest.apply_snapshots`).
 """
 
-
 from collections.abc import Iterable, Mapping, Sequence
 
 from dagster import (
@@ -58,24 +57,41 @@ class BronzeStreamConfig(Config):
     )
 
 
-def _run_to_end(query, client: DeltaTableClient, path: str, feed: Feed,
-                spark: SparkResource, context: AssetExecutionContext) -> tuple[dict, list[dict]]:
+def _run_to_end(
+    query, client: DeltaTableClient, path: str, feed: Feed, spark: SparkResource, context: AssetExecutionContext
+) -> tuple[dict, list[dict]]:
     """Wait for an ``availableNow`` query; the table's metadata with what this run took in, and its progress."""
     query.awaitTermination()
     progress = [p for p in query.recentProgress if p.get("numInputRows")]
     metadata = (
-        {**table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed),
-                          earlier=latest_materialization_metadata(context.instance, context.asset_key)),
-         **_catalog_entry(spark, client, feed, path)}
-        if client.exists(path) else {"dagster/row_count": 0}
+        {
+            **table_metadata(
+                client,
+                path,
+                column_descriptions=bronze_column_descriptions(feed),
+                earlier=latest_materialization_metadata(context.instance, context.asset_key),
+            ),
+            **_catalog_entry(spark, client, feed, path),
+        }
+        if client.exists(path)
+        else {"dagster/row_count": 0}
     )
-    return {**metadata, "new_rows": sum(int(p["numInputRows"]) for p in progress), "micro_batches": len(progress)}, progress
+    return {
+        **metadata,
+        "new_rows": sum(int(p["numInputRows"]) for p in progress),
+        "micro_batches": len(progress),
+    }, progress
 
 
 def _bronze_asset_args(feed: Feed, deps: Sequence[AssetKey]) -> dict:
     """What every bronze asset of a feed declares alike: its key, group, kinds, description and upstream."""
-    return {"key": feed.bronze_key, "group_name": "bronze", "kinds": DELTA_KINDS, "description": feed.description,
-            "deps": list(deps)}
+    return {
+        "key": feed.bronze_key,
+        "group_name": "bronze",
+        "kinds": DELTA_KINDS,
+        "description": feed.description,
+        "deps": list(deps),
+    }
 
 
 def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, path: str) -> dict:
@@ -90,7 +106,10 @@ def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, p
 def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
-        metadata={"delta/write_mode": "append (Structured Streaming sink)", "allow_full_refresh": feed.allow_full_refresh},
+        metadata={
+            "delta/write_mode": "append (Structured Streaming sink)",
+            "allow_full_refresh": feed.allow_full_refresh,
+        },
     )
     def _bronze_stream(
         context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
@@ -99,8 +118,9 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
         session = spark.session_by_path
         query = start_bronze_stream(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
-        metadata, _ = _run_to_end(query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark,
-                                  context)
+        metadata, _ = _run_to_end(
+            query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark, context
+        )
         return MaterializeResult(metadata=metadata)
 
     return _bronze_stream
@@ -111,27 +131,39 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
         **_bronze_asset_args(feed, deps),
         metadata={"delta/write_mode": "append (Structured Streaming sink)"},
     )
-    def _bronze_kafka(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource,
-                      kafka: KafkaResource) -> MaterializeResult:
+    def _bronze_kafka(
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
+    ) -> MaterializeResult:
         session = spark.session_by_path
         client = DeltaTableClient(session)
         descriptions = bronze_column_descriptions(feed)
         if not kafka.configured:
             path = ensure_bronze_table(session, lake, feed)
-            return MaterializeResult(metadata={
-                **table_metadata(client, path, column_descriptions=descriptions,
-                                 earlier=latest_materialization_metadata(context.instance, context.asset_key)),
-                **_catalog_entry(spark, client, feed, path), "new_rows": 0,
-                "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
-            })
+            return MaterializeResult(
+                metadata={
+                    **table_metadata(
+                        client,
+                        path,
+                        column_descriptions=descriptions,
+                        earlier=latest_materialization_metadata(context.instance, context.asset_key),
+                    ),
+                    **_catalog_entry(spark, client, feed, path),
+                    "new_rows": 0,
+                    "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
+                }
+            )
         kafka = kafka.for_feed(feed)
         context.log.info(f"reading {kafka.describe()}")
         query = start_kafka_stream(session, lake, kafka, feed, commit_metadata={"dagster_run_id": context.run_id})
         metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed, spark, context)
         ends = progress[-1]["sources"][0].get("endOffset") if progress else None
-        return MaterializeResult(metadata={
-            **metadata, "kafka_topic": kafka.topic, "kafka_end_offsets": MetadataValue.json(ends or {}),
-        })
+        return MaterializeResult(
+            metadata={
+                **metadata,
+                "kafka_topic": kafka.topic,
+                "kafka_end_offsets": MetadataValue.json(ends or {}),
+            }
+        )
 
     return _bronze_kafka
 
@@ -140,8 +172,9 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
         output_required=False,
-        metadata=delta_table(write_mode="overwrite", schema_mode="overwrite",
-                             column_descriptions=bronze_column_descriptions(feed)),
+        metadata=delta_table(
+            write_mode="overwrite", schema_mode="overwrite", column_descriptions=bronze_column_descriptions(feed)
+        ),
     )
     def _bronze_snapshot(spark: SparkResource, lake: LakeResource):
         snapshot = load_snapshot(spark.session_by_path, lake, feed)
@@ -157,8 +190,9 @@ def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefin
         **_bronze_asset_args(feed, deps),
         metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
     )
-    def _bronze_snapshot_changes(context: AssetExecutionContext, spark: SparkResource,
-                                 lake: LakeResource) -> MaterializeResult:
+    def _bronze_snapshot_changes(
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource
+    ) -> MaterializeResult:
         session = spark.session_by_path
         done = apply_snapshots(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
         if done.ignored:
@@ -169,20 +203,28 @@ def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefin
             )
         client = DeltaTableClient(session)
         path = lake.table_path(feed.bronze_key.path)
-        return MaterializeResult(metadata={
-            **table_metadata(client, path, column_descriptions=bronze_column_descriptions(feed),
-                             earlier=latest_materialization_metadata(context.instance, context.asset_key)),
-            **_catalog_entry(spark, client, feed, path),
-            "applied_snapshots": MetadataValue.json(done.applied),
-            "ignored_snapshots": MetadataValue.json(done.ignored),
-            "last_applied_snapshot": done.last or "",
-            "new_rows": sum(sum(counts.values()) for counts in done.applied.values()),
-        })
+        return MaterializeResult(
+            metadata={
+                **table_metadata(
+                    client,
+                    path,
+                    column_descriptions=bronze_column_descriptions(feed),
+                    earlier=latest_materialization_metadata(context.instance, context.asset_key),
+                ),
+                **_catalog_entry(spark, client, feed, path),
+                "applied_snapshots": MetadataValue.json(done.applied),
+                "ignored_snapshots": MetadataValue.json(done.ignored),
+                "last_applied_snapshot": done.last or "",
+                "new_rows": sum(sum(counts.values()) for counts in done.applied.values()),
+            }
+        )
 
     return _bronze_snapshot_changes
 
 
-def bronze_assets(feeds: Iterable[Feed], *, landed_by: Mapping[str, Sequence[AssetKey]] | None = None) -> list[AssetsDefinition]:
+def bronze_assets(
+    feeds: Iterable[Feed], *, landed_by: Mapping[str, Sequence[AssetKey]] | None = None
+) -> list[AssetsDefinition]:
     """The bronze asset of each feed.
 
     Args:

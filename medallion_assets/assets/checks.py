@@ -19,24 +19,24 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
-    AssetCheckSeverity,
     AssetChecksDefinition,
+    AssetCheckSeverity,
     AssetExecutionContext,
     AssetIn,
     AssetKey,
-    MetadataValue,
     AssetsDefinition,
+    MetadataValue,
     SensorDefinition,
     SupersessionWarning,
     asset_check,
     build_last_update_freshness_checks,
     build_sensor_for_freshness_checks,
 )
-import pyarrow as pa
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -146,12 +146,14 @@ def count_duplicate_keys(rows: CheckedRows, keys: Sequence[str]) -> tuple[int, i
     if not isinstance(rows, DataFrame):
         key_list = ", ".join(_quoted(k) for k in keys)
         bad = " OR ".join(["count(*) > 1", *(f"{_quoted(k)} IS NULL" for k in keys)])
-        totals = _counts(one_row(
-            f"SELECT sum(n) AS rows, sum(CASE WHEN bad THEN n ELSE 0 END) AS failing, "
-            f"sum(CASE WHEN bad THEN 1 ELSE 0 END) AS bad_keys "
-            f"FROM (SELECT count(*) AS n, {bad} AS bad FROM {{checked}} GROUP BY {key_list})",
-            {"checked": rows},
-        ))
+        totals = _counts(
+            one_row(
+                f"SELECT sum(n) AS rows, sum(CASE WHEN bad THEN n ELSE 0 END) AS failing, "
+                f"sum(CASE WHEN bad THEN 1 ELSE 0 END) AS bad_keys "
+                f"FROM (SELECT count(*) AS n, {bad} AS bad FROM {{checked}} GROUP BY {key_list})",
+                {"checked": rows},
+            )
+        )
         return totals["rows"], totals["failing"], totals["bad_keys"]
     per_key = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"))
     null_key = F.lit(False)
@@ -185,18 +187,20 @@ def count_orphans(
     """
     if not isinstance(child, DataFrame) and not isinstance(parent, DataFrame):
         keys = [f"_k{i}" for i in range(len(foreign_keys))]
-        child_keys = ", ".join(f"{_quoted(fk)} AS {k}" for fk, k in zip(foreign_keys, keys))
-        parent_keys_as = ", ".join(f"{_quoted(pk)} AS {k}" for pk, k in zip(parent_keys, keys))
+        child_keys = ", ".join(f"{_quoted(fk)} AS {k}" for fk, k in zip(foreign_keys, keys, strict=False))
+        parent_keys_as = ", ".join(f"{_quoted(pk)} AS {k}" for pk, k in zip(parent_keys, keys, strict=False))
         # A null key equals nothing, so its rows find no parent, even where a parent's key is null too.
         unmatched = " OR ".join(["_parents = 0"] + [f"{k} IS NULL" for k in keys])
-        totals = _counts(one_row(
-            f"SELECT sum(_children) AS rows, sum(CASE WHEN {unmatched} THEN _children ELSE 0 END) AS orphans "
-            f"FROM (SELECT sum(_child) AS _children, sum(_parent) AS _parents, {', '.join(keys)} FROM ("
-            f"SELECT {child_keys}, 1 AS _child, 0 AS _parent FROM {{child}} UNION ALL "
-            f"SELECT {parent_keys_as}, 0 AS _child, 1 AS _parent FROM {{parent}}"
-            f") AS u GROUP BY {', '.join(keys)}) AS g",
-            {"child": child, "parent": parent},
-        ))
+        totals = _counts(
+            one_row(
+                f"SELECT sum(_children) AS rows, sum(CASE WHEN {unmatched} THEN _children ELSE 0 END) AS orphans "
+                f"FROM (SELECT sum(_child) AS _children, sum(_parent) AS _parents, {', '.join(keys)} FROM ("
+                f"SELECT {child_keys}, 1 AS _child, 0 AS _parent FROM {{child}} UNION ALL "
+                f"SELECT {parent_keys_as}, 0 AS _child, 1 AS _parent FROM {{parent}}"
+                f") AS u GROUP BY {', '.join(keys)}) AS g",
+                {"child": child, "parent": parent},
+            )
+        )
         return totals["rows"], totals["orphans"]
     parents = (
         parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
@@ -246,8 +250,9 @@ def counted(
         try:
             return count(*tables), "DataFusion"
         except DataFusionOutOfMemory as error:
-            context.log.warning(f"counted by Spark: DataFusion needed more than "
-                                f"{DATAFUSION_MEMORY_BYTES // 2**20} MiB ({error})")
+            context.log.warning(
+                f"counted by Spark: DataFusion needed more than {DATAFUSION_MEMORY_BYTES // 2**20} MiB ({error})"
+            )
     return count(*frames()), "Spark"
 
 
@@ -265,7 +270,9 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     def _unique(context: AssetCheckExecutionContext, stored: TableRead) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
             (rows, failing, bad_keys), computed_with = counted(
-                context, lambda: [stored.delta_table()], lambda: [stored.frame],
+                context,
+                lambda: [stored.delta_table()],
+                lambda: [stored.frame],
                 lambda table: count_duplicate_keys(table, keys),
             )
             return AssetCheckResult(
@@ -287,7 +294,9 @@ def unique_key_check(table: str, keys: Sequence[str]) -> AssetChecksDefinition:
     return _unique
 
 
-def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent_keys: Sequence[str]) -> AssetChecksDefinition:
+def reference_check(
+    child: str, foreign_keys: Sequence[str], parent: str, parent_keys: Sequence[str]
+) -> AssetChecksDefinition:
     """Every ``silver.<child>`` row points at an existing ``silver.<parent>`` row."""
 
     key = AssetKey(["silver", child])
@@ -299,8 +308,9 @@ def reference_check(child: str, foreign_keys: Sequence[str], parent: str, parent
         description=f"Every {child}.({', '.join(foreign_keys)}) exists in {parent}.({', '.join(parent_keys)}).",
         additional_ins={"parent_table": AssetIn(key=AssetKey(["silver", parent]))},
     )
-    def _references(context: AssetCheckExecutionContext, child_table: TableRead,
-                    parent_table: TableRead) -> AssetCheckResult:
+    def _references(
+        context: AssetCheckExecutionContext, child_table: TableRead, parent_table: TableRead
+    ) -> AssetCheckResult:
         def evaluate() -> AssetCheckResult:
             (rows, orphans), computed_with = counted(
                 context,
@@ -351,11 +361,13 @@ def last_update_freshness_checks(
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SupersessionWarning)
-        return list(build_last_update_freshness_checks(
-            assets=list(assets),
-            lower_bound_delta=timedelta(hours=max_lag_hours),
-            severity=AssetCheckSeverity.WARN,
-        ))
+        return list(
+            build_last_update_freshness_checks(
+                assets=list(assets),
+                lower_bound_delta=timedelta(hours=max_lag_hours),
+                severity=AssetCheckSeverity.WARN,
+            )
+        )
 
 
 def freshness_sensor(checks: Iterable[AssetChecksDefinition]) -> SensorDefinition:

@@ -4,7 +4,6 @@ Left out of the definitions with ``MEDALLION_SIMULATOR=off``; then no bronze
 asset shows it upstream.
 """
 
-
 from typing import Literal
 
 from dagster import Config, MaterializeResult, asset
@@ -34,7 +33,11 @@ def simulated_feeds() -> tuple[str, ...]:
     return tuple(f.name for f in feeds_in([feeds]))
 
 
-@asset(key=["landing", "simulated_batch"], group_name="landing", description="Lands the next batch of a noisy TPC-H feed under landing/.")
+@asset(
+    key=["landing", "simulated_batch"],
+    group_name="landing",
+    description="Lands the next batch of a noisy TPC-H feed under landing/.",
+)
 def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
     """Land the next batch; when every batch is landed, land nothing and say so."""
     import functools
@@ -45,8 +48,12 @@ def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: Kafk
 
     try:
         landed = land_next_batch(
-            lake.landing_dir, scale_factor=config.scale_factor, batches=config.batches, seed=config.seed,
-            order_events_to=config.order_events_to, publish=functools.partial(publish_files, kafka.for_feed(ORDERS_KAFKA)),
+            lake.landing_dir,
+            scale_factor=config.scale_factor,
+            batches=config.batches,
+            seed=config.seed,
+            order_events_to=config.order_events_to,
+            publish=functools.partial(publish_files, kafka.for_feed(ORDERS_KAFKA)),
         )
     except AllBatchesLandedError as done:
         return MaterializeResult(metadata={"landed_files": 0, "note": str(done)})

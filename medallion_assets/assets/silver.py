@@ -60,7 +60,7 @@ from medallion_assets.expectations import (
     tag_failed_checks,
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
-from medallion_assets.io_manager import DELTA_KINDS, DELETION_VECTORS, READ, ChangesWithTable, delta_table
+from medallion_assets.io_manager import DELETION_VECTORS, DELTA_KINDS, READ, ChangesWithTable, delta_table
 from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.transforms import silver as T
@@ -102,13 +102,17 @@ def quarantine_out(*, key: AssetKey, source: str, guards: Sequence[AssetKey]) ->
     """
     tables = " and ".join(".".join(g.path) for g in guards)
     return AssetOut(
-        key=key, kinds=DELTA_KINDS, is_required=False, group_name=QUARANTINE_GROUP,
+        key=key,
+        kinds=DELTA_KINDS,
+        is_required=False,
+        group_name=QUARANTINE_GROUP,
         metadata={**QUARANTINE, GUARDS: MetadataValue.asset(guards[0])},
         description=(
             f"Rows of {source} rejected by {tables}: parse errors and failed drop/fail expectations, "
             "with the reason; appended, never merged."
         ),
     )
+
 
 _HISTORY_DESCRIPTIONS = {
     "valid_from": "When this version of the row became current (the change's first sequence field).",
@@ -139,12 +143,20 @@ def _change_feed_step(declared: Feed) -> AssetsDefinition:
         name=f"{table}_from_{feed.name}",
         outs={
             table: AssetOut(
-                key=key, kinds=DELTA_KINDS, is_required=False, group_name="silver",
+                key=key,
+                kinds=DELTA_KINDS,
+                is_required=False,
+                group_name="silver",
                 description=f"Latest state per ({', '.join(changes.keys)}) of {feed.name}, deletes applied.",
-                metadata=delta_table(write_mode="merge", merge_keys=list(changes.keys), sequence_column="_sequence",
-                                     delete_column="_deleted", filtered_by=changes.filtered_by,
-                                     column_descriptions={**silver_descriptions(feed), **_CHANGE_DESCRIPTIONS},
-                                     table_properties={DELETION_VECTORS: "true"} if changes.deletion_vectors else None),
+                metadata=delta_table(
+                    write_mode="merge",
+                    merge_keys=list(changes.keys),
+                    sequence_column="_sequence",
+                    delete_column="_deleted",
+                    filtered_by=changes.filtered_by,
+                    column_descriptions={**silver_descriptions(feed), **_CHANGE_DESCRIPTIONS},
+                    table_properties={DELETION_VECTORS: "true"} if changes.deletion_vectors else None,
+                ),
             ),
             quarantine_output: quarantine_out(key=quarantine_key, source=feed.name, guards=[key]),
         },
@@ -164,24 +176,30 @@ def _change_feed_step(declared: Feed) -> AssetsDefinition:
         records, rejects = T.typed_changes(judged, feed), T.rejected_changes(judged)
         latest = cache_rows(T.latest_changes(records, feed), no_rows=no_rows)
         # Masked before the expectations, so quarantined records carry no PII either.
-        outcome = apply_expectations(T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table,
-                                     no_rows=no_rows)
+        outcome = apply_expectations(
+            T.silver_rows(latest, feed), feed.expectations, asset_key=key, table_name=table, no_rows=no_rows
+        )
         # Cached: counted here, then written from the cache by the IO manager.
-        quarantined = cache_rows(rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined),
-                                 no_rows=no_rows)
+        quarantined = cache_rows(
+            rejects_to_quarantine(rejects, table).unionByName(outcome.quarantined), no_rows=no_rows
+        )
         rejected = count_rejected(quarantined, input_rows=observed.rows, no_rows=no_rows, judged=judged)
         judged.unpersist()  # what reads it next is cached: the latest changes and the quarantined rows
-        rejected_check = rejected_rows_result(rejected, asset_key=key, table=table,
-                                              max_rejected_share=changes.max_rejected_share)
+        rejected_check = rejected_rows_result(
+            rejected, asset_key=key, table=table, max_rejected_share=changes.max_rejected_share
+        )
         tag_failed_checks(context, [*outcome.check_results, rejected_check])
         try:
             yield from outcome.check_results
-            if not outcome.blocked:  # a failed expectation: the table stays as it is; the blocking check stops downstream
+            if (
+                not outcome.blocked
+            ):  # a failed expectation: the table stays as it is; the blocking check stops downstream
                 rows = T.rows_to_merge(outcome.kept, T.deleted_keys(latest, feed))
                 yield Output(step_output(rows, no_rows=no_rows), output_name=table, metadata=rejected.metadata)
             # Last: see the module's docstring.
-            yield Output(step_output(quarantined, no_rows=no_rows), output_name=quarantine_output,
-                         metadata=rejected.metadata)
+            yield Output(
+                step_output(quarantined, no_rows=no_rows), output_name=quarantine_output, metadata=rejected.metadata
+            )
         finally:
             # Written by now (each output is written as it is yielded): later steps get the memory back.
             for frame in (quarantined, latest):
@@ -209,12 +227,20 @@ def _history_asset(declared: Feed) -> AssetsDefinition:
             "arriving in a later run closes the row before it (and a late, older change slots in between); "
             "other keys' rows are not rewritten."
         ),
-        metadata=delta_table(write_mode="replace_keys", merge_keys=list(feed.silver.keys), schema_mode="merge",
-                             column_descriptions={**silver_descriptions(feed), **_HISTORY_DESCRIPTIONS,
-                                                  **(_SNAPSHOT_HISTORY if declared.applies_snapshots else {})}),
+        metadata=delta_table(
+            write_mode="replace_keys",
+            merge_keys=list(feed.silver.keys),
+            schema_mode="merge",
+            column_descriptions={
+                **silver_descriptions(feed),
+                **_HISTORY_DESCRIPTIONS,
+                **(_SNAPSHOT_HISTORY if declared.applies_snapshots else {}),
+            },
+        ),
     )
-    def _history(bronze_rows: ChangesWithTable, silver: DataFrame, spark: SparkResource,
-                 lake: LakeResource) -> DataFrame:
+    def _history(
+        bronze_rows: ChangesWithTable, silver: DataFrame, spark: SparkResource, lake: LakeResource
+    ) -> DataFrame:
         # Rejects are quarantined by the change step; silver and its tombstones say what it adopted.
         records, _ = T.parse_changes(bronze_rows.table, feed)
         changed, _ = T.parse_changes(bronze_rows.changes, feed)
@@ -233,8 +259,9 @@ def _snapshot_asset(feed: Feed) -> AssetsDefinition:
         group_name="silver",
         kinds=DELTA_KINDS,
         description=f"{feed.silver.table} with its declared columns and types.",
-        metadata=delta_table(write_mode="overwrite", schema_mode="overwrite",
-                             column_descriptions=silver_descriptions(feed)),
+        metadata=delta_table(
+            write_mode="overwrite", schema_mode="overwrite", column_descriptions=silver_descriptions(feed)
+        ),
     )
     def _conformed(snapshot: DataFrame) -> DataFrame:
         return T.conform_snapshot(snapshot, feed)

@@ -5,6 +5,9 @@ The surface copies delta-spark's: ``spark.read.format("delta")``,
 :class:`DeltaTable`. See docs/delta-engines.md for the idioms that differ.
 """
 
+from medallion_assets.delta._merge import DeltaMergeBuilder
+from medallion_assets.delta._read import read_delta
+from medallion_assets.delta._write import append_micro_batches, write_delta
 from medallion_assets.delta.errors import (
     ConcurrentWriteError,
     ConstraintViolationError,
@@ -15,11 +18,8 @@ from medallion_assets.delta.errors import (
     UnsupportedFeatureError,
     UnsupportedTypeError,
 )
-from medallion_assets.delta._read import read_delta
-from medallion_assets.delta._write import append_micro_batches, write_delta
 from medallion_assets.delta.session import enable_delta, has_native_delta
 from medallion_assets.delta.tables import DeltaOptimizeBuilder, DeltaTable, DeltaTableBuilder
-from medallion_assets.delta._merge import DeltaMergeBuilder
 
 __all__ = [
     "DeltaMergeBuilder",

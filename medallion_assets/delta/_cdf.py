@@ -12,7 +12,7 @@ them to what Spark expects: plain strings, ``int64`` and
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -62,10 +62,10 @@ def _timestamp_text(value: str | _dt.datetime | _dt.date | None, what: str) -> s
         return None
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=_dt.timezone.utc)
+            value = value.replace(tzinfo=_dt.UTC)
         return value.isoformat()
     if isinstance(value, _dt.date):
-        return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc).isoformat()
+        return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.UTC).isoformat()
     if isinstance(value, str):
         text = value.strip()
         try:
@@ -75,7 +75,7 @@ def _timestamp_text(value: str | _dt.datetime | _dt.date | None, what: str) -> s
                 f"{what} {value!r} is not an ISO 8601 timestamp such as '2024-01-31 12:00:00'."
             ) from exc
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=_dt.timezone.utc)
+            parsed = parsed.replace(tzinfo=_dt.UTC)
         return parsed.isoformat()
     raise DeltaOptionError(f"{what} must be a string or a datetime, got {type(value).__name__}.")
 
@@ -155,9 +155,7 @@ def read_change_feed_batches(
     start_v = _check_version(starting_version, "startingVersion")
     end_v = _check_version(ending_version, "endingVersion")
     if start_v is not None and end_v is not None and end_v < start_v:
-        raise DeltaOptionError(
-            f"endingVersion {end_v} is before startingVersion {start_v}.", table=str(path)
-        )
+        raise DeltaOptionError(f"endingVersion {end_v} is before startingVersion {start_v}.", table=str(path))
     start_ts = _timestamp_text(starting_timestamp, "startingTimestamp")
     end_ts = _timestamp_text(ending_timestamp, "endingTimestamp")
 

@@ -13,22 +13,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from urllib.parse import unquote
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import unquote
 
 import deltalake
 import pyarrow as pa
-from deltalake.exceptions import CommitFailedError, DeltaError as DeltaRsError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
-from deltalake.transaction import create_table_with_add_actions
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import DeltaError as DeltaRsError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
 from pyspark.sql import types as T
 from pyspark.sql.datasource import WriterCommitMessage
 
+from medallion_assets.delta._engine import PredicateError, check_predicate, holds
 from medallion_assets.delta._files import TableFileWriter, WrittenFile
 from medallion_assets.delta._options import WriteOptions
-from medallion_assets.delta._engine import PredicateError, check_predicate, holds
 from medallion_assets.delta._schema import (
     delta_to_spark_schema,
     refuse_growth_inside_maps,
@@ -136,7 +136,7 @@ def table_checks(configuration: Mapping[str, str], schema: T.StructType, *, loca
     for key, text in configuration.items():
         if not key.startswith("delta.constraints."):
             continue
-        name = key[len("delta.constraints."):]
+        name = key[len("delta.constraints.") :]
         try:
             check_predicate(text, arrow_schema)
         except PredicateError as exc:
@@ -155,7 +155,7 @@ def _planned_replace_where(text: str, schema: T.StructType, *, location: str) ->
         check_predicate(text, spark_to_arrow_schema(schema, table=location))
     except PredicateError as exc:
         raise DeltaOptionError(
-            f"replaceWhere \"{text}\" cannot be evaluated on the table's columns ({exc.message}); "
+            f'replaceWhere "{text}" cannot be evaluated on the table\'s columns ({exc.message}); '
             "it takes a SQL predicate as delta-rs reads SQL (DataFusion)",
             table=location,
         ) from exc
@@ -222,7 +222,8 @@ def plan_write(
     if config_true(metadata.configuration, "delta.appendOnly") and mode == "overwrite":
         raise DeltaError(
             "the table is append-only (delta.appendOnly=true); overwrite and replaceWhere are refused. "
-            "Append instead, or unset the property", table=location,
+            "Append instead, or unset the property",
+            table=location,
         )
     checks = table_checks(metadata.configuration, new_schema, location=location)
     replace_where = None
@@ -303,7 +304,7 @@ def _commit_properties(
 def _relative_action_path(location: str, data_file: DataFile) -> str:
     # As for adds, delta-rs URI-encodes the path it is given.
     prefix = location.rstrip("/") + "/"
-    return data_file.path[len(prefix):] if data_file.path.startswith(prefix) else data_file.path
+    return data_file.path[len(prefix) :] if data_file.path.startswith(prefix) else data_file.path
 
 
 def _remove(location: str, data_file: DataFile, now: int) -> RemoveAction:
@@ -348,8 +349,9 @@ def _replace_where_actions(plan: WritePlan, table: deltalake.DeltaTable) -> tupl
             continue
         # Some rows match: keep the others in a new file.
         keep = rows.filter(pa.compute.invert(replaced))
-        writer = TableFileWriter(plan.location, plan.arrow_schema, plan.partition_columns, task_id=99999,
-                                 table_name=plan.location)
+        writer = TableFileWriter(
+            plan.location, plan.arrow_schema, plan.partition_columns, task_id=99999, table_name=plan.location
+        )
         rewritten.extend(writer.write_batches(keep.to_batches()))
     return actions, rewritten
 
@@ -374,14 +376,16 @@ def _partition_verdicts(table: deltalake.DeltaTable, snapshot: Snapshot, predica
     try:
         # delta-rs hands the partition values over typed.
         values = pa.table(
-            {c: actions.column(f"partition.{c}").cast(snapshot.arrow_schema.field(c).type)
-             for c in snapshot.partition_columns}
+            {
+                c: actions.column(f"partition.{c}").cast(snapshot.arrow_schema.field(c).type)
+                for c in snapshot.partition_columns
+            }
         )
         verdicts = holds(predicate, values)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, PredicateError):
         return None
     paths = [file_location(snapshot.location, p) for p in actions.column("path").to_pylist()]
-    return dict(zip(paths, verdicts.to_pylist()))
+    return dict(zip(paths, verdicts.to_pylist(), strict=False))
 
 
 def _read_file(data_file: DataFile, snapshot: Snapshot) -> pa.Table:
@@ -424,7 +428,9 @@ def write_metrics(files: Iterable[WrittenFile]) -> dict[str, str]:
     }
 
 
-def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: Mapping[str, object] | None = None) -> int | None:
+def commit_write(
+    plan: WritePlan, files: list[WrittenFile], *, extra_metadata: Mapping[str, object] | None = None
+) -> int | None:
     """Commit the tasks' files as one transaction; returns the new version, or None if skipped.
 
     A write whose ``txnAppId`` already committed ``txnVersion`` (or a later one)
@@ -481,8 +487,9 @@ def commit_write(plan: WritePlan, files: list[WrittenFile], *, extra_metadata: M
             table.create_write_transaction(actions, "append", schema, plan.partition_columns, commit_properties=props)
         elif plan.options.dynamic_partition_overwrite:
             removes = _dynamic_partition_removes(plan, table, files)
-            table.create_write_transaction(adds + removes, "append", schema, plan.partition_columns,
-                                           commit_properties=props)
+            table.create_write_transaction(
+                adds + removes, "append", schema, plan.partition_columns, commit_properties=props
+            )
         else:
             table.create_write_transaction(adds, "overwrite", schema, plan.partition_columns, commit_properties=props)
         committed = True

@@ -81,9 +81,9 @@ def holds(predicate: str, data: pa.Table | pa.RecordBatch) -> pa.BooleanArray:
         frame = _context().from_arrow(table, name="rows").select_exprs(f"({predicate}) IS TRUE AS {_VERDICT}")
         verdict = frame.to_arrow_table().column(_VERDICT).combine_chunks()
     except Exception as exc:  # DataFusion raises plain Exceptions
-        raise PredicateError(f"cannot evaluate \"{predicate}\": {_reason(exc)}") from exc
+        raise PredicateError(f'cannot evaluate "{predicate}": {_reason(exc)}') from exc
     if len(verdict) != table.num_rows:  # pragma: no cover - a projection keeps every row
-        raise PredicateError(f"evaluating \"{predicate}\" returned {len(verdict)} verdicts for {table.num_rows} rows")
+        raise PredicateError(f'evaluating "{predicate}" returned {len(verdict)} verdicts for {table.num_rows} rows')
     return verdict
 
 
@@ -94,10 +94,14 @@ def check_predicate(predicate: str, schema: pa.Schema) -> None:
         PredicateError: with DataFusion's reason.
     """
     try:
-        frame = _context().from_arrow(schema.empty_table(), name="rows").select_exprs(f"({predicate}) IS TRUE AS {_VERDICT}")
+        frame = (
+            _context()
+            .from_arrow(schema.empty_table(), name="rows")
+            .select_exprs(f"({predicate}) IS TRUE AS {_VERDICT}")
+        )
         frame.to_arrow_table()
     except Exception as exc:
-        raise PredicateError(f"cannot evaluate \"{predicate}\": {_reason(exc)}") from exc
+        raise PredicateError(f'cannot evaluate "{predicate}": {_reason(exc)}') from exc
 
 
 def _reason(exc: Exception) -> str:

@@ -37,7 +37,7 @@ DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024
 DEFAULT_FILE_BYTES = 512 * 1024 * 1024
 
 # Characters Spark and Hive escape in partition folder names.
-_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
+_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(0x20)}
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
@@ -54,7 +54,7 @@ def serialize_partition_value(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     if isinstance(value, dt.date):
         return value.isoformat()
@@ -99,7 +99,9 @@ def _format_stat(value: Any, type_: pa.DataType, *, is_max: bool) -> Any:
             if is_max:
                 value = value + dt.timedelta(milliseconds=1)
         if type_.tz is not None:
-            return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+            return (
+                value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+            )
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
     if pa.types.is_date(type_):
         return value.isoformat()
@@ -291,7 +293,11 @@ class TableFileWriter:
             mask = None
             for name in self.partition_columns:
                 value = key_row[name]
-                test = pc.is_null(data.column(name)) if value is None else pc.equal(data.column(name), pa.scalar(value, data.schema.field(name).type))
+                test = (
+                    pc.is_null(data.column(name))
+                    if value is None
+                    else pc.equal(data.column(name), pa.scalar(value, data.schema.field(name).type))
+                )
                 mask = test if mask is None else pc.and_(mask, test)
             part = data.filter(pc.fill_null(mask, False))
             values = {name: serialize_partition_value(key_row[name]) for name in self.partition_columns}
@@ -338,9 +344,7 @@ class TableFileWriter:
                 )
 
     def _new_file(self, values: dict[str, str | None]) -> _OpenFile:
-        folders = [
-            f"{name}={NULL_PARTITION if v is None else escape_partition_value(v)}" for name, v in values.items()
-        ]
+        folders = [f"{name}={NULL_PARTITION if v is None else escape_partition_value(v)}" for name, v in values.items()]
         name = f"part-{self.task_id:05d}-{uuid.uuid4()}-c000.snappy.parquet"
         relative = "/".join([*folders, name])
         full = os.path.join(self.location, *folders, name)
@@ -401,7 +405,6 @@ class TableFileWriter:
 def write_table_files(data: pa.Table, writer: TableFileWriter) -> list[WrittenFile]:
     """Write a whole Arrow table with ``writer`` (driver-side rewrites, tests)."""
     return writer.write_batches(data.to_batches(max_chunksize=DEFAULT_ROW_GROUP_ROWS))
-
 
 
 # ---------------------------------------------------------------- files written by Spark

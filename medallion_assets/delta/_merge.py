@@ -30,6 +30,7 @@ class MergeTarget(Protocol):
 
     def _table(self) -> deltalake.DeltaTable: ...
 
+
 _METRICS_SCHEMA = T.StructType(
     [
         T.StructField("num_affected_rows", T.LongType()),
@@ -65,7 +66,7 @@ def conform_source(source: pa.Table, target: pa.Schema, table: str) -> pa.Table:
     """Cast source columns that the target also has to the target's types (safe casts only)."""
     by_name = {f.name.lower(): f for f in target}
     columns, fields = [], []
-    for field, column in zip(source.schema, source.columns):
+    for field, column in zip(source.schema, source.columns, strict=False):
         want = by_name.get(field.name.lower())
         typ = field.type
         if pa.types.is_string_view(typ) or pa.types.is_large_string(typ):
@@ -149,14 +150,21 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
     stored = {f.name.lower(): f.type for f in pa.schema(table.schema().to_arrow())}
     wanted = None if assigned is None else {name.lower() for name in assigned}
     growing = [
-        _with_nullable_fields(f) for f in source
+        _with_nullable_fields(f)
+        for f in source
         if (wanted is None or f.name.lower() in wanted) and _lacks_fields(stored.get(f.name.lower()), f.type)
     ]
     if growing:
-        refuse_growth_inside_maps(delta_to_spark_schema(table.schema()), from_arrow_schema(pa.schema(growing)),
-                                  table=table.table_uri)
-        write_deltalake(table, pa.schema(growing).empty_table(), mode="append", schema_mode="merge",
-                        commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}))
+        refuse_growth_inside_maps(
+            delta_to_spark_schema(table.schema()), from_arrow_schema(pa.schema(growing)), table=table.table_uri
+        )
+        write_deltalake(
+            table,
+            pa.schema(growing).empty_table(),
+            mode="append",
+            schema_mode="merge",
+            commit_properties=CommitProperties(custom_metadata={"mergeSchema": "true"}),
+        )
         table.update_incremental()
 
 
@@ -190,7 +198,9 @@ class DeltaMergeBuilder:
         from pyspark.sql import DataFrame as _DataFrame
 
         if not isinstance(source, _DataFrame):
-            raise DeltaOptionError(f"merge source must be a Spark DataFrame, got {type(source).__name__}", table=table.path)
+            raise DeltaOptionError(
+                f"merge source must be a Spark DataFrame, got {type(source).__name__}", table=table.path
+            )
         self._delta = table
         self._source = source
         self._condition = to_sql(condition, what="merge condition")
@@ -206,7 +216,9 @@ class DeltaMergeBuilder:
 
     def _assignments(self, mapping: dict[str, str | Column] | None, what: str) -> dict[str, str]:
         if not mapping:
-            raise DeltaOptionError(f"{what} needs a non-empty mapping of target column to expression", table=self._delta.path)
+            raise DeltaOptionError(
+                f"{what} needs a non-empty mapping of target column to expression", table=self._delta.path
+            )
         out = {}
         prefix = self._target_alias + "."
         for key, value in mapping.items():
@@ -223,9 +235,13 @@ class DeltaMergeBuilder:
         self._clauses.append((kind, condition, mapping))
         return self
 
-    def whenMatchedUpdate(self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+    def whenMatchedUpdate(
+        self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
         """Update matched target rows (where ``condition`` holds) with ``set``."""
-        return self._add("matched_update", self._cond(condition, "whenMatchedUpdate"), self._assignments(set, "whenMatchedUpdate"))
+        return self._add(
+            "matched_update", self._cond(condition, "whenMatchedUpdate"), self._assignments(set, "whenMatchedUpdate")
+        )
 
     def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Update every column of matched target rows from the source's same-named columns."""
@@ -235,15 +251,23 @@ class DeltaMergeBuilder:
         """Delete matched target rows (where ``condition`` holds)."""
         return self._add("matched_delete", self._cond(condition, "whenMatchedDelete"))
 
-    def whenNotMatchedInsert(self, condition: str | Column | None = None, values: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+    def whenNotMatchedInsert(
+        self, condition: str | Column | None = None, values: dict[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
         """Insert unmatched source rows with ``values`` (target column -> expression)."""
-        return self._add("not_matched_insert", self._cond(condition, "whenNotMatchedInsert"), self._assignments(values, "whenNotMatchedInsert"))
+        return self._add(
+            "not_matched_insert",
+            self._cond(condition, "whenNotMatchedInsert"),
+            self._assignments(values, "whenNotMatchedInsert"),
+        )
 
     def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
         """Insert unmatched source rows, every column from the source's same-named column."""
         return self._add("not_matched_insert_all", self._cond(condition, "whenNotMatchedInsertAll"))
 
-    def whenNotMatchedBySourceUpdate(self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None) -> DeltaMergeBuilder:
+    def whenNotMatchedBySourceUpdate(
+        self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
         """Update target rows no source row matches (where ``condition`` holds) with ``set``."""
         return self._add(
             "not_matched_by_source_update",
@@ -313,7 +337,9 @@ class DeltaMergeBuilder:
                 source_alias=s_alias,
                 target_alias=t_alias,
                 merge_schema=self._merge_schema,
-                commit_properties=CommitProperties(custom_metadata=dict(self._commit_info)) if self._commit_info else None,
+                commit_properties=CommitProperties(custom_metadata=dict(self._commit_info))
+                if self._commit_info
+                else None,
             )
             for kind, cond, mapping in self._clauses:
                 if kind == "matched_update":

@@ -17,8 +17,17 @@ from medallion_assets.delta.errors import DeltaOptionError
 _PASS_THROUGH = {"path", "paths", "queryname", "checkpointlocation", "__checkpointlocation"}
 #: What Spark's session catalog adds to the options of a table read by name: its
 #: reserved table properties, which say nothing about how to read the Delta log.
-_CATALOG_PROPERTIES = {"owner", "provider", "location", "external", "comment", "is_managed_location", "collation",
-                       "transient_lastddltime", "spark.sql.create.version"}
+_CATALOG_PROPERTIES = {
+    "owner",
+    "provider",
+    "location",
+    "external",
+    "comment",
+    "is_managed_location",
+    "collation",
+    "transient_lastddltime",
+    "spark.sql.create.version",
+}
 
 WRITE_OPTIONS = {
     "replacewhere": "replaceWhere",
@@ -118,11 +127,13 @@ def parse_bytes(name: str, value: str | None, *, table: str) -> int | None:
         return None
     text = str(value).strip().lower()
     number = text.rstrip("bkmg")
-    unit = text[len(number):] or "b"
+    unit = text[len(number) :] or "b"
     try:
         size = int(float(number) * _SIZE_UNITS[unit])
     except (ValueError, KeyError):
-        raise DeltaOptionError(f"option {name}='{value}' must be a size such as 1048576, 128m or 1g", table=table) from None
+        raise DeltaOptionError(
+            f"option {name}='{value}' must be a size such as 1048576, 128m or 1g", table=table
+        ) from None
     if size <= 0:
         raise DeltaOptionError(f"option {name}='{value}' must be positive", table=table)
     return size
@@ -146,7 +157,7 @@ def split_options(options: Mapping[str, str], known: dict[str, str], *, table: s
             properties[canonical_property(key)] = value
         elif lower.startswith("commitinfo."):
             # Spark hands keys over lowercased: use snake_case keys, e.g. commitInfo.dagster_run_id.
-            commit_info[key[len("commitInfo."):]] = value
+            commit_info[key[len("commitInfo.") :]] = value
         elif lower in _PASS_THROUGH or lower in _CATALOG_PROPERTIES or lower.startswith("spark.sql.sources."):
             continue
         else:
@@ -203,14 +214,24 @@ class WriteOptions:
             commit_info=commit_info,
         )
         if mode == "append" and (parsed.replace_where or parsed.overwrite_schema or parsed.dynamic_partition_overwrite):
-            used = [n for n, v in (("replaceWhere", parsed.replace_where), ("overwriteSchema", parsed.overwrite_schema),
-                                   ("partitionOverwriteMode", parsed.dynamic_partition_overwrite)) if v]
+            used = [
+                n
+                for n, v in (
+                    ("replaceWhere", parsed.replace_where),
+                    ("overwriteSchema", parsed.overwrite_schema),
+                    ("partitionOverwriteMode", parsed.dynamic_partition_overwrite),
+                )
+                if v
+            ]
             raise DeltaOptionError(f"{', '.join(used)} only applies to mode('overwrite'), not append", table=table)
         if parsed.replace_where and parsed.dynamic_partition_overwrite:
             raise DeltaOptionError("replaceWhere and partitionOverwriteMode=dynamic cannot be combined", table=table)
         if parsed.overwrite_schema and (parsed.replace_where or parsed.dynamic_partition_overwrite):
-            raise DeltaOptionError("overwriteSchema replaces the whole table; it cannot be combined with "
-                                   "replaceWhere or a dynamic partition overwrite", table=table)
+            raise DeltaOptionError(
+                "overwriteSchema replaces the whole table; it cannot be combined with "
+                "replaceWhere or a dynamic partition overwrite",
+                table=table,
+            )
         return parsed
 
 

@@ -89,10 +89,10 @@ def partition_scalar(raw: str | None, type_: pa.DataType, *, table: str) -> pa.S
 
 def _folder_matches(data_file: DataFile, partition_columns: list[str]) -> bool:
     """Whether the file's folders spell its partition values as Spark parses them."""
-    folders = data_file.path.replace("\\", "/").split("/")[-1 - len(partition_columns):-1]
+    folders = data_file.path.replace("\\", "/").split("/")[-1 - len(partition_columns) : -1]
     if len(folders) != len(partition_columns):
         return False
-    for folder, name in zip(folders, partition_columns):
+    for folder, name in zip(folders, partition_columns, strict=False):
         key, _, raw = folder.partition("=")
         if key != name:
             return False
@@ -147,7 +147,7 @@ def _union_by_partition(spark: SparkSession, snapshot: Snapshot) -> DataFrame:
     frames = []
     for values, paths in groups.items():
         frame = spark.read.schema(snapshot.data_schema).parquet(*paths)
-        for name, raw in zip(snapshot.partition_columns, values):
+        for name, raw in zip(snapshot.partition_columns, values, strict=False):
             frame = frame.withColumn(name, F.lit(raw).cast(snapshot.schema[name].dataType))
         frames.append(frame)
     result = frames[0]
@@ -231,15 +231,20 @@ def read_added_rows(
     if len(commits) != to_version - after_version or not all(_only_adds_or_compacts(c) for c in commits):
         return None
     target = resolve_snapshot(path, version=to_version, storage_options=storage_options)
-    before = resolve_snapshot(path, version=after_version, storage_options=storage_options).files if after_version >= 0 else []
+    before = (
+        resolve_snapshot(path, version=after_version, storage_options=storage_options).files
+        if after_version >= 0
+        else []
+    )
     added, removed = files_added_and_removed(before, target.files)
     if removed:
         return None
     return snapshot_dataframe(spark, replace(target, files=added))
 
 
-def _commits_after(path: str, after_version: int, storage_options: dict[str, str] | None,
-                   attempts: int = 3) -> list[dict] | None:
+def _commits_after(
+    path: str, after_version: int, storage_options: dict[str, str] | None, attempts: int = 3
+) -> list[dict] | None:
     """The ``history()`` entries of the commits after ``after_version``; None if commits kept landing.
 
     delta-rs 1.6 labels ``history()`` entries counting down from the version

@@ -167,8 +167,12 @@ def _maps_grown(stored: T.DataType, data: T.DataType, path: str) -> list[str]:
     """The maps (by path) whose values ``data`` gives struct fields that ``stored``'s lack, at any depth."""
     if isinstance(stored, T.StructType) and isinstance(data, T.StructType):
         known = {f.name.lower(): f.dataType for f in stored.fields}
-        return [grown for f in data.fields if f.name.lower() in known
-                for grown in _maps_grown(known[f.name.lower()], f.dataType, f"{path}.{f.name}")]
+        return [
+            grown
+            for f in data.fields
+            if f.name.lower() in known
+            for grown in _maps_grown(known[f.name.lower()], f.dataType, f"{path}.{f.name}")
+        ]
     if isinstance(stored, T.ArrayType) and isinstance(data, T.ArrayType):
         return _maps_grown(stored.elementType, data.elementType, f"{path}[]")
     if isinstance(stored, T.MapType) and isinstance(data, T.MapType):
@@ -193,7 +197,8 @@ def refuse_growth_inside_maps(stored: T.StructType, data: T.StructType, *, table
     problems = [
         f"column '{f.name}' gains struct fields inside the values of map {where!r} "
         f"({f.dataType.simpleString()} in the data, {known[f.name.lower()].dataType.simpleString()} in the table)"
-        for f in data.fields if f.name.lower() in known
+        for f in data.fields
+        if f.name.lower() in known
         for where in _maps_grown(known[f.name.lower()].dataType, f.dataType, f.name)
     ]
     if problems:
@@ -237,7 +242,9 @@ def resolve_write_schema(
             if merge_schema:
                 new_fields.append(T.StructField(data_field.name, data_field.dataType, True, data_field.metadata))
             else:
-                problems.append(f"column '{data_field.name}' ({data_field.dataType.simpleString()}) is not in the table")
+                problems.append(
+                    f"column '{data_field.name}' ({data_field.dataType.simpleString()}) is not in the table"
+                )
             continue
         if _same_type(table_field.dataType, data_field.dataType):
             continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -52,7 +52,7 @@ def parse_timestamp(value: str | datetime, *, table: str) -> datetime:
                 table=table,
             ) from exc
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed
 
 
@@ -173,7 +173,7 @@ def file_location(location: str, action_path: str) -> str:
 
 def file_key(uri: str) -> str:
     """A file's location as :attr:`DataFile.path` spells it (delta-rs's ``file_uris`` may add ``file://``)."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def resolve_snapshot(
@@ -235,6 +235,8 @@ def table_path(options) -> str:
     """The normalized table location of a reader's or writer's options (``load(path)``/``save(path)``)."""
     path = options.get("path")
     if not path:
-        raise DeltaOptionError(f"no table path: use .load(path) or .save(path), or a table registered with a "
-                               f"LOCATION (options given: {sorted(options.keys())})")
+        raise DeltaOptionError(
+            f"no table path: use .load(path) or .save(path), or a table registered with a "
+            f"LOCATION (options given: {sorted(options.keys())})"
+        )
     return normalize_path(path)

@@ -71,7 +71,7 @@ def pruning_literal(value: Any) -> str | None:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             return f"arrow_cast('{value.isoformat()}', 'Timestamp(Microsecond, None)')"
-        utc = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+        utc = value.astimezone(_dt.UTC).replace(tzinfo=None)
         return f"arrow_cast('{utc.isoformat()}Z', 'Timestamp(Microsecond, Some(\"UTC\"))')"
     if isinstance(value, _dt.date):
         return f"DATE '{value.isoformat()}'"
@@ -104,15 +104,11 @@ def to_sql(expr: Any, *, what: str = "expression") -> str:
     from pyspark.sql import Column
 
     if not isinstance(expr, Column):
-        raise DeltaOptionError(
-            f"The {what} must be a SQL string or a pyspark Column, got {type(expr).__name__}."
-        )
+        raise DeltaOptionError(f"The {what} must be a SQL string or a pyspark Column, got {type(expr).__name__}.")
     jc = getattr(expr, "_jc", None)
     if jc is None:
         # Spark Connect Column: its proto tree is not walked here.
-        raise DeltaOptionError(
-            f"The {what} is a Spark Connect Column; pass it as a SQL string instead."
-        )
+        raise DeltaOptionError(f"The {what} is a Spark Connect Column; pass it as a SQL string instead.")
     try:
         node = jc.node()
     except Exception as exc:  # pragma: no cover - older Spark
@@ -139,9 +135,7 @@ def _node_sql(node, what: str) -> str:
     if kind == "CaseWhenOtherwise":
         parts = ["CASE"]
         for branch in _seq(node.branches()):
-            parts.append(
-                f"WHEN {_node_sql(branch._1(), what)} THEN {_node_sql(branch._2(), what)}"
-            )
+            parts.append(f"WHEN {_node_sql(branch._1(), what)} THEN {_node_sql(branch._2(), what)}")
         otherwise = node.otherwise()
         if otherwise.isDefined():
             parts.append(f"ELSE {_node_sql(otherwise.get(), what)}")

@@ -136,8 +136,11 @@ def streaming_commit_info(query_id: str, batch_id: int, *, complete: bool, files
         # inside the transaction, so their number is not known here.
         metrics["numRemovedFiles"] = "0"
     return {
-        "operationParameters": {"outputMode": "Complete" if complete else "Append", "queryId": query_id,
-                                "epochId": str(batch_id)},
+        "operationParameters": {
+            "outputMode": "Complete" if complete else "Append",
+            "queryId": query_id,
+            "epochId": str(batch_id),
+        },
         "operationMetrics": metrics,
     }
 
@@ -145,8 +148,15 @@ def streaming_commit_info(query_id: str, batch_id: int, *, complete: bool, files
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     """The ``delta`` stream sink: one idempotent Delta commit per micro-batch."""
 
-    def __init__(self, plan: WritePlan, schema: T.StructType, options: Mapping[str, str], *,
-                 query_id: str | None, checkpoint: str | None) -> None:
+    def __init__(
+        self,
+        plan: WritePlan,
+        schema: T.StructType,
+        options: Mapping[str, str],
+        *,
+        query_id: str | None,
+        checkpoint: str | None,
+    ) -> None:
         self.plan = plan
         self.schema = schema
         self.write_options = dict(options)
@@ -170,15 +180,23 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 "idempotent) or an explicit .option('queryId', ...)",
                 table=location,
             )
-        write_options = {k: v for k, v in options.items() if k.lower() != "path" and k.lower() not in _SINK_ONLY_OPTIONS}
+        write_options = {
+            k: v for k, v in options.items() if k.lower() != "path" and k.lower() not in _SINK_ONLY_OPTIONS
+        }
         if any(k.lower() in ("txnappid", "txnversion") for k in write_options):
             raise DeltaOptionError(
                 "txnAppId/txnVersion are set by the stream sink itself (query id, batch id); use queryId "
-                "to choose the app id", table=location,
+                "to choose the app id",
+                table=location,
             )
         plan = plan_write(location, schema, mode="overwrite" if overwrite else "append", options=write_options)
-        return cls(plan, schema, write_options, query_id=query_id or query_id_from_checkpoint(checkpoint),
-                   checkpoint=checkpoint)
+        return cls(
+            plan,
+            schema,
+            write_options,
+            query_id=query_id or query_id_from_checkpoint(checkpoint),
+            checkpoint=checkpoint,
+        )
 
     def app_id(self) -> str:
         """The app transaction id: the query's id, stable across restarts."""
@@ -209,8 +227,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages, batchId: int) -> None:
         files = [f for m in messages if m is not None for f in m.files]
         plan = self._batch_plan(batchId)
-        commit_write(plan, files, extra_metadata=streaming_commit_info(
-            self.app_id(), batchId, complete=plan.mode == "overwrite", files=files))
+        commit_write(
+            plan,
+            files,
+            extra_metadata=streaming_commit_info(
+                self.app_id(), batchId, complete=plan.mode == "overwrite", files=files
+            ),
+        )
 
     def abort(self, messages, batchId: int) -> None:
         files = [f for m in messages if m is not None for f in m.files]
@@ -277,14 +300,18 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         location = table_path(options)
         parsed = ReadOptions.parse({k: v for k, v in options.items() if k.lower() != "path"}, table=location)
         if parsed.version_as_of is not None or parsed.timestamp_as_of is not None:
-            raise DeltaOptionError("versionAsOf/timestampAsOf are batch options; a stream starts with "
-                                   "startingVersion", table=location)
+            raise DeltaOptionError(
+                "versionAsOf/timestampAsOf are batch options; a stream starts with startingVersion", table=location
+            )
         if parsed.read_change_feed:
-            raise DeltaOptionError("readChangeFeed is not supported on a stream yet; read the change feed "
-                                   "in batches between versions", table=location)
+            raise DeltaOptionError(
+                "readChangeFeed is not supported on a stream yet; read the change feed in batches between versions",
+                table=location,
+            )
         if parsed.starting_timestamp is not None:
-            raise DeltaOptionError("startingTimestamp is not supported on a stream; use startingVersion",
-                                   table=location)
+            raise DeltaOptionError(
+                "startingTimestamp is not supported on a stream; use startingVersion", table=location
+            )
         table = open_existing(location)
         partition_columns = list(table.metadata().partition_columns) if table is not None else []
         return cls(location, parsed, schema, partition_columns)
@@ -336,7 +363,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if added and self.options.ignore_changes:
                 pass  # rewritten files are read again, as delta-spark's ignoreChanges does
             else:
-                allowed = "ignoreChanges or skipChangeCommits" if added else "ignoreDeletes, ignoreChanges or skipChangeCommits"
+                allowed = (
+                    "ignoreChanges or skipChangeCommits"
+                    if added
+                    else "ignoreDeletes, ignoreChanges or skipChangeCommits"
+                )
                 raise DeltaStreamingError(
                     f"version {version} ({commit.get('operation') or '?'}) removed data from the source table, "
                     f"which a stream that only appends cannot express; set {allowed} on the readStream to go on",
@@ -396,7 +427,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         while version <= last:
             pending = [f for f in self._unit(version, starting) if f.index > index]
             for f in pending:
-                if (max_files is not None and taken >= max_files) or (max_bytes is not None and taken and taken_bytes >= max_bytes):
+                if (max_files is not None and taken >= max_files) or (
+                    max_bytes is not None and taken and taken_bytes >= max_bytes
+                ):
                     return end
                 taken += 1
                 taken_bytes += f.file.size
@@ -408,7 +441,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 version += 1
             index = -1
             end = {"version": version, "index": -1, "isStartingVersion": False}
-            if (max_files is not None and taken >= max_files) or (max_bytes is not None and taken and taken_bytes >= max_bytes):
+            if (max_files is not None and taken >= max_files) or (
+                max_bytes is not None and taken and taken_bytes >= max_bytes
+            ):
                 return end
         return end
 
@@ -441,6 +476,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         from medallion_assets.delta._schema import spark_to_arrow_schema
+
         arrow_schema = spark_to_arrow_schema(self.schema, table=self.location)
         yield from read_slices(partition, arrow_schema, self.partition_columns, table=self.location)
 

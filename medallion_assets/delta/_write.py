@@ -189,8 +189,7 @@ def append_micro_batches(
         ...          .trigger(availableNow=True).start())
     """
     if any(key.lower() in ("txnappid", "txnversion") for key in (options or {})):
-        raise DeltaOptionError("txnAppId/txnVersion are set per batch (query id, batch id); leave them out",
-                               table=path)
+        raise DeltaOptionError("txnAppId/txnVersion are set per batch (query id, batch id); leave them out", table=path)
     return MicroBatchAppender(path, checkpoint_location, {k: str(v) for k, v in (options or {}).items()})
 
 
@@ -264,7 +263,7 @@ def _spark_predicate(predicate: str, description: str, location: str) -> Column:
         return F.expr(predicate)
     except PySparkException as exc:
         raise UnsupportedFeatureError(
-            f"{description} cannot be parsed by Spark SQL ({exc}); write with format(\"delta\"), which "
+            f'{description} cannot be parsed by Spark SQL ({exc}); write with format("delta"), which '
             "evaluates it with DataFusion",
             table=location,
         ) from exc
@@ -276,14 +275,14 @@ def _quoted(name: str) -> str:
 
 def _write_parquet(conformed: DataFrame, plan: WritePlan, staging: str) -> None:
     timestamp_partitions = [
-        c for c in plan.partition_columns
+        c
+        for c in plan.partition_columns
         if isinstance(plan.table_schema[c].dataType, (T.TimestampType, T.TimestampNTZType))
     ]
     if timestamp_partitions:
         # Spark names such folders in the session's time zone; Delta stores the value in UTC.
         raise UnsupportedFeatureError(
-            f"write_delta cannot write timestamp partition columns {timestamp_partitions}; "
-            "write with format(\"delta\")",
+            f'write_delta cannot write timestamp partition columns {timestamp_partitions}; write with format("delta")',
             table=plan.location,
         )
     if plan.options.target_file_size:

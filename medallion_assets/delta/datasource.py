@@ -22,6 +22,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from medallion_assets.delta._catalog import LOCATION_METADATA
 from medallion_assets.delta._commit import (
     DeltaCommitMessage,
     WritePlan,
@@ -31,7 +32,6 @@ from medallion_assets.delta._commit import (
     task_id,
 )
 from medallion_assets.delta._options import ReadOptions
-from medallion_assets.delta._sql import pruning_literal, quote_identifier
 from medallion_assets.delta._read import (
     BATCH_ROWS,
     DeltaInputPartition,
@@ -48,7 +48,7 @@ from medallion_assets.delta._snapshot import (
     table_path,
     table_schema,
 )
-from medallion_assets.delta._catalog import LOCATION_METADATA
+from medallion_assets.delta._sql import pruning_literal, quote_identifier
 from medallion_assets.delta.errors import DeltaOptionError
 
 # Columns a change data feed read adds, as delta-spark names them.
@@ -59,7 +59,6 @@ CHANGE_FEED_COLUMNS = [
 ]
 
 
-
 class DeltaDataSource(DataSource):
     """Spark's ``delta`` format, backed by delta-rs."""
 
@@ -68,7 +67,9 @@ class DeltaDataSource(DataSource):
         return "delta"
 
     def _read_options(self) -> ReadOptions:
-        return ReadOptions.parse({k: v for k, v in self.options.items() if k.lower() != "path"}, table=table_path(self.options))
+        return ReadOptions.parse(
+            {k: v for k, v in self.options.items() if k.lower() != "path"}, table=table_path(self.options)
+        )
 
     def _registering(self) -> bool:
         # CREATE TABLE ... USING delta LOCATION hands over the catalog's own properties too.
@@ -96,8 +97,9 @@ class DeltaDataSource(DataSource):
                 return schema
             first = fields[0]
             # The catalog keeps this schema and hands it back on every read by name (see _locate).
-            marked = T.StructField(first.name, first.dataType, first.nullable,
-                                   {**(first.metadata or {}), LOCATION_METADATA: location})
+            marked = T.StructField(
+                first.name, first.dataType, first.nullable, {**(first.metadata or {}), LOCATION_METADATA: location}
+            )
             return T.StructType([marked, *fields[1:]])
         opts = self._read_options()
         schema = table_schema(
@@ -234,9 +236,7 @@ class ChangeFeedReader(DataSourceReader):
 
     def __init__(self, location: str, options: ReadOptions, schema: T.StructType) -> None:
         if options.starting_version is None and options.starting_timestamp is None:
-            raise DeltaOptionError(
-                "readChangeFeed needs startingVersion or startingTimestamp", table=location
-            )
+            raise DeltaOptionError("readChangeFeed needs startingVersion or startingTimestamp", table=location)
         self.location = location
         self.options = options
         self.schema = schema

@@ -14,7 +14,6 @@ from deltalake.exceptions import CommitFailedError, DeltaProtocolError, TableNot
 from deltalake.exceptions import DeltaError as _RsDeltaError
 from deltalake.exceptions import SchemaMismatchError as _RsSchemaMismatchError
 
-
 #: How an error tells the user to replace a table whole with a new schema: as a Spark write, and as an asset.
 HOW_TO_REWRITE_WHOLE = (
     "(mode('overwrite') with option('overwriteSchema', 'true'); for an asset, one run with "

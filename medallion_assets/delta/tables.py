@@ -22,7 +22,8 @@ import datetime as _dt
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import deltalake
 from deltalake.exceptions import DeltaError as _RsDeltaError
@@ -111,7 +112,9 @@ def _data_type(value: T.DataType | str, column: str) -> T.DataType:
                 return active.createDataFrame([], f"`{column}` {value}").schema[column].dataType
         except PySparkException:
             pass
-        raise DeltaOptionError(f"column '{column}': '{value}' is not a Spark SQL type (e.g. 'bigint', 'decimal(10,2)').")
+        raise DeltaOptionError(
+            f"column '{column}': '{value}' is not a Spark SQL type (e.g. 'bigint', 'decimal(10,2)')."
+        )
     raise DeltaOptionError(f"column '{column}': dataType must be a pyspark DataType or a DDL string, got {value!r}.")
 
 
@@ -121,8 +124,14 @@ def _retention_hours(config: dict[str, str]) -> float:
     if not text:
         return _DEFAULT_RETENTION_HOURS
     units = {
-        "nanosecond": 1 / 3.6e12, "microsecond": 1 / 3.6e9, "millisecond": 1 / 3.6e6,
-        "second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0,
+        "nanosecond": 1 / 3.6e12,
+        "microsecond": 1 / 3.6e9,
+        "millisecond": 1 / 3.6e6,
+        "second": 1 / 3600,
+        "minute": 1 / 60,
+        "hour": 1.0,
+        "day": 24.0,
+        "week": 168.0,
     }
     total = 0.0
     found = False
@@ -149,8 +158,7 @@ def _str_map(value: Any) -> dict[str, str] | None:
 def _ms_to_datetime(ms: Any) -> _dt.datetime | None:
     if ms is None:
         return None
-    return _dt.datetime.fromtimestamp(int(ms) / 1000, tz=_dt.timezone.utc)
-
+    return _dt.datetime.fromtimestamp(int(ms) / 1000, tz=_dt.UTC)
 
 
 # --------------------------------------------------------------------------- DeltaTable
@@ -816,8 +824,7 @@ class DeltaTable:
         member = _FEATURES.get(str(featureName).lower())
         if member is None:
             raise DeltaOptionError(
-                f"unknown or unsupported table feature '{featureName}'; known: "
-                f"{', '.join(sorted(_FEATURES))}",
+                f"unknown or unsupported table feature '{featureName}'; known: {', '.join(sorted(_FEATURES))}",
                 table=self._path,
             )
         with translated(self._path, f"addFeatureSupport({featureName})"):
@@ -946,7 +953,9 @@ class DeltaTableBuilder:
         fields = cols.fields if isinstance(cols, T.StructType) else list(cols)
         for f in fields:
             if not isinstance(f, T.StructField):
-                raise DeltaOptionError(f"addColumns takes a StructType or StructFields, got {f!r}", table=self._location)
+                raise DeltaOptionError(
+                    f"addColumns takes a StructType or StructFields, got {f!r}", table=self._location
+                )
             self._fields.append(f)
         return self
 
@@ -960,7 +969,9 @@ class DeltaTableBuilder:
 
     def clusterBy(self, *cols: str) -> DeltaTableBuilder:
         """Not available: delta-rs does not write liquid-clustered tables."""
-        raise DeltaOptionError("clusterBy (liquid clustering) is not supported; use partitionedBy or optimize().executeZOrderBy")
+        raise DeltaOptionError(
+            "clusterBy (liquid clustering) is not supported; use partitionedBy or optimize().executeZOrderBy"
+        )
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """Set a table property."""
@@ -1132,9 +1143,7 @@ class DeltaOptimizeBuilder:
             partitions = {p.lower() for p in table.metadata().partition_columns}
             bad = [c for c in names if c.lower() in partitions]
             if bad:
-                raise DeltaOptionError(
-                    f"cannot Z-order by partition columns: {', '.join(bad)}", table=self._delta.path
-                )
+                raise DeltaOptionError(f"cannot Z-order by partition columns: {', '.join(bad)}", table=self._delta.path)
             metrics = table.optimize.z_order(names, partition_filters=self._filters(table))
         return self._result(metrics)
 

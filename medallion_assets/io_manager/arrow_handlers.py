@@ -71,7 +71,7 @@ class TimeWindowFilter:
 def _as_zone(moment: Any, tz: str | None) -> Any:
     if tz is None:
         return moment.replace(tzinfo=None) if moment.tzinfo else moment
-    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def rows_by_statistics(add_actions: pa.Table) -> int | None:
@@ -357,7 +357,10 @@ class ArrowDeltaClient:
         # its repartitioning waiting on itself (delta-io/delta-rs#4614), and it offers no way to run on one
         # partition. A step that never ends is worse than one that holds more memory.
         merger = table.merge(
-            conform_source(data, pa.schema(table.schema()), path), on, source_alias="s", target_alias="t",
+            conform_source(data, pa.schema(table.schema()), path),
+            on,
+            source_alias="s",
+            target_alias="t",
             commit_properties=_commit_properties(commit_metadata, None),
         )
         return _with_clauses(merger, clauses, table).execute()
@@ -375,8 +378,12 @@ class ArrowDeltaClient:
             return "no new rows"
         if not exists:
             deltalake.write_deltalake(
-                path, data, mode="append", partition_by=list(spec.partition_columns) or None,
-                configuration=declared_table_properties(spec) or None, storage_options=self.storage_options,
+                path,
+                data,
+                mode="append",
+                partition_by=list(spec.partition_columns) or None,
+                configuration=declared_table_properties(spec) or None,
+                storage_options=self.storage_options,
                 commit_properties=deltalake.CommitProperties(custom_metadata=custom),
             )
             return None
@@ -389,7 +396,11 @@ class ArrowDeltaClient:
 
             add_assigned_fields(table, data.schema, None)
         merger = table.merge(
-            data, predicate, source_alias="s", target_alias="t", merge_schema=spec.schema_mode == "merge",
+            data,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            merge_schema=spec.schema_mode == "merge",
             commit_properties=deltalake.CommitProperties(custom_metadata=custom),
         )
         clauses = [MergeClause("update", newer, every_column), MergeClause("insert", None, every_column)]
@@ -403,7 +414,11 @@ class ArrowDeltaClient:
         return None
 
     def metadata(
-        self, path: str, *, column_descriptions: Mapping[str, str] | None = None, key_columns: Sequence[str] = (),
+        self,
+        path: str,
+        *,
+        column_descriptions: Mapping[str, str] | None = None,
+        key_columns: Sequence[str] = (),
         newest_first: bool = False,
     ) -> dict[str, Any]:
         """Output metadata of the table's current version, with the Spark path's keys.
@@ -436,10 +451,14 @@ class ArrowDeltaClient:
             "delta/num_files": actions.num_rows,
             "delta/size_bytes": files_size(actions),
             "delta/partition_columns": MetadataValue.json(partitions),
-            "preview": MetadataValue.md(arrow_markdown_preview(
-                table.to_pyarrow_dataset(), key_columns=list(key_columns) or partitions, total_rows=rows,
-                newest_of=actions if newest_first else None,
-            )),
+            "preview": MetadataValue.md(
+                arrow_markdown_preview(
+                    table.to_pyarrow_dataset(),
+                    key_columns=list(key_columns) or partitions,
+                    total_rows=rows,
+                    newest_of=actions if newest_first else None,
+                )
+            ),
         }
 
 
@@ -460,8 +479,10 @@ def _with_clauses(
 
 def _custom_metadata(commit_metadata: Mapping[str, str]) -> dict[str, str]:
     """A commit's custom keys: each on its own, and all as ``userMetadata`` JSON, which both engines read back."""
-    return {**{key: str(value) for key, value in commit_metadata.items()},
-            "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True)}
+    return {
+        **{key: str(value) for key, value in commit_metadata.items()},
+        "userMetadata": json.dumps(dict(commit_metadata), sort_keys=True),
+    }
 
 
 def _commit_properties(
@@ -482,9 +503,9 @@ def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str]
         column_descriptions: column name -> description; other columns have none.
     """
     descriptions = column_descriptions or {}
-    return TableSchema(columns=[
-        TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name)) for f in schema
-    ])
+    return TableSchema(
+        columns=[TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name)) for f in schema]
+    )
 
 
 # ---- one handler per DataFrame library ------------------------------------------------------
@@ -507,7 +528,13 @@ class ArrowTypeHandler:
 
     def to_arrow(self, obj: Any) -> pa.Table:
         """The output as an Arrow table."""
-        return obj.to_table() if isinstance(obj, ds.Dataset) else obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
+        return (
+            obj.to_table()
+            if isinstance(obj, ds.Dataset)
+            else obj.read_all()
+            if isinstance(obj, pa.RecordBatchReader)
+            else obj
+        )
 
 
 class PandasTypeHandler:

@@ -108,9 +108,14 @@ class DeltaTableClient:
             merges into a larger one.
     """
 
-    def __init__(self, spark: SparkSession, engine: DeltaEngine | None = None, *,
-                 arrow_append_max_rows: int = 0,
-                 arrow_merge_max_table_bytes: int = ARROW_MERGE_MAX_TABLE_BYTES) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        engine: DeltaEngine | None = None,
+        *,
+        arrow_append_max_rows: int = 0,
+        arrow_merge_max_table_bytes: int = ARROW_MERGE_MAX_TABLE_BYTES,
+    ) -> None:
         self.spark = spark
         self.engine = engine or engine_for(spark)
         self.arrow_append_max_rows = arrow_append_max_rows
@@ -203,8 +208,9 @@ class DeltaTableClient:
                 result = self._result(path, "no new rows")
             elif spec.mode == "append" and self._commits_with_deltalake(path, spec, rows):
                 # When deltalake cannot commit it (it committed nothing), the engine appends.
-                result = (self._append_with_deltalake(frame, path, metadata, transaction)
-                          or self._write(frame, path, spec, replace_where, metadata, transaction))
+                result = self._append_with_deltalake(frame, path, metadata, transaction) or self._write(
+                    frame, path, spec, replace_where, metadata, transaction
+                )
             else:
                 result = self._write(frame, path, spec, replace_where, metadata, transaction, rows=rows)
             if result.skipped_reason is None or empty_commit is None:
@@ -212,8 +218,12 @@ class DeltaTableClient:
             if self._commits_with_deltalake(path, spec, 0):
                 recorded = self._append_with_deltalake(None, path, metadata, empty_commit)
                 if recorded is not None:
-                    return WriteResult(recorded.version, recorded.skipped_reason or _recorded(result.skipped_reason),
-                                       recorded.commit, recorded.by_deltalake)
+                    return WriteResult(
+                        recorded.version,
+                        recorded.skipped_reason or _recorded(result.skipped_reason),
+                        recorded.commit,
+                        recorded.by_deltalake,
+                    )
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
 
@@ -223,8 +233,14 @@ class DeltaTableClient:
         A table that does not exist yet is created by the engine, with the
         partitions and properties its declaration names.
         """
-        return (0 < self.arrow_append_max_rows and rows <= self.arrow_append_max_rows and not spec.partition_columns
-                and "://" not in path and hasattr(self.spark, "_jsparkSession") and self.exists(path))
+        return (
+            0 < self.arrow_append_max_rows
+            and rows <= self.arrow_append_max_rows
+            and not spec.partition_columns
+            and "://" not in path
+            and hasattr(self.spark, "_jsparkSession")
+            and self.exists(path)
+        )
 
     def merge(
         self,
@@ -264,14 +280,23 @@ class DeltaTableClient:
                 if table_bytes <= self.arrow_merge_max_table_bytes:
                     arrow.merge_into_existing(source.toArrow(), path, on=on, clauses=clauses, commit_metadata=metadata)
                     return
-                log.info("%s has %d bytes of files, more than the %d deltalake may rewrite in this process (the IO "
-                         "manager's arrow_merge_max_table_mb, MEDALLION_ARROW_MERGE_MAX_TABLE_MB); the session's "
-                         "engine merges", path, table_bytes, self.arrow_merge_max_table_bytes)
+                log.info(
+                    "%s has %d bytes of files, more than the %d deltalake may rewrite in this process (the IO "
+                    "manager's arrow_merge_max_table_mb, MEDALLION_ARROW_MERGE_MAX_TABLE_MB); the session's "
+                    "engine merges",
+                    path,
+                    table_bytes,
+                    self.arrow_merge_max_table_bytes,
+                )
             except (*DELTA_RS_CANNOT_READ, _PackageError, DeltaProtocolError, CommitFailedError) as error:
-                log.info("deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
-                         path, error)
-        self.engine.merge(self.spark, path, source, on=on, clauses=clauses, schema_evolution=schema_evolution,
-                          metadata=metadata)
+                log.info(
+                    "deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
+                    path,
+                    error,
+                )
+        self.engine.merge(
+            self.spark, path, source, on=on, clauses=clauses, schema_evolution=schema_evolution, metadata=metadata
+        )
 
     def _append_with_deltalake(
         self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
@@ -284,7 +309,9 @@ class DeltaTableClient:
 
         try:
             skipped = ArrowDeltaClient().append_to_existing(
-                None if frame is None else frame.toArrow(), path, commit_metadata=commit_metadata,
+                None if frame is None else frame.toArrow(),
+                path,
+                commit_metadata=commit_metadata,
                 transaction=transaction,
             )
         except (*DELTA_RS_CANNOT_READ, DeltaProtocolError, CommitFailedError):
@@ -333,12 +360,20 @@ class DeltaTableClient:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             created = self._create_if_missing(stored.schema, path, spec)
         if merging:
-            skipped = merges.merge(self, frame, path, spec, commit_metadata, rows=rows if rows is not None else frame.count(),
-                                   new_table=created)
+            skipped = merges.merge(
+                self,
+                frame,
+                path,
+                spec,
+                commit_metadata,
+                rows=rows if rows is not None else frame.count(),
+                new_table=created,
+            )
             result = self._result(path, skipped)
             # A small MERGE is deltalake's commit (:meth:`merge`), which delta-rs describes without the session.
-            by_deltalake = (result.commit is not None and "delta-rs" in result.commit.engine_info
-                            and self.engine.name != "delta-rs")
+            by_deltalake = (
+                result.commit is not None and "delta-rs" in result.commit.engine_info and self.engine.name != "delta-rs"
+            )
             return replace(result, by_deltalake=by_deltalake)
         options = self._commit_options(commit_metadata, transaction)
         if replace_where:
@@ -350,7 +385,9 @@ class DeltaTableClient:
         self.engine.save(frame, path, mode=spec.mode, options=options)
         return self._result(path)
 
-    def _commit_options(self, commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None) -> dict[str, str]:
+    def _commit_options(
+        self, commit_metadata: Mapping[str, str], transaction: tuple[str, int] | None
+    ) -> dict[str, str]:
         """Writer options for the commit's custom metadata and, if given, its application transaction."""
         options = dict(self.engine.commit_metadata_options(commit_metadata))
         if transaction is not None:
@@ -368,7 +405,11 @@ class DeltaTableClient:
         except ValueError as error:
             raise ValueError(f"table {path}: {error}") from error
         self.engine.create_table(
-            self.spark, path, schema, partition_columns=spec.partition_columns, properties=properties,
+            self.spark,
+            path,
+            schema,
+            partition_columns=spec.partition_columns,
+            properties=properties,
         )
         return True
 

@@ -143,18 +143,34 @@ class SparkDataFrameTypeHandler:
                 "return one of those from the asset"
             )
         result = client.write(
-            frame, path, spec, replace_where=replace_where, commit_metadata=commit_metadata, transaction=transaction,
+            frame,
+            path,
+            spec,
+            replace_where=replace_where,
+            commit_metadata=commit_metadata,
+            transaction=transaction,
             empty_commit=empty_commit,
         )
         if not result.commit:
             return result, {"dagster/row_count": 0}
         if result.by_deltalake:
             # The session has not read that version: delta-rs describes it from the log it just wrote.
-            metadata = ArrowDeltaClient().metadata(path, column_descriptions=column_descriptions,
-                                                   key_columns=spec.key_columns, newest_first=spec.newest_first)
+            metadata = ArrowDeltaClient().metadata(
+                path,
+                column_descriptions=column_descriptions,
+                key_columns=spec.key_columns,
+                newest_first=spec.newest_first,
+            )
             return result, _with_spark_column_types(metadata, frame, column_descriptions)
-        return result, table_metadata(client, path, commit=result.commit, column_descriptions=column_descriptions,
-                                      key_columns=spec.key_columns, newest_first=spec.newest_first, earlier=earlier)
+        return result, table_metadata(
+            client,
+            path,
+            commit=result.commit,
+            column_descriptions=column_descriptions,
+            key_columns=spec.key_columns,
+            newest_first=spec.newest_first,
+            earlier=earlier,
+        )
 
     def load_input(
         self, client: DeltaTableClient, path: str, *, version: int | None, columns: Sequence[str] | None
@@ -228,8 +244,11 @@ def check_once_per_version(
             # A repeated result names the run that computed it, however many runs repeated it since.
             origin = earlier.metadata.get(REUSED_FROM_RUN)
             return AssetCheckResult(
-                asset_key=check_key.asset_key, check_name=check_key.name, passed=earlier.passed,
-                severity=earlier.severity, description=earlier.description,
+                asset_key=check_key.asset_key,
+                check_name=check_key.name,
+                passed=earlier.passed,
+                severity=earlier.severity,
+                description=earlier.description,
                 metadata={**earlier.metadata, REUSED_FROM_RUN: origin.value if origin else evaluated[0].run_id},
             )
     result = evaluate()
@@ -302,9 +321,12 @@ class DeltaIOManager(ConfigurableIOManager):
     )
 
     def _client(self) -> DeltaTableClient:
-        return DeltaTableClient(self.spark.session_by_path, self.spark.delta_engine_in_use,
-                                arrow_append_max_rows=self.arrow_write_max_rows,
-                                arrow_merge_max_table_bytes=self.arrow_merge_max_table_mb * 1024 * 1024)
+        return DeltaTableClient(
+            self.spark.session_by_path,
+            self.spark.delta_engine_in_use,
+            arrow_append_max_rows=self.arrow_write_max_rows,
+            arrow_merge_max_table_bytes=self.arrow_merge_max_table_mb * 1024 * 1024,
+        )
 
     def _path(self, key: AssetKey) -> str:
         return self.lake.table_path(key.path)
@@ -363,8 +385,9 @@ class DeltaIOManager(ConfigurableIOManager):
         if not client.exists(path):
             raise _no_table_yet(key, path)
         latest = client.latest_version(path)
-        return ChangesWithTable(changes=self._read_changes(client, context, path, latest),
-                                table=client.read(path, version=latest))
+        return ChangesWithTable(
+            changes=self._read_changes(client, context, path, latest), table=client.read(path, version=latest)
+        )
 
     def _load_table_read(self, context: InputContext) -> TableRead:
         """A :class:`TableRead` of the input's version: delta-rs' table (Arrow while small) when it reads it, else Spark."""
@@ -385,17 +408,25 @@ class DeltaIOManager(ConfigurableIOManager):
             # A location only the Spark server sees, or a table feature delta-rs does not read.
             context.log.debug(f"{key.to_user_string()}: delta-rs cannot read {path} ({error}); Spark reads it")
             frame = self._load_spark(context)
-            return TableRead(path=path, version=None, rows=None, max_arrow_rows=self.arrow_read_max_rows,
-                             _spark_frame=lambda: frame)
+            return TableRead(
+                path=path, version=None, rows=None, max_arrow_rows=self.arrow_read_max_rows, _spark_frame=lambda: frame
+            )
         read = opened.version()
         context.add_input_metadata({_READ_TABLE: _key_name(key), _READ_VERSION: read})
 
         def spark_frame() -> DataFrame:
-            return SparkDataFrameTypeHandler().load_input(self._client(), path, version=read,
-                                                          columns=metadata.get(COLUMNS))
+            return SparkDataFrameTypeHandler().load_input(
+                self._client(), path, version=read, columns=metadata.get(COLUMNS)
+            )
 
-        return TableRead(path=path, version=read, rows=logged_rows(opened), max_arrow_rows=self.arrow_read_max_rows,
-                         _spark_frame=spark_frame, _delta_table=opened)
+        return TableRead(
+            path=path,
+            version=read,
+            rows=logged_rows(opened),
+            max_arrow_rows=self.arrow_read_max_rows,
+            _spark_frame=spark_frame,
+            _delta_table=opened,
+        )
 
     def _load_without_spark(self, context: InputContext, handler: Any) -> Any:
         """An input annotated as a pandas, polars or Arrow type, read by delta-rs (no SparkSession)."""
@@ -475,7 +506,9 @@ class DeltaIOManager(ConfigurableIOManager):
         if read:
             step_metadata[_INPUTS] = MetadataValue.json(read)
         catalog = self.spark.catalog
-        step_metadata["dagster/table_name"] = catalog.qualified_name(key.path) if catalog.enabled else ".".join(key.path)
+        step_metadata["dagster/table_name"] = (
+            catalog.qualified_name(key.path) if catalog.enabled else ".".join(key.path)
+        )
         if spec.delete_column:
             # The deleted keys live in a Delta table of their own next to this one (maintained with it).
             step_metadata["delta/tombstones"] = MetadataValue.path(DeltaTableClient.tombstone_path(path))
@@ -487,10 +520,18 @@ class DeltaIOManager(ConfigurableIOManager):
 
         handler = handler_for_object(obj)
         if handler is not None:
-            context.log.info(f"{key.to_user_string()}: Delta engine {ENGINE_NAME} (a {type(obj).__name__} output, no Spark)")
+            context.log.info(
+                f"{key.to_user_string()}: Delta engine {ENGINE_NAME} (a {type(obj).__name__} output, no Spark)"
+            )
             self._store_without_spark(
-                context, handler.to_arrow(obj), path, spec, descriptions=descriptions, replace_where=replace_where,
-                commit_metadata=commit_metadata, step_metadata=step_metadata,
+                context,
+                handler.to_arrow(obj),
+                path,
+                spec,
+                descriptions=descriptions,
+                replace_where=replace_where,
+                commit_metadata=commit_metadata,
+                step_metadata=step_metadata,
                 unchanged=bool(reads.inputs or source is not None) and fingerprint_json,
             )
             return
@@ -502,8 +543,14 @@ class DeltaIOManager(ConfigurableIOManager):
             and client.exists(path)
             and _computed_from(client, path) == fingerprint_json
         ):
-            metadata = table_metadata(client, path, column_descriptions=descriptions, key_columns=spec.key_columns,
-                                      newest_first=spec.newest_first, earlier=latest_materialization_metadata(context.step_context.instance, key))
+            metadata = table_metadata(
+                client,
+                path,
+                column_descriptions=descriptions,
+                key_columns=spec.key_columns,
+                newest_first=spec.newest_first,
+                earlier=latest_materialization_metadata(context.step_context.instance, key),
+            )
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             self._register(client, key, path)
             context.add_output_metadata({**metadata, **step_metadata})
@@ -513,8 +560,15 @@ class DeltaIOManager(ConfigurableIOManager):
         if small is not None:
             try:
                 self._store_without_spark(
-                    context, small, path, spec, descriptions=descriptions, replace_where=None,
-                    commit_metadata=commit_metadata, step_metadata=step_metadata, unchanged=False,
+                    context,
+                    small,
+                    path,
+                    spec,
+                    descriptions=descriptions,
+                    replace_where=None,
+                    commit_metadata=commit_metadata,
+                    step_metadata=step_metadata,
+                    unchanged=False,
                     spark_frame=obj,
                 )
             except (DeltaProtocolError, CommitFailedError) as error:
@@ -544,8 +598,15 @@ class DeltaIOManager(ConfigurableIOManager):
             _check_descriptions_before_writing(client, obj, path, descriptions, asset=key.to_user_string())
         context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
         result, metadata = SparkDataFrameTypeHandler().handle_output(
-            client, obj, path, spec, replace_where=replace_where, commit_metadata=commit_metadata,
-            transaction=transaction, empty_commit=empty_commit, column_descriptions=descriptions,
+            client,
+            obj,
+            path,
+            spec,
+            replace_where=replace_where,
+            commit_metadata=commit_metadata,
+            transaction=transaction,
+            empty_commit=empty_commit,
+            column_descriptions=descriptions,
             earlier=latest_materialization_metadata(context.step_context.instance, key),
         )
         if result.skipped_reason:
@@ -568,8 +629,16 @@ class DeltaIOManager(ConfigurableIOManager):
         output is then written by Spark.
         """
         bound = self.arrow_write_max_rows
-        if (not bound or not isinstance(frame, DataFrame) or not hasattr(frame, "_jdf") or spec.mode != "overwrite"
-                or replace_where or spec.partition_columns or spec.table_properties or "://" in path):
+        if (
+            not bound
+            or not isinstance(frame, DataFrame)
+            or not hasattr(frame, "_jdf")
+            or spec.mode != "overwrite"
+            or replace_where
+            or spec.partition_columns
+            or spec.table_properties
+            or "://" in path
+        ):
             return None
         check_column_names(frame.columns, path)
         if client.exists(path):
@@ -595,12 +664,15 @@ class DeltaIOManager(ConfigurableIOManager):
             self.spark.catalog.register(client.spark, client.engine, key.path, path)
         tombstones = DeltaTableClient.tombstone_path(path)
         # Most tables have none: a local lake is asked without a Spark call.
-        has_tombstones = (os.path.isdir(os.path.join(tombstones, "_delta_log")) if "://" not in tombstones
-                          else client.exists(tombstones))
+        has_tombstones = (
+            os.path.isdir(os.path.join(tombstones, "_delta_log"))
+            if "://" not in tombstones
+            else client.exists(tombstones)
+        )
         if len(key.path) == 2 and has_tombstones:
-            self.spark.catalog.register(client.spark, client.engine, [key.path[0], f"{key.path[1]}__tombstones"],
-                                        tombstones)
-
+            self.spark.catalog.register(
+                client.spark, client.engine, [key.path[0], f"{key.path[1]}__tombstones"], tombstones
+            )
 
     def _store_without_spark(
         self,
@@ -625,10 +697,16 @@ class DeltaIOManager(ConfigurableIOManager):
         key = context.asset_key
         asset = key.to_user_string()
         client = ArrowDeltaClient()
-        if self.skip_unchanged and spec.mode == "overwrite" and unchanged and client.exists(path) \
-                and client.computed_from(path) == unchanged:
-            metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns,
-                                       newest_first=spec.newest_first)
+        if (
+            self.skip_unchanged
+            and spec.mode == "overwrite"
+            and unchanged
+            and client.exists(path)
+            and client.computed_from(path) == unchanged
+        ):
+            metadata = client.metadata(
+                path, column_descriptions=descriptions, key_columns=spec.key_columns, newest_first=spec.newest_first
+            )
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
             context.add_output_metadata({**metadata, **step_metadata})
             return
@@ -642,14 +720,20 @@ class DeltaIOManager(ConfigurableIOManager):
             window = context.asset_partitions_time_window
             run_output += f":{window.start.isoformat()}"
         skipped = client.write(
-            data, path, spec, asset=asset, replace_where=replace_where, commit_metadata=commit_metadata,
+            data,
+            path,
+            spec,
+            asset=asset,
+            replace_where=replace_where,
+            commit_metadata=commit_metadata,
             transaction=(run_output, 0) if spec.mode == "append" else None,
         )
         if skipped and not client.exists(path):
             context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
             return
-        metadata = client.metadata(path, column_descriptions=descriptions, key_columns=spec.key_columns,
-                                       newest_first=spec.newest_first)
+        metadata = client.metadata(
+            path, column_descriptions=descriptions, key_columns=spec.key_columns, newest_first=spec.newest_first
+        )
         if spark_frame is not None:
             metadata = _with_spark_column_types(metadata, spark_frame, descriptions)
         if skipped:
@@ -713,6 +797,7 @@ def _time_window_predicate(column: str, window: Any) -> str:
     Spark SQL and in DataFusion (the delta-rs engine's replaceWhere). Other
     windows use ``TIMESTAMP`` literals.
     """
+
     def literal(moment: Any) -> str:
         if (moment.hour, moment.minute, moment.second, moment.microsecond) == (0, 0, 0, 0):
             return f"DATE '{moment.strftime('%Y-%m-%d')}'"

@@ -51,8 +51,18 @@ class Tables(Protocol):
 
     def write(self, frame: DataFrame, path: str, spec: WriteSpec) -> Any: ...
 
-    def merge(self, path: str, source: DataFrame, *, on: str, clauses: Sequence[MergeClause], spec: WriteSpec,
-              schema_evolution: bool, metadata: Mapping[str, str], max_rows: int) -> None: ...
+    def merge(
+        self,
+        path: str,
+        source: DataFrame,
+        *,
+        on: str,
+        clauses: Sequence[MergeClause],
+        spec: WriteSpec,
+        schema_evolution: bool,
+        metadata: Mapping[str, str],
+        max_rows: int,
+    ) -> None: ...
 
 
 def tombstone_path(path: str) -> str:
@@ -61,8 +71,14 @@ def tombstone_path(path: str) -> str:
 
 
 def merge(
-    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    rows: int, new_table: bool = False,
+    client: Tables,
+    frame: DataFrame,
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    rows: int,
+    new_table: bool = False,
 ) -> str | None:
     """Upsert ``frame`` on the merge keys (on the delta-rs engine, in delta-rs on the driver).
 
@@ -110,8 +126,14 @@ def merge(
 
 
 def _upsert(
-    client: Tables, source: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    rows: int, new_table: bool,
+    client: Tables,
+    source: DataFrame,
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    rows: int,
+    new_table: bool,
 ) -> str | None:
     if new_table:
         inserts = source.where(~F.col(spec.delete_column)) if spec.delete_column else source
@@ -133,14 +155,28 @@ def _upsert(
         ]
     else:
         clauses = [MergeClause("update", newer, assignments), MergeClause("insert", None, assignments)]
-    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=evolves,
-                 metadata=commit_metadata, max_rows=rows)
+    client.merge(
+        path,
+        source,
+        on=on,
+        clauses=clauses,
+        spec=spec,
+        schema_evolution=evolves,
+        metadata=commit_metadata,
+        max_rows=rows,
+    )
     return None
 
 
 def _replace_keys(
-    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    rows: int, new_table: bool,
+    client: Tables,
+    frame: DataFrame,
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    rows: int,
+    new_table: bool,
 ) -> str | None:
     """Replace every stored row of each merge-key value ``frame`` names by ``frame``'s rows of that value."""
     if new_table:
@@ -149,15 +185,21 @@ def _replace_keys(
     frame, new_columns, evolves = _evolve_source(frame, stored_schema, spec)
     keys = list(spec.merge_keys)
     # Each value is in the source once per row and once as its marker.
-    _replace_groups(client, frame.select(*stored_schema.fieldNames(), *new_columns), frame.select(*keys).distinct(),
-                    path, keys, spec=spec, schema_evolution=evolves, commit_metadata=commit_metadata,
-                    max_rows=2 * rows)
+    _replace_groups(
+        client,
+        frame.select(*stored_schema.fieldNames(), *new_columns),
+        frame.select(*keys).distinct(),
+        path,
+        keys,
+        spec=spec,
+        schema_evolution=evolves,
+        commit_metadata=commit_metadata,
+        max_rows=2 * rows,
+    )
     return None
 
 
-def _append_to_new_table(
-    client: Tables, rows: DataFrame, path: str, commit_metadata: Mapping[str, str]
-) -> str | None:
+def _append_to_new_table(client: Tables, rows: DataFrame, path: str, commit_metadata: Mapping[str, str]) -> str | None:
     """Append ``rows`` to a table this write created, as a MERGE into it would insert them.
 
     Returns:
@@ -170,8 +212,9 @@ def _append_to_new_table(
     # where there was one, only when every first change deletes its key).
     created = client.engine.latest_commit(client.spark, path).version
     stored = client.engine.schema(client.spark, path).fieldNames()
-    client.engine.save(rows.select(*stored), path, mode="append",
-                       options=client.engine.commit_metadata_options(commit_metadata))
+    client.engine.save(
+        rows.select(*stored), path, mode="append", options=client.engine.commit_metadata_options(commit_metadata)
+    )
     appended = client.engine.latest_commit(client.spark, path)
     if appended.version == created or appended.operation_metrics.get("numOutputRows") == "0":
         return "no change inserts a row: each deletes its key"
@@ -179,8 +222,14 @@ def _append_to_new_table(
 
 
 def _merge_groups(
-    client: Tables, frame: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str], *,
-    rows: int, new_table: bool,
+    client: Tables,
+    frame: DataFrame,
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    rows: int,
+    new_table: bool,
 ) -> str | None:
     """Merge where a group's newest change replaces every stored row of the group.
 
@@ -218,8 +267,14 @@ def _merge_groups(
 
 
 def _replace_changed_groups(
-    client: Tables, frame: DataFrame, changes: DataFrame, path: str, spec: WriteSpec, commit_metadata: Mapping[str, str],
-    *, rows: int,
+    client: Tables,
+    frame: DataFrame,
+    changes: DataFrame,
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    rows: int,
 ) -> str | None:
     group, seq = spec.replace_group, spec.sequence_column
     stored = client.read(path)
@@ -249,16 +304,35 @@ def _replace_changed_groups(
             skipped = "every change is older than the stored state"
         else:
             skipped = None
-            _merge_applied(client, frame, stored, applied, new_columns, path, spec, commit_metadata,
-                           evolves=evolves, max_rows=rows + int(effect["groups"]))
+            _merge_applied(
+                client,
+                frame,
+                stored,
+                applied,
+                new_columns,
+                path,
+                spec,
+                commit_metadata,
+                evolves=evolves,
+                max_rows=rows + int(effect["groups"]),
+            )
     finally:
         applied.unpersist()
     return skipped
 
 
 def _merge_applied(
-    client: Tables, frame: DataFrame, stored: DataFrame, applied: DataFrame, new_columns: list[str], path: str,
-    spec: WriteSpec, commit_metadata: Mapping[str, str], *, evolves: bool, max_rows: int,
+    client: Tables,
+    frame: DataFrame,
+    stored: DataFrame,
+    applied: DataFrame,
+    new_columns: list[str],
+    path: str,
+    spec: WriteSpec,
+    commit_metadata: Mapping[str, str],
+    *,
+    evolves: bool,
+    max_rows: int,
 ) -> None:
     group, deleted = spec.replace_group, spec.delete_column
     rows = (
@@ -266,8 +340,17 @@ def _merge_applied(
         .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
         .select(*stored.columns, *new_columns)
     )
-    _replace_groups(client, rows, applied.select(group), path, (group,), spec=spec,
-                    schema_evolution=evolves, commit_metadata=commit_metadata, max_rows=max_rows)
+    _replace_groups(
+        client,
+        rows,
+        applied.select(group),
+        path,
+        (group,),
+        spec=spec,
+        schema_evolution=evolves,
+        commit_metadata=commit_metadata,
+        max_rows=max_rows,
+    )
 
 
 #: The source column that marks a group's marker row in :func:`_replace_groups`.
@@ -275,8 +358,16 @@ _MARKER = "_replaces_group"
 
 
 def _replace_groups(
-    client: Tables, rows: DataFrame, groups: DataFrame, path: str, group_columns: Sequence[str], *, spec: WriteSpec,
-    schema_evolution: bool, commit_metadata: Mapping[str, str], max_rows: int,
+    client: Tables,
+    rows: DataFrame,
+    groups: DataFrame,
+    path: str,
+    group_columns: Sequence[str],
+    *,
+    spec: WriteSpec,
+    schema_evolution: bool,
+    commit_metadata: Mapping[str, str],
+    max_rows: int,
 ) -> None:
     """One MERGE that deletes every stored row of ``groups`` and inserts ``rows``.
 
@@ -299,8 +390,16 @@ def _replace_groups(
     on = " AND ".join([*(f"t.`{c}` = s.`{c}`" for c in group_columns), f"s.`{_MARKER}`"])
     assignments = {c: f"s.`{c}`" for c in rows.columns}
     clauses = [MergeClause("delete", None), MergeClause("insert", f"NOT s.`{_MARKER}`", assignments)]
-    client.merge(path, source, on=on, clauses=clauses, spec=spec, schema_evolution=schema_evolution,
-                 metadata=commit_metadata, max_rows=max_rows)
+    client.merge(
+        path,
+        source,
+        on=on,
+        clauses=clauses,
+        spec=spec,
+        schema_evolution=schema_evolution,
+        metadata=commit_metadata,
+        max_rows=max_rows,
+    )
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
@@ -318,9 +417,11 @@ def _newest_deletes(client: Tables, path: str, keys: tuple[str, ...], seq: str) 
 
 def _newer_than_deletes(frame: DataFrame, tombstones: DataFrame, keys: tuple[str, ...], seq: str) -> DataFrame:
     """The rows of ``frame`` whose ``seq`` is newer than their key's newest delete, or whose key has none."""
-    return frame.join(tombstones, list(keys), "left").where(
-        F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at"))
-    ).select(*frame.columns)
+    return (
+        frame.join(tombstones, list(keys), "left")
+        .where(F.col("_deleted_at").isNull() | (F.col(seq) > F.col("_deleted_at")))
+        .select(*frame.columns)
+    )
 
 
 def _append_tombstones(client: Tables, deletes: DataFrame, path: str) -> None:
@@ -346,7 +447,7 @@ def _evolve_source(frame: DataFrame, stored: StructType, spec: WriteSpec) -> tup
     new_columns = [c for c in frame.columns if c.lower() not in stored_types and c != spec.delete_column]
     grows = bool(new_columns) or any(
         grown_type(stored_types[f.name.lower()], f.dataType) not in (None, stored_types[f.name.lower()])
-        for f in frame.schema.fields if f.name.lower() in stored_types
+        for f in frame.schema.fields
+        if f.name.lower() in stored_types
     )
     return (frame.select("*", *missing) if missing else frame), new_columns, grows
-

@@ -58,13 +58,21 @@ def table_metadata(
         ValueError: a description names a column the table does not have.
     """
     commit = commit or client.engine.latest_commit(client.spark, path)
-    reused = _same_description(earlier, version=commit.version, engine=client.engine.name,
-                               column_descriptions=column_descriptions or {}, preview_rows=preview_rows)
+    reused = _same_description(
+        earlier,
+        version=commit.version,
+        engine=client.engine.name,
+        column_descriptions=column_descriptions or {},
+        preview_rows=preview_rows,
+    )
     if reused is not None:
         return reused
     return description_metadata(
-        client.describe(path, commit=commit), preview_rows=preview_rows, column_descriptions=column_descriptions,
-        key_columns=key_columns, newest_first=newest_first,
+        client.describe(path, commit=commit),
+        preview_rows=preview_rows,
+        column_descriptions=column_descriptions,
+        key_columns=key_columns,
+        newest_first=newest_first,
     )
 
 
@@ -90,8 +98,10 @@ def description_metadata(
     """
     frame = description.frame
     # Counts as numbers: delta-spark (and the delta-rs engine's writes) record them as strings.
-    metrics = {name: int(value) if isinstance(value, str) and value.isdigit() else value
-               for name, value in description.operation_metrics.items()}
+    metrics = {
+        name: int(value) if isinstance(value, str) and value.isdigit() else value
+        for name, value in description.operation_metrics.items()
+    }
     descriptions = column_descriptions or {}
     check_column_descriptions(descriptions, frame.columns, table=f"Delta table {description.path}")
     preview_key = list(key_columns) or description.partition_columns
@@ -134,15 +144,20 @@ def _preview_from_files(
         table = client.readable_table(description.path, version=description.version)
         dataset = client.pruned_dataset(table, description.path)
         newest_of = pa.table(table.get_add_actions(flatten=True)) if newest_first else None
-        return arrow_markdown_preview(dataset, rows, key_columns=key_columns, total_rows=description.rows,
-                                      newest_of=newest_of)
+        return arrow_markdown_preview(
+            dataset, rows, key_columns=key_columns, total_rows=description.rows, newest_of=newest_of
+        )
     except DELTA_RS_CANNOT_READ as error:
         log.debug("delta-rs cannot preview %s (%s); Spark reads it", description.path, error)
         return None
 
 
 def arrow_markdown_preview(
-    dataset: ds.Dataset, rows: int = _PREVIEW_ROWS, *, key_columns: Sequence[str] = (), total_rows: int,
+    dataset: ds.Dataset,
+    rows: int = _PREVIEW_ROWS,
+    *,
+    key_columns: Sequence[str] = (),
+    total_rows: int,
     newest_of: pa.Table | None = None,
 ) -> str:
     """A few rows of an Arrow dataset as Markdown, picked and ordered as :func:`markdown_preview` does.
@@ -152,8 +167,11 @@ def arrow_markdown_preview(
     newest file instead (:func:`newest_files_first`): a table only appended to
     shows what its last write added, not its oldest rows.
     """
-    sortable = [f.name for f in dataset.schema
-                if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))]
+    sortable = [
+        f.name
+        for f in dataset.schema
+        if not (pa.types.is_nested(f.type) or pa.types.is_map(f.type) or pa.types.is_binary(f.type))
+    ]
     key = [name for name in key_columns if name in sortable] or sortable[:1]
     order = key + [name for name in sortable if name not in key]
     whole = total_rows <= SORTED_PREVIEW_MAX_ROWS and newest_of is None
@@ -166,8 +184,9 @@ def arrow_markdown_preview(
     picked = picked.slice(0, rows)
     columns = picked.column_names
     values = [[row[c] for c in columns] for row in picked.to_pylist()]
-    return preview_markdown(columns, values, key=key, whole_order=whole, total_rows=total_rows,
-                            newest=newest_of is not None)
+    return preview_markdown(
+        columns, values, key=key, whole_order=whole, total_rows=total_rows, newest=newest_of is not None
+    )
 
 
 def newest_files_first(dataset: ds.FileSystemDataset, actions: pa.Table) -> ds.FileSystemDataset:
@@ -181,8 +200,10 @@ def newest_files_first(dataset: ds.FileSystemDataset, actions: pa.Table) -> ds.F
         dataset: the table's version as delta-rs opens it (one fragment per file).
         actions: that version's add actions (``get_add_actions(flatten=True)``: ``path``, ``modification_time``).
     """
-    written = {unquote(path): when for path, when in zip(actions.column("path").to_pylist(),
-                                                          actions.column("modification_time").to_pylist())}
+    written = {
+        unquote(path): when
+        for path, when in zip(actions.column("path").to_pylist(), actions.column("modification_time").to_pylist(), strict=False)
+    }
 
     def when(fragment: ds.Fragment) -> Any:
         path = unquote(fragment.path)
@@ -217,7 +238,8 @@ def first_rows(dataset: ds.FileSystemDataset, rows: int) -> pa.Table:
             batch = next(reader.iter_batches(batch_size=rows, columns=in_file))
         partition = ds.get_partition_keys(fragment.partition_expression)
         columns = [
-            batch.column(name) if name in in_file
+            batch.column(name)
+            if name in in_file
             else pa.array([partition.get(name)] * batch.num_rows, type=schema.field(name).type)
             for name in schema.names
         ]
@@ -235,13 +257,26 @@ ENGINE_NAME = "deltalake (no Spark)"
 
 #: What :func:`description_metadata` records: the same for every look at one version of a table.
 _DESCRIPTION_KEYS = (
-    "delta/engine", "dagster/column_schema", "dagster/row_count", "dagster/uri", "delta/version", "delta/operation",
-    "delta/operation_metrics", "delta/num_files", "delta/size_bytes", "delta/partition_columns", "preview",
+    "delta/engine",
+    "dagster/column_schema",
+    "dagster/row_count",
+    "dagster/uri",
+    "delta/version",
+    "delta/operation",
+    "delta/operation_metrics",
+    "delta/num_files",
+    "delta/size_bytes",
+    "delta/partition_columns",
+    "preview",
 )
 
 
 def _same_description(
-    earlier: Mapping[str, Any] | None, *, version: int, engine: str, column_descriptions: Mapping[str, str],
+    earlier: Mapping[str, Any] | None,
+    *,
+    version: int,
+    engine: str,
+    column_descriptions: Mapping[str, str],
     preview_rows: int,
 ) -> dict[str, Any] | None:
     """``earlier``'s description of the table when it described ``version`` as this call would, else None.
@@ -251,8 +286,9 @@ def _same_description(
     """
     if earlier is None or preview_rows != _PREVIEW_ROWS or any(key not in earlier for key in _DESCRIPTION_KEYS):
         return None
-    if str(getattr(earlier["delta/version"], "value", None)) != str(version) \
-            or getattr(earlier["delta/engine"], "value", None) not in (engine, ENGINE_NAME):
+    if str(getattr(earlier["delta/version"], "value", None)) != str(version) or getattr(
+        earlier["delta/engine"], "value", None
+    ) not in (engine, ENGINE_NAME):
         return None
     schema = getattr(earlier["dagster/column_schema"], "schema", None)
     described = {c.name: c.description for c in schema.columns if c.description} if schema else None
@@ -361,14 +397,20 @@ def markdown_preview(
         picked = frame.orderBy(*order).limit(rows).collect()
     else:
         # Nulls first, as Spark sorts ascending.
-        picked = sorted(frame.limit(rows).collect(),
-                        key=lambda row: tuple((row[name] is not None, row[name]) for name in order))
+        picked = sorted(
+            frame.limit(rows).collect(), key=lambda row: tuple((row[name] is not None, row[name]) for name in order)
+        )
     return preview_markdown(frame.columns, picked, key=key, whole_order=whole_order, total_rows=total_rows)
 
 
 def preview_markdown(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, key: Sequence[str], whole_order: bool,
-    total_rows: int | None, newest: bool = False,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    key: Sequence[str],
+    whole_order: bool,
+    total_rows: int | None,
+    newest: bool = False,
 ) -> str:
     """A preview's rows (values in column order) as a Markdown table, with a caption saying how they were picked.
 

@@ -148,7 +148,16 @@ class WriteSpec(BaseModel):
         )
 
 
-_SKIPPING_TYPES = (IntegralType, FloatType, DoubleType, DecimalType, StringType, DateType, TimestampType, TimestampNTZType)
+_SKIPPING_TYPES = (
+    IntegralType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    StringType,
+    DateType,
+    TimestampType,
+    TimestampNTZType,
+)
 #: Table properties that choose the columns Delta keeps per-file statistics of.
 _STATS_PROPERTIES = ("delta.dataSkippingStatsColumns", "delta.dataSkippingNumIndexedCols")
 
@@ -184,7 +193,9 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     # Delta keeps min/max of these types only; it refuses a table naming another type here.
     stored = {f.name for f in schema.fields if isinstance(f.dataType, _SKIPPING_TYPES)}
     if spec.filtered_by is None:
-        filtered = [f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))]
+        filtered = [
+            f.name for f in schema.fields if isinstance(f.dataType, (DateType, TimestampType, TimestampNTZType))
+        ]
     else:
         filtered = list(spec.filtered_by)
         unknown = [name for name in filtered if name not in schema.fieldNames()]

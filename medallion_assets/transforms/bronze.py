@@ -281,9 +281,7 @@ def latest_snapshot(files: Iterable[str | PurePath]) -> str | PurePath | None:
         The newest snapshot's path, as given, or None when there is none.
     """
     candidates = [
-        path
-        for path in files
-        if PurePath(path).name.endswith(".parquet") and is_visible_data_file(PurePath(path).name)
+        path for path in files if PurePath(path).name.endswith(".parquet") and is_visible_data_file(PurePath(path).name)
     ]
     return max(candidates, key=lambda path: PurePath(path).name, default=None)
 
@@ -309,20 +307,28 @@ def bronze_column_descriptions(feed: Feed) -> dict[str, str]:
     if isinstance(feed.source, KafkaTopic):
         return dict(_KAFKA_DESCRIPTIONS)
     if isinstance(feed.source, LandingFiles) and feed.source.format == "ndjson":
-        return {"value": "One delivered line, as text (bytes that were not UTF-8 replaced by U+FFFD).",
-                **_INGESTION_DESCRIPTIONS}
+        return {
+            "value": "One delivered line, as text (bytes that were not UTF-8 replaced by U+FFFD).",
+            **_INGESTION_DESCRIPTIONS,
+        }
     as_text = isinstance(feed.source, LandingFiles) or feed.applies_snapshots
-    described = {name: f"{text} As delivered (text)." if as_text else text
-                 for name, text in feed.descriptions.items()}
+    described = {name: f"{text} As delivered (text)." if as_text else text for name, text in feed.descriptions.items()}
     if feed.applies_snapshots:
-        return {**described, CHANGE: "upsert: the snapshot's row of a new or changed key; delete: a key the "
-                "snapshot lacks (its other fields null).", SNAPSHOT: "The file name of the snapshot.",
-                "_source_file": _INGESTION_DESCRIPTIONS["_source_file"],
-                "_ingested_at": "When the snapshot was taken in, UTC (the history's valid_from)."}
+        return {
+            **described,
+            CHANGE: "upsert: the snapshot's row of a new or changed key; delete: a key the "
+            "snapshot lacks (its other fields null).",
+            SNAPSHOT: "The file name of the snapshot.",
+            "_source_file": _INGESTION_DESCRIPTIONS["_source_file"],
+            "_ingested_at": "When the snapshot was taken in, UTC (the history's valid_from).",
+        }
     if isinstance(feed.source, LandingFiles):
         described["_corrupt_record"] = "The whole line when its field count differs from the header's, else null."
-        return {**described, **_INGESTION_DESCRIPTIONS,
-                HEADER_COLUMN: "The column names of the header of the file the row came from."}
+        return {
+            **described,
+            **_INGESTION_DESCRIPTIONS,
+            HEADER_COLUMN: "The column names of the header of the file the row came from.",
+        }
     return {**described, **_INGESTION_DESCRIPTIONS}
 
 
@@ -341,12 +347,14 @@ def snapshot_changes_schema(feed: Feed) -> StructType:
     snapshot's file name), ``_source_file`` and ``_ingested_at`` (when the
     snapshot was taken in, the history's ``valid_from``).
     """
-    return StructType([
-        *(StructField(name, StringType(), True) for name in feed.field_names),
-        StructField(CHANGE, StringType(), True),
-        StructField(SNAPSHOT, StringType(), True),
-        *_INGESTION_FIELDS,
-    ])
+    return StructType(
+        [
+            *(StructField(name, StringType(), True) for name in feed.field_names),
+            StructField(CHANGE, StringType(), True),
+            StructField(SNAPSHOT, StringType(), True),
+            *_INGESTION_FIELDS,
+        ]
+    )
 
 
 def _as_text(column: Column, kind) -> Column:
@@ -369,10 +377,12 @@ def snapshot_text(snapshot: DataFrame, feed: Feed) -> DataFrame:
     change feed, rather than failing the load.
     """
     types = {field.name: field.dataType for field in snapshot.schema.fields}
-    return snapshot.select(*(
-        (_as_text(F.col(f"`{name}`"), types[name]) if name in types else F.lit(None).cast("string")).alias(name)
-        for name in feed.field_names
-    ))
+    return snapshot.select(
+        *(
+            (_as_text(F.col(f"`{name}`"), types[name]) if name in types else F.lit(None).cast("string")).alias(name)
+            for name in feed.field_names
+        )
+    )
 
 
 def snapshot_state(changes: DataFrame, feed: Feed) -> DataFrame:
@@ -380,9 +390,11 @@ def snapshot_state(changes: DataFrame, feed: Feed) -> DataFrame:
     :func:`snapshot_text`: per key, its newest snapshot's rows unless that deleted the key."""
     keys = list(feed.silver.keys)
     newest = F.max(SNAPSHOT).over(Window.partitionBy(*keys))
-    return (changes.select("*", newest.alias("_newest"))
-            .where((F.col(SNAPSHOT) == F.col("_newest")) & (F.col(CHANGE) == UPSERT))
-            .select(*feed.field_names))
+    return (
+        changes.select("*", newest.alias("_newest"))
+        .where((F.col(SNAPSHOT) == F.col("_newest")) & (F.col(CHANGE) == UPSERT))
+        .select(*feed.field_names)
+    )
 
 
 def snapshot_changes(snapshot: DataFrame, before: DataFrame, feed: Feed) -> DataFrame:
@@ -392,9 +404,13 @@ def snapshot_changes(snapshot: DataFrame, before: DataFrame, feed: Feed) -> Data
     keys = list(feed.silver.keys)
     upserts = snapshot.exceptAll(before).withColumn(CHANGE, F.lit(UPSERT))
     kept = snapshot.select(*(F.col(k).alias(f"_kept_{k}") for k in keys)).distinct()
-    gone = before.select(*keys).distinct().join(
-        kept, [F.col(k).eqNullSafe(F.col(f"_kept_{k}")) for k in keys], "left_anti"
+    gone = (
+        before.select(*keys)
+        .distinct()
+        .join(kept, [F.col(k).eqNullSafe(F.col(f"_kept_{k}")) for k in keys], "left_anti")
     )
-    deletes = gone.select(*(F.col(n) if n in keys else F.lit(None).cast("string").alias(n)
-                            for n in feed.field_names), F.lit(DELETE).alias(CHANGE))
+    deletes = gone.select(
+        *(F.col(n) if n in keys else F.lit(None).cast("string").alias(n) for n in feed.field_names),
+        F.lit(DELETE).alias(CHANGE),
+    )
     return upserts.unionByName(deletes)

@@ -108,7 +108,12 @@ def text_schema(names: Iterable[str]) -> StructType:
 
 
 def validated(
-    text: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True,
+    text: Column,
+    name: str,
+    kind: DataType,
+    prefix: Column | None = None,
+    *,
+    required: bool = True,
     quoted: Column | None = None,
 ) -> tuple[Column, Column]:
     """Validate one text value against its column type.
@@ -170,7 +175,13 @@ def is_present_and_valid(converted: Column, kind: DataType) -> Column:
 
 
 def invalid_reason(
-    text: Column, converted: Column, name: str, kind: DataType, prefix: Column | None = None, *, required: bool = True,
+    text: Column,
+    converted: Column,
+    name: str,
+    kind: DataType,
+    prefix: Column | None = None,
+    *,
+    required: bool = True,
     quoted: Column | None = None,
 ) -> Column:
     """Why ``text`` is not a valid ``kind`` (null when it is), given its :func:`typed_value` ``converted``.
@@ -225,8 +236,12 @@ def kafka_lines(messages: DataFrame) -> DataFrame:
     treats both sources alike.
     """
     origin = F.concat(
-        F.lit(MESSAGE_ORIGIN_PREFIX), F.col("topic"), F.lit("/"), F.col("partition").cast("string"),
-        F.lit("/"), F.col("offset").cast("string"),
+        F.lit(MESSAGE_ORIGIN_PREFIX),
+        F.col("topic"),
+        F.lit("/"),
+        F.col("partition").cast("string"),
+        F.lit("/"),
+        F.col("offset").cast("string"),
     )
     return messages.select("value", origin.alias("_source_file"), "_ingested_at")
 
@@ -264,7 +279,9 @@ def _judge_fields(feed: Feed, text_of) -> tuple[Column, dict[str, Column]]:
         reason, value = validated(text, f.name, f.type, required=not f.nullable or f.name in first, quoted=quoted)
         if f.values:
             allowed = f.values[0] if len(f.values) == 1 else f"{', '.join(f.values[:-1])} or {f.values[-1]}"
-            out_of_domain = F.when(~text.isin(*f.values), F.concat(F.lit(f"{f.name} is not {allowed}: '"), quoted, F.lit("'")))
+            out_of_domain = F.when(
+                ~text.isin(*f.values), F.concat(F.lit(f"{f.name} is not {allowed}: '"), quoted, F.lit("'"))
+            )
             reason = F.coalesce(reason, out_of_domain)
         reasons[f.name] = reason
         # A delete carries its key; whatever else it holds is not state.
@@ -329,7 +346,9 @@ def typed_changes(judged: DataFrame, feed: Feed) -> DataFrame:
 def rejected_changes(judged: DataFrame) -> DataFrame:
     """The rejected rows of :func:`judge_changes`: ``value``, ``_source_file``, ``_ingested_at``, ``reason``."""
     return judged.where(F.col("_reject_reason").isNotNull()).select(
-        F.col("_rejected_value").alias("value"), "_source_file", "_ingested_at",
+        F.col("_rejected_value").alias("value"),
+        "_source_file",
+        "_ingested_at",
         F.col("_reject_reason").alias("reason"),
     )
 
@@ -346,11 +365,16 @@ def _parse_json(lines: DataFrame, feed: Feed) -> DataFrame:
         return _judged(parsed, feed, reason, typed, delivered)
     # A JSON object: its declared fields as read, the masked ones masked; else no text of it.
     split = encoding_reason.isNull() & object_reason.isNull() & ~not_json_object(F.col("value"))
-    record = F.to_json(F.struct(*(
-        masked_column(F.col("_record").getField(f.name), f.mask).alias(f.name) if f.mask is not None
-        else F.col("_record").getField(f.name).alias(f.name)
-        for f in feed.fields
-    )))
+    record = F.to_json(
+        F.struct(
+            *(
+                masked_column(F.col("_record").getField(f.name), f.mask).alias(f.name)
+                if f.mask is not None
+                else F.col("_record").getField(f.name).alias(f.name)
+                for f in feed.fields
+            )
+        )
+    )
     return _judged(parsed, feed, reason, typed, F.when(split, record).otherwise(line_digest(delivered)))
 
 
@@ -378,10 +402,14 @@ def _parse_csv(rows: DataFrame, feed: Feed) -> DataFrame:
     # Split into the declared fields: the masked ones masked; a line whose field count is
     # off (positions unreliable) or that was not UTF-8 keeps no text, only its digest.
     split = F.col("_corrupt_record").isNull() & ~not_valid_utf8(line_text)
-    record = F.to_csv(F.struct(*(
-        masked_column(F.col(f.name), f.mask).alias(f.name) if f.mask is not None else F.col(f.name)
-        for f in feed.fields
-    )))
+    record = F.to_csv(
+        F.struct(
+            *(
+                masked_column(F.col(f.name), f.mask).alias(f.name) if f.mask is not None else F.col(f.name)
+                for f in feed.fields
+            )
+        )
+    )
     return _judged(rows, feed, reason, typed, F.when(split, record).otherwise(line_digest(value)))
 
 
@@ -389,16 +417,21 @@ def _parse_snapshot_changes(rows: DataFrame, feed: Feed) -> DataFrame:
     """The changes of a snapshot feed's bronze table (``Feed.change_feed``'s fields as text), judged as a
     CSV line's fields are; ``_snapshot_at`` is when the snapshot was taken in. A rejected change is
     quarantined as a JSON object of its declared fields, the masked ones masked."""
+
     def text_of(name: str) -> Column:
         return F.date_format("_ingested_at", _TIMESTAMP_TEXT) if name == SNAPSHOT_AT else F.col(name)
 
     field_reason, typed = _judge_fields(feed, text_of)
     delivered = [f for f in feed.fields if f.name not in SNAPSHOT_CHANGE_COLUMNS]
     encoding = F.when(not_valid_utf8(F.concat_ws(",", *(f.name for f in delivered))), F.lit(NOT_VALID_UTF8))
-    record = F.to_json(F.struct(*(
-        (masked_column(F.col(f.name), f.mask) if f.mask is not None else F.col(f.name)).alias(f.name)
-        for f in delivered
-    )))
+    record = F.to_json(
+        F.struct(
+            *(
+                (masked_column(F.col(f.name), f.mask) if f.mask is not None else F.col(f.name)).alias(f.name)
+                for f in delivered
+            )
+        )
+    )
     return _judged(rows, feed, F.coalesce(encoding, field_reason), typed, record)
 
 
@@ -500,8 +533,10 @@ def deleted_keys(latest: DataFrame, feed: Feed) -> DataFrame:
 def rows_to_merge(kept: DataFrame, deleted: DataFrame) -> DataFrame:
     """What a merge with deletes takes: the kept rows (``_deleted`` false, their ``_source_file``
     dropped) and the deleted keys with their ``_sequence`` (``_deleted`` true, other columns null)."""
-    return kept.drop("_source_file").withColumn("_deleted", F.lit(False)).unionByName(
-        deleted.withColumn("_deleted", F.lit(True)), allowMissingColumns=True
+    return (
+        kept.drop("_source_file")
+        .withColumn("_deleted", F.lit(False))
+        .unionByName(deleted.withColumn("_deleted", F.lit(True)), allowMissingColumns=True)
     )
 
 
@@ -516,7 +551,9 @@ def mask_pii(frame: DataFrame, feed: Feed) -> DataFrame:
         The same columns in the same order.
     """
     masks = {f.name: f.mask for f in feed.fields if f.mask is not None and f.name in frame.columns}
-    return frame.select(*(masked_column(F.col(n), masks[n]).alias(n) if n in masks else F.col(n) for n in frame.columns))
+    return frame.select(
+        *(masked_column(F.col(n), masks[n]).alias(n) if n in masks else F.col(n) for n in frame.columns)
+    )
 
 
 def masked_column(column: Column, mask) -> Column:
@@ -579,12 +616,16 @@ def history_rows(records: DataFrame, feed: Feed, adopted: DataFrame) -> DataFram
     keys = list(changes.keys)
     since = changes.sequence_by[0]
     staged = mask_pii(
-        records.select(*feed.field_names, "_source_file", change_sequence(feed), _is_delete(feed, F.col).alias("_deleted")),
+        records.select(
+            *feed.field_names, "_source_file", change_sequence(feed), _is_delete(feed, F.col).alias("_deleted")
+        ),
         feed,
     )
-    entered = staged.where(F.col("_deleted") | meets_dropping_expectations(feed.expectations)).join(
-        adopted, keys, "inner"
-    ).where(F.col("_sequence") <= F.col("_adopted"))
+    entered = (
+        staged.where(F.col("_deleted") | meets_dropping_expectations(feed.expectations))
+        .join(adopted, keys, "inner")
+        .where(F.col("_sequence") <= F.col("_adopted"))
+    )
     distinct = entered.dropDuplicates(list(feed.field_names))
     marker = [changes.delete_when[0]] if changes.delete_when else []
     by_key = Window.partitionBy(*keys).orderBy(*changes.sequence_by, "_source_file", *marker)

@@ -22,7 +22,12 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 __all__ = [
-    "SAMPLE_SCHEMA", "delta_extension_path", "read_with_deltalake", "read_with_duckdb", "rows", "seed_map_of_structs",
+    "SAMPLE_SCHEMA",
+    "delta_extension_path",
+    "read_with_deltalake",
+    "read_with_duckdb",
+    "rows",
+    "seed_map_of_structs",
 ]
 
 #: The columns the package's write tests use: keys, strings, decimals, dates, timestamps.
@@ -46,8 +51,9 @@ def seed_map_of_structs(path: str, column: str) -> None:
     import deltalake
 
     by_key = pa.map_(pa.string(), pa.struct([("a", pa.int64())]))
-    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()),
-                                              column: pa.array([[("k", {"a": 1})]], by_key)}))
+    deltalake.write_deltalake(
+        path, pa.table({"id": pa.array([1], pa.int64()), column: pa.array([[("k", {"a": 1})]], by_key)})
+    )
 
 
 def _normalize(table: pa.Table) -> pa.Table:

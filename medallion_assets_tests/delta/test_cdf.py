@@ -26,8 +26,11 @@ CDF_TYPES = {
 
 def _table(spark, path, cdf=True, partitioned=False):
     builder = (
-        DeltaTable.create(spark).location(str(path))
-        .addColumn("id", "bigint").addColumn("v", "string").addColumn("amount", "decimal(8,2)")
+        DeltaTable.create(spark)
+        .location(str(path))
+        .addColumn("id", "bigint")
+        .addColumn("v", "string")
+        .addColumn("amount", "decimal(8,2)")
     )
     if partitioned:
         builder = builder.partitionedBy("v")
@@ -37,7 +40,11 @@ def _table(spark, path, cdf=True, partitioned=False):
     write_deltalake(
         str(path),
         pa.Table.from_pylist(
-            [{"id": 1, "v": "a", "amount": Decimal("1.00")}, {"id": 2, "v": "b", "amount": None}, {"id": 3, "v": "c", "amount": Decimal("3.50")}],
+            [
+                {"id": 1, "v": "a", "amount": Decimal("1.00")},
+                {"id": 2, "v": "b", "amount": None},
+                {"id": 3, "v": "c", "amount": Decimal("3.50")},
+            ],
             schema=SCHEMA,
         ),
         mode="append",
@@ -47,9 +54,7 @@ def _table(spark, path, cdf=True, partitioned=False):
 
 def _changes(reader_or_table):
     t = pa.table(reader_or_table) if not isinstance(reader_or_table, pa.Table) else reader_or_table
-    return sorted(
-        (r["_commit_version"], r["_change_type"], r["id"], r["v"], r["amount"]) for r in t.to_pylist()
-    )
+    return sorted((r["_commit_version"], r["_change_type"], r["id"], r["v"], r["amount"]) for r in t.to_pylist())
 
 
 @pytest.mark.parametrize("partitioned", [False, True])
@@ -58,8 +63,12 @@ def test_change_feed_after_update_delete_merge(spark, tmp_path, partitioned):
     table = _table(spark, path, partitioned=partitioned)
     table.update("id = 1", {"amount": "amount + 1"})  # v2
     table.delete("id = 2")  # v3
-    source = spark.createDataFrame([(3, "c", Decimal("30.00")), (4, "d", None)], "id long, v string, amount decimal(8,2)")
-    table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()  # v4
+    source = spark.createDataFrame(
+        [(3, "c", Decimal("30.00")), (4, "d", None)], "id long, v string, amount decimal(8,2)"
+    )
+    table.alias("t").merge(
+        source.alias("s"), "t.id = s.id"
+    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()  # v4
 
     reader = read_change_feed_batches(str(path))
     assert isinstance(reader, pa.RecordBatchReader)
@@ -105,7 +114,7 @@ def test_change_feed_by_timestamp(spark, tmp_path):
     path = tmp_path / "t"
     table = _table(spark, path)
     time.sleep(0.05)
-    middle = dt.datetime.now(dt.timezone.utc)
+    middle = dt.datetime.now(dt.UTC)
     time.sleep(0.05)
     table.delete("id = 3")  # v2
     got = _changes(read_change_feed_batches(str(path), starting_timestamp=middle))
@@ -149,8 +158,12 @@ def test_change_feed_argument_errors(spark, tmp_path):
 
 
 def _append(path, ids):
-    write_deltalake(path, pa.table({"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]}), mode="append",
-                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(
+        path,
+        pa.table({"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]}),
+        mode="append",
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
 
 
 def test_added_rows_of_an_append_only_range_are_read_from_its_new_files(spark, tmp_path):
@@ -165,10 +178,13 @@ def test_added_rows_of_an_append_only_range_are_read_from_its_new_files(spark, t
     assertDataFrameEqual(added, spark.createDataFrame([(3, "n3"), (4, "n4"), (5, "n5")], "id long, name string"))
     # Spark scans exactly the files of versions 1 and 2: the rows never pass through the driver.
     new_files = {f.split("/")[-1] for f in RsTable(path, version=2).file_uris()} - {
-        f.split("/")[-1] for f in RsTable(path, version=0).file_uris()}
+        f.split("/")[-1] for f in RsTable(path, version=0).file_uris()
+    }
     assert {f.split("/")[-1] for f in added.inputFiles()} == new_files and len(new_files) == 2
-    assertDataFrameEqual(read_added_rows(spark, path, after_version=-1, to_version=0),
-                         spark.createDataFrame([(1, "n1"), (2, "n2")], "id long, name string"))
+    assertDataFrameEqual(
+        read_added_rows(spark, path, after_version=-1, to_version=0),
+        spark.createDataFrame([(1, "n1"), (2, "n2")], "id long, name string"),
+    )
 
 
 def test_added_rows_defer_to_the_change_feed_when_a_commit_removed_data(spark, tmp_path):

@@ -24,10 +24,10 @@ from medallion_assets.delta import (
 )
 from medallion_assets.delta._commit import commit_write, plan_write
 from medallion_assets.delta._files import TableFileWriter
-from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
-from medallion_assets.delta._read import plan_input_partitions, split_budget
-from medallion_assets.delta.datasource import DeltaBatchReader
 from medallion_assets.delta._options import ReadOptions
+from medallion_assets.delta._read import plan_input_partitions, split_budget
+from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
+from medallion_assets.delta.datasource import DeltaBatchReader
 from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SCHEMA
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
@@ -42,7 +42,7 @@ def sample_rows(start: int, count: int) -> list[tuple]:
                 regions[i % 4],
                 Decimal(i * 101) / Decimal(100),
                 dt.date(2024, 1, 1) + dt.timedelta(days=i % 40),
-                dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc) + dt.timedelta(hours=i),
+                dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.UTC) + dt.timedelta(hours=i),
                 None if i % 5 == 0 else f"row {i}",
             )
         )
@@ -54,7 +54,7 @@ def frame(spark, start: int = 0, count: int = 20):
 
 
 def expected_dicts(data: list[tuple]) -> list[dict]:
-    return [dict(zip(SCHEMA.fieldNames(), r)) for r in data]
+    return [dict(zip(SCHEMA.fieldNames(), r, strict=False)) for r in data]
 
 
 def assert_independent_readers_see(path, data: list[tuple]) -> None:
@@ -88,7 +88,7 @@ def test_append_and_time_travel(spark, tmp_path):
     assertDataFrameEqual(read_delta(spark, path, version=0), frame(spark, 0, 10))
     history = deltalake.DeltaTable(path).history()
     assert history[0]["userMetadata"] == "second"
-    ts0 = dt.datetime.fromtimestamp(history[-1]["timestamp"] / 1000, tz=dt.timezone.utc)
+    ts0 = dt.datetime.fromtimestamp(history[-1]["timestamp"] / 1000, tz=dt.UTC)
     by_time = spark.read.format("delta").option("timestampAsOf", ts0.isoformat()).load(path)
     assert by_time.count() == 10
 
@@ -207,9 +207,9 @@ def test_idempotent_writes_with_app_transactions(spark, tmp_path):
         frame(spark, 0, 5).write.format("delta").mode("append").option("txnAppId", "loader").option(
             "txnVersion", "1"
         ).save(path)
-    frame(spark, 5, 5).write.format("delta").mode("append").option("txnAppId", "loader").option(
-        "txnVersion", "2"
-    ).save(path)
+    frame(spark, 5, 5).write.format("delta").mode("append").option("txnAppId", "loader").option("txnVersion", "2").save(
+        path
+    )
     assert_independent_readers_see(path, sample_rows(0, 10))
     assert deltalake.DeltaTable(path).transaction_version("loader") == 2
     assert len(_all_parquet(path)) == len(deltalake.DeltaTable(path).file_uris()), "skipped write left files"
@@ -273,9 +273,7 @@ def test_not_a_delta_table(spark, tmp_path):
 
 def test_tables_with_deletion_vectors_are_refused_by_both_routes(spark, tmp_path):
     path = str(tmp_path / "dv")
-    deltalake.write_deltalake(
-        path, pa.table({"id": [1, 2]}), configuration={"delta.enableDeletionVectors": "true"}
-    )
+    deltalake.write_deltalake(path, pa.table({"id": [1, 2]}), configuration={"delta.enableDeletionVectors": "true"})
     if "deletionVectors" not in (deltalake.DeltaTable(path).protocol().reader_features or []):
         pytest.skip("this delta-rs did not enable the deletionVectors feature")
     with pytest.raises(UnsupportedFeatureError, match="deletionVectors"):
@@ -388,7 +386,9 @@ def test_overwrite_loses_to_an_append_that_commits_between_its_check_and_its_com
     checked = deltalake.DeltaTable(path)
     monkeypatch.setattr(_commit, "open_existing", lambda *_a, **_k: checked)
     # ... and another writer appends before the overwrite commits.
-    deltalake.write_deltalake(path, pa.Table.from_pylist(expected_dicts(sample_rows(5, 5)), schema=arrow_schema), mode="append")
+    deltalake.write_deltalake(
+        path, pa.Table.from_pylist(expected_dicts(sample_rows(5, 5)), schema=arrow_schema), mode="append"
+    )
     with pytest.raises(ConcurrentWriteError, match="concurrent"):
         commit_write(plan, files)
     monkeypatch.undo()
@@ -420,8 +420,10 @@ def test_failed_job_commits_nothing_and_vacuum_removes_leftovers(spark, tmp_path
     path = str(tmp_path / "t")
     frame(spark, 0, 5).write.format("delta").mode("overwrite").save(path)
     # A task that fails halfway through: the first partition's files are written, then an error.
-    exploding = frame(spark, 5, 20).repartition(2).withColumn(
-        "note", F.when(F.col("id") == 24, F.raise_error(F.lit("boom"))).otherwise(F.col("note"))
+    exploding = (
+        frame(spark, 5, 20)
+        .repartition(2)
+        .withColumn("note", F.when(F.col("id") == 24, F.raise_error(F.lit("boom"))).otherwise(F.col("note")))
     )
     with pytest.raises(Exception, match="boom"):
         exploding.write.format("delta").mode("append").save(path)
@@ -433,7 +435,10 @@ def test_failed_job_commits_nothing_and_vacuum_removes_leftovers(spark, tmp_path
         fh.write(b"not referenced")
     os.utime(orphan, (0, 0))
     live = {os.path.basename(f) for f in deltalake.DeltaTable(path).file_uris()}
-    deleted = {os.path.basename(r.path) for r in DeltaTable.forPath(spark, path).vacuum(0, enforceRetentionDuration=False).collect()}
+    deleted = {
+        os.path.basename(r.path)
+        for r in DeltaTable.forPath(spark, path).vacuum(0, enforceRetentionDuration=False).collect()
+    }
     # A task cancelled when its sibling failed may also have left a partial file.
     assert os.path.basename(orphan) in deleted
     assert not deleted & live
@@ -459,7 +464,9 @@ def test_replace_where_comparing_two_partition_columns_keeps_the_other_partition
 
     expected = [r for r in original if r["p1"] != r["p2"]] + new
     key = ["p1", "p2", "v"]
-    assert rows(read_with_deltalake(path), sort_by=key) == rows(pa.Table.from_pylist(expected, schema=schema), sort_by=key)
+    assert rows(read_with_deltalake(path), sort_by=key) == rows(
+        pa.Table.from_pylist(expected, schema=schema), sort_by=key
+    )
 
 
 def test_replace_where_with_sql_functions_rewrites_only_the_matching_rows(spark, tmp_path):
@@ -476,7 +483,9 @@ def test_replace_where_with_sql_functions_rewrites_only_the_matching_rows(spark,
 
     replaced = {r["id"] for r in original if r["name"].startswith("a") and len(r["name"]) == 3}
     expected = [r for r in original if r["id"] not in replaced] + new
-    assert rows(read_with_deltalake(path), sort_by="id") == rows(pa.Table.from_pylist(expected, schema=schema), sort_by="id")
+    assert rows(read_with_deltalake(path), sort_by="id") == rows(
+        pa.Table.from_pylist(expected, schema=schema), sort_by="id"
+    )
 
 
 CONSTRAINED = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64()), ("kind", pa.string())])
@@ -501,24 +510,34 @@ CONSTRAINTS = {
 )
 def test_check_constraints_with_arithmetic_functions_like_and_case_are_enforced(spark, tmp_path, broken, row):
     path = str(tmp_path / "t")
-    first = [{"id": 1, "name": "n1", "amount": 5.0, "kind": "sale"}, {"id": 2, "name": "n2", "amount": 50.0, "kind": "refund"}]
+    first = [
+        {"id": 1, "name": "n1", "amount": 5.0, "kind": "sale"},
+        {"id": 2, "name": "n2", "amount": 50.0, "kind": "refund"},
+    ]
     deltalake.write_deltalake(path, pa.Table.from_pylist(first, schema=CONSTRAINED))
     table = DeltaTable.forPath(spark, path)
     for name, expr in CONSTRAINTS.items():
         table.addConstraint(name, expr)
 
     # A write that satisfies every constraint lands.
-    good = [{"id": 3, "name": "n3", "amount": 700.0, "kind": "sale"}, {"id": 4, "name": "nnnnnnnnn", "amount": 99.5, "kind": "refund"}]
+    good = [
+        {"id": 3, "name": "n3", "amount": 700.0, "kind": "sale"},
+        {"id": 4, "name": "nnnnnnnnn", "amount": 99.5, "kind": "refund"},
+    ]
     spark.createDataFrame(pa.Table.from_pylist(good, schema=CONSTRAINED).to_pandas()).write.format("delta").mode(
         "append"
     ).save(path)
-    assert rows(read_with_deltalake(path), sort_by="id") == rows(pa.Table.from_pylist(first + good, schema=CONSTRAINED), sort_by="id")
+    assert rows(read_with_deltalake(path), sort_by="id") == rows(
+        pa.Table.from_pylist(first + good, schema=CONSTRAINED), sort_by="id"
+    )
 
     # A write with one row that breaks one constraint fails, naming it and the table, and commits nothing.
     version, files = deltalake.DeltaTable(path).version(), _parquet_files(path)
     # One task, so that its own clean-up is what leaves no file behind (a sibling task cut short by
     # the failure could leave an unreferenced file for vacuum, as in the failed-job test above).
-    bad = spark.createDataFrame(pa.Table.from_pylist([good[0] | {"id": 9}, row], schema=CONSTRAINED).to_pandas()).coalesce(1)
+    bad = spark.createDataFrame(
+        pa.Table.from_pylist([good[0] | {"id": 9}, row], schema=CONSTRAINED).to_pandas()
+    ).coalesce(1)
     with pytest.raises(Exception, match=broken) as err:
         bad.write.format("delta").mode("append").save(path)
     message = str(err.value)
@@ -526,4 +545,6 @@ def test_check_constraints_with_arithmetic_functions_like_and_case_are_enforced(
     assert [name for name in CONSTRAINTS if f"constraint {name} " in message] == [broken]
     assert deltalake.DeltaTable(path).version() == version
     assert _parquet_files(path) == files, "a refused write leaves no files behind"
-    assert rows(read_with_deltalake(path), sort_by="id") == rows(pa.Table.from_pylist(first + good, schema=CONSTRAINED), sort_by="id")
+    assert rows(read_with_deltalake(path), sort_by="id") == rows(
+        pa.Table.from_pylist(first + good, schema=CONSTRAINED), sort_by="id"
+    )

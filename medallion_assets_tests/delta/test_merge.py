@@ -21,7 +21,7 @@ from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.tables import DeltaTable
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 TARGET_SCHEMA = pa.schema(
     [
         pa.field("id", pa.int64()),
@@ -35,10 +35,31 @@ TARGET_SCHEMA = pa.schema(
 SOURCE_DDL = "id int, seq int, name string, price decimal(10,2), day date, updated_at timestamp, op string"
 
 TARGET = [
-    {"id": 1, "seq": 5, "name": "one", "price": Decimal("1.00"), "day": dt.date(2024, 1, 1), "updated_at": dt.datetime(2024, 1, 1, tzinfo=UTC)},
-    {"id": 2, "seq": 5, "name": "two", "price": Decimal("2.00"), "day": dt.date(2024, 1, 1), "updated_at": dt.datetime(2024, 1, 1, tzinfo=UTC)},
+    {
+        "id": 1,
+        "seq": 5,
+        "name": "one",
+        "price": Decimal("1.00"),
+        "day": dt.date(2024, 1, 1),
+        "updated_at": dt.datetime(2024, 1, 1, tzinfo=UTC),
+    },
+    {
+        "id": 2,
+        "seq": 5,
+        "name": "two",
+        "price": Decimal("2.00"),
+        "day": dt.date(2024, 1, 1),
+        "updated_at": dt.datetime(2024, 1, 1, tzinfo=UTC),
+    },
     {"id": 3, "seq": 5, "name": None, "price": None, "day": dt.date(2024, 1, 2), "updated_at": None},
-    {"id": 4, "seq": 5, "name": "four", "price": Decimal("4.00"), "day": dt.date(2024, 1, 2), "updated_at": dt.datetime(2024, 1, 2, tzinfo=UTC)},
+    {
+        "id": 4,
+        "seq": 5,
+        "name": "four",
+        "price": Decimal("4.00"),
+        "day": dt.date(2024, 1, 2),
+        "updated_at": dt.datetime(2024, 1, 2, tzinfo=UTC),
+    },
 ]
 
 # Changes: an older change (seq 3) for id 1 must not overwrite; a newer one for id 2 must;
@@ -53,8 +74,14 @@ CHANGES = [
 
 
 def _target(spark, path, partitioned=False):
-    builder = DeltaTable.create(spark).location(str(path)).addColumns(
-        spark.createDataFrame([], "id bigint, seq bigint, name string, price decimal(10,2), day date, updated_at timestamp").schema
+    builder = (
+        DeltaTable.create(spark)
+        .location(str(path))
+        .addColumns(
+            spark.createDataFrame(
+                [], "id bigint, seq bigint, name string, price decimal(10,2), day date, updated_at timestamp"
+            ).schema
+        )
     )
     if partitioned:
         builder = builder.partitionedBy("day")
@@ -72,11 +99,23 @@ def _expected_upsert(target, changes):
             if op == "D":
                 del state[cid]
             elif seq > current["seq"]:
-                state[cid] = {"id": cid, "seq": seq, "name": name, "price": price, "day": day,
-                              "updated_at": ts.replace(tzinfo=UTC) if ts else None}
+                state[cid] = {
+                    "id": cid,
+                    "seq": seq,
+                    "name": name,
+                    "price": price,
+                    "day": day,
+                    "updated_at": ts.replace(tzinfo=UTC) if ts else None,
+                }
         elif op != "D":
-            state[cid] = {"id": cid, "seq": seq, "name": name, "price": price, "day": day,
-                          "updated_at": ts.replace(tzinfo=UTC) if ts else None}
+            state[cid] = {
+                "id": cid,
+                "seq": seq,
+                "name": name,
+                "price": price,
+                "day": day,
+                "updated_at": ts.replace(tzinfo=UTC) if ts else None,
+            }
     return sorted(state.values(), key=lambda r: r["id"])
 
 
@@ -136,14 +175,20 @@ def test_update_all_insert_all_with_column_conditions_and_casts(spark, tmp_path)
 def test_default_aliases_case_coalesce_and_insert_values(spark, tmp_path):
     path = tmp_path / "t"
     table = _target(spark, path)
-    source = spark.createDataFrame([(1, None, "x"), (3, "named", "y"), (7, None, "z")], "id long, name string, tag string")
+    source = spark.createDataFrame(
+        [(1, None, "x"), (3, "named", "y"), (7, None, "z")], "id long, name string, tag string"
+    )
     (
         table.merge(source, "target.id = source.id")
-        .whenMatchedUpdate(set={
-            "name": "coalesce(source.name, target.name)",
-            "seq": "CASE WHEN source.tag = 'x' THEN target.seq + 100 ELSE target.seq END",
-        })
-        .whenNotMatchedInsert(values={"id": "source.id", "seq": F.lit(0), "name": F.coalesce(F.col("source.name"), F.lit("unnamed"))})
+        .whenMatchedUpdate(
+            set={
+                "name": "coalesce(source.name, target.name)",
+                "seq": "CASE WHEN source.tag = 'x' THEN target.seq + 100 ELSE target.seq END",
+            }
+        )
+        .whenNotMatchedInsert(
+            values={"id": "source.id", "seq": F.lit(0), "name": F.coalesce(F.col("source.name"), F.lit("unnamed"))}
+        )
         .execute()
     )
     by_id = {r["id"]: dict(r) for r in TARGET}
@@ -177,13 +222,18 @@ def test_empty_source_changes_nothing_but_by_source_delete(spark, tmp_path):
     table = _target(spark, path)
     empty = spark.createDataFrame([], SOURCE_DDL)
     out = (
-        table.alias("t").merge(empty.alias("s"), "t.id = s.id")
-        .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+        table.alias("t")
+        .merge(empty.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
     )
     assert out.first().num_affected_rows == 0
     a, b = _both(path)
     assert a == TARGET and b == TARGET
-    table.alias("t").merge(empty.alias("s"), "t.id = s.id").whenNotMatchedBySourceDelete("t.seq = 5 AND t.id > 2").execute()
+    table.alias("t").merge(empty.alias("s"), "t.id = s.id").whenNotMatchedBySourceDelete(
+        "t.seq = 5 AND t.id > 2"
+    ).execute()
     a, b = _both(path)
     assert a == TARGET[:2] and b == TARGET[:2]
 
@@ -199,7 +249,9 @@ def test_schema_evolution_adds_source_columns(spark, tmp_path):
     table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll().execute()
     plain = rows(read_with_deltalake(path), sort_by="id")
     assert "color" not in plain[0] and plain[0]["name"] == "one!"
-    table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll().whenNotMatchedInsertAll().withSchemaEvolution().execute()
+    table.alias("t").merge(
+        source.alias("s"), "t.id = s.id"
+    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().withSchemaEvolution().execute()
     got = rows(read_with_deltalake(path), sort_by="id")
     assert {r["id"]: r["color"] for r in got} == {1: "red", 2: None, 3: None, 4: None, 5: "blue"}
     assert {r["id"]: r["price"] for r in got}[5] == Decimal("5.00")
@@ -213,11 +265,21 @@ def test_schema_evolution_leaves_the_new_column_null_in_rows_no_clause_changes(s
     ddl = "color string, id long, seq long, name string, price decimal(10,2), day date, updated_at timestamp"
     # id 1's change is stale (seq 3 < 5), id 2's is newer, id 7 is new.
     source = spark.createDataFrame(
-        [("red", 1, 3, "one-OLD", None, None, None), ("blue", 2, 7, "two!", None, None, None),
-         ("green", 7, 1, "seven", None, None, None)], ddl
+        [
+            ("red", 1, 3, "one-OLD", None, None, None),
+            ("blue", 2, 7, "two!", None, None, None),
+            ("green", 7, 1, "seven", None, None, None),
+        ],
+        ddl,
     )
-    (table.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdateAll("s.seq > t.seq")
-     .whenNotMatchedInsertAll().withSchemaEvolution().execute())
+    (
+        table.alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll("s.seq > t.seq")
+        .whenNotMatchedInsertAll()
+        .withSchemaEvolution()
+        .execute()
+    )
     # As delta-spark: the stale change and the rows without a change keep no color.
     expected = {1: ("one", None), 2: ("two!", "blue"), 3: (None, None), 4: ("four", None), 7: ("seven", "green")}
     for reader in (read_with_deltalake, read_with_duckdb):
@@ -227,14 +289,30 @@ def test_schema_evolution_leaves_the_new_column_null_in_rows_no_clause_changes(s
 def test_schema_evolution_adds_a_nested_field_and_keeps_stale_changes_struct(spark, tmp_path):
     path = str(tmp_path / "t")
     info = pa.struct([("a", pa.int64())])
-    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "seq": pa.array([5, 5], pa.int64()),
-                                    "info": pa.array([{"a": 1}, {"a": 2}], info)}))
+    write_deltalake(
+        path,
+        pa.table(
+            {
+                "id": pa.array([1, 2], pa.int64()),
+                "seq": pa.array([5, 5], pa.int64()),
+                "info": pa.array([{"a": 1}, {"a": 2}], info),
+            }
+        ),
+    )
     # id 1's change is stale (seq 3 < 5), id 2's is newer, id 7 is new; each brings info.b.
     source = spark.createDataFrame(
-        [(1, 3, (10, "stale")), (2, 7, (20, "newer")), (7, 1, (70, "new"))], "id long, seq long, info struct<a: long, b: string>"
+        [(1, 3, (10, "stale")), (2, 7, (20, "newer")), (7, 1, (70, "new"))],
+        "id long, seq long, info struct<a: long, b: string>",
     )
-    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
-     .whenMatchedUpdateAll("s.seq > t.seq").whenNotMatchedInsertAll().withSchemaEvolution().execute())
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll("s.seq > t.seq")
+        .whenNotMatchedInsertAll()
+        .withSchemaEvolution()
+        .execute()
+    )
     # As delta-spark: the stale change keeps the stored struct, its new field null.
     expected = [
         {"id": 1, "seq": 5, "info": {"a": 1, "b": None}},
@@ -250,8 +328,15 @@ def test_schema_evolution_refuses_fields_added_inside_map_values_and_commits_not
     seed_map_of_structs(path, "tags")
     source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
     with pytest.raises(SchemaMismatchError, match=r"'tags' gains struct fields inside the values of map 'tags'"):
-        (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
-         .whenMatchedUpdateAll().whenNotMatchedInsertAll().withSchemaEvolution().execute())
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .withSchemaEvolution()
+            .execute()
+        )
     assert rows(read_with_deltalake(path)) == [{"id": 1, "tags": [("k", {"a": 1})]}]
     assert RsTable(path).version() == 0
 
@@ -262,8 +347,11 @@ def test_a_map_whose_structs_another_writer_grew_fails_each_change_saying_why(sp
     seed_map_of_structs(path, "tags")
     write_deltalake(path, pa.schema([("tags", grown)]).empty_table(), mode="append", schema_mode="merge")
     # A second file under the grown schema, so that OPTIMIZE has two files to compact.
-    write_deltalake(path, pa.table({"id": pa.array([2], pa.int64()), "tags": pa.array([[("j", {"a": 2, "b": "y"})]],
-                                                                                       grown)}), mode="append")
+    write_deltalake(
+        path,
+        pa.table({"id": pa.array([2], pa.int64()), "tags": pa.array([[("j", {"a": 2, "b": "y"})]], grown)}),
+        mode="append",
+    )
     source = spark.createDataFrame([(1, {"k": (2, "x")})], "id long, tags map<string, struct<a: long, b: string>>")
     table = DeltaTable.forPath(spark, path)
     why = r"map column's struct values gained fields.*overwriteSchema.*delta-spark"
@@ -277,7 +365,8 @@ def test_a_map_whose_structs_another_writer_grew_fails_each_change_saying_why(sp
         table.optimize().executeCompaction()
     assert RsTable(path).version() == 2
     assert rows(read_with_deltalake(path), sort_by="id") == [
-        {"id": 1, "tags": [("k", {"a": 1, "b": None})]}, {"id": 2, "tags": [("j", {"a": 2, "b": "y"})]},
+        {"id": 1, "tags": [("k", {"a": 1, "b": None})]},
+        {"id": 2, "tags": [("j", {"a": 2, "b": "y"})]},
     ]
 
 
@@ -333,7 +422,10 @@ def test_conflicting_concurrent_write_raises(spark, tmp_path, monkeypatch):
         (lambda: (F.col("a") != 1) & F.col("b").isNull(), "((NOT (a = 1)) AND (b IS NULL))"),
         (lambda: (F.col("a") >= 1.5) | (F.col("b") <= -2), "((a >= 1.5) OR (b <= -2))"),
         (lambda: ~F.col("flag") | F.col("c").isin(1, 2), "((NOT flag) OR (c IN (1, 2)))"),
-        (lambda: F.when(F.col("s.op") == "D", None).otherwise(F.col("s.v")), "(CASE WHEN (s.op = 'D') THEN NULL ELSE s.v END)"),
+        (
+            lambda: F.when(F.col("s.op") == "D", None).otherwise(F.col("s.v")),
+            "(CASE WHEN (s.op = 'D') THEN NULL ELSE s.v END)",
+        ),
         (lambda: F.coalesce("s.v", F.lit("x")), "coalesce(s.v, 'x')"),
         (lambda: F.expr("s.seq > t.seq"), "(s.seq > t.seq)"),
         (lambda: F.col("my col"), '"my col"'),
@@ -358,7 +450,8 @@ def test_merge_result_reads_back_through_the_delta_format(spark, tmp_path, parti
     table = _target(spark, path, partitioned=partitioned)
     source = spark.createDataFrame(CHANGES, SOURCE_DDL)
     (
-        table.alias("t").merge(source.alias("s"), "t.id = s.id")
+        table.alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
         .whenMatchedDelete("s.op = 'D'")
         .whenMatchedUpdateAll("s.seq > t.seq")
         .whenNotMatchedInsertAll("s.op <> 'D'")
@@ -378,7 +471,8 @@ def test_merge_records_commit_info(spark, tmp_path):
     write_deltalake(str(path), pa.Table.from_pylist(TARGET, schema=TARGET_SCHEMA))
     source = spark.createDataFrame(CHANGES, SOURCE_DDL).drop("op")
     (
-        DeltaTable.forPath(spark, str(path)).alias("t")
+        DeltaTable.forPath(spark, str(path))
+        .alias("t")
         .merge(source.alias("s"), "t.id = s.id")
         .whenMatchedUpdateAll(condition="s.seq > t.seq")
         .withCommitInfo({"dagster_run_id": "run-42", "userMetadata": "nightly"})

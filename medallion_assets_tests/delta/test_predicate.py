@@ -65,7 +65,9 @@ def test_unknown_columns_are_named():
 
 
 def test_verdicts_keep_the_row_order_across_batches():
-    data = pa.concat_tables([pa.table({"id": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(30)])
+    data = pa.concat_tables(
+        [pa.table({"id": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())}) for i in range(30)]
+    )
     assert holds("id % 7 = 3", data).to_pylist() == [i % 7 == 3 for i in range(30_000)]
     assert holds("id > 0", data.schema.empty_table()).to_pylist() == []
 
@@ -94,7 +96,7 @@ def test_pushed_filters_skip_files_by_statistics_through_delta_rs(tmp_path):
 
 def test_pushed_filters_on_partition_values_and_timestamps(tmp_path):
     path = str(tmp_path / "t")
-    at = [dt.datetime(2024, 1, 1, h, tzinfo=dt.timezone.utc) for h in (1, 2, 3)]
+    at = [dt.datetime(2024, 1, 1, h, tzinfo=dt.UTC) for h in (1, 2, 3)]
     data = pa.table(
         {
             "id": pa.array([1, 2, 3], pa.int64()),

@@ -107,7 +107,9 @@ def test_processing_time_trigger_picks_up_files_while_running(spark, tmp_path):
     source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
     land(source, "a.json", range(3))
     query = (
-        spark.readStream.schema(SCHEMA).json(str(source)).writeStream.format("delta")
+        spark.readStream.schema(SCHEMA)
+        .json(str(source))
+        .writeStream.format("delta")
         .option("checkpointLocation", str(ckpt))
         .trigger(processingTime="1 second")
         .start(str(table))
@@ -134,9 +136,16 @@ def test_complete_mode_overwrites_each_batch(spark, tmp_path):
     land(source, "b.json", range(2, 6))
 
     def run():
-        counts = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", "1").json(str(source)).groupBy("name").count()
-        q = (counts.writeStream.format("delta").outputMode("complete")
-             .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(str(table)))
+        counts = (
+            spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", "1").json(str(source)).groupBy("name").count()
+        )
+        q = (
+            counts.writeStream.format("delta")
+            .outputMode("complete")
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start(str(table))
+        )
         q.awaitTermination()
 
     run()
@@ -150,8 +159,8 @@ def test_abort_after_successful_delta_commit_keeps_files(spark, tmp_path):
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    from medallion_assets.delta._streaming import DeltaStreamWriter
     from medallion_assets.delta._commit import DeltaCommitMessage
+    from medallion_assets.delta._streaming import DeltaStreamWriter
 
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("name", T.StringType())])
     table = tmp_path / "t"
@@ -186,7 +195,10 @@ def test_sink_without_checkpoint_or_query_id_is_refused(tmp_path):
 def _run_job(source, table, ckpt, env) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "medallion_assets_tests.delta.stream_job", str(source), str(table), str(ckpt)],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -209,17 +221,24 @@ def test_kill_between_delta_commit_and_checkpoint_commit(tmp_path, point):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     watch = StreamWatch(str(ckpt), str(table))
     if point == "after_commit":
-        kill_when(_run_job(source, table, ckpt, env), watch, lambda s: s.txn is not None and s.txn >= 1,
-                  what="batch 1's Delta commit")
+        kill_when(
+            _run_job(source, table, ckpt, env),
+            watch,
+            lambda s: s.txn is not None and s.txn >= 1,
+            what="batch 1's Delta commit",
+        )
         # A kill that came after Spark's commits/1 is turned into the crash this test is about.
         undo_checkpoint_commit(str(ckpt), 1)
         assert deltalake.DeltaTable(str(table)).version() == 1
         assert (ckpt / "offsets" / "1").exists() and not (ckpt / "commits" / "1").exists()
         assert ids_of(table) == list(range(200))
     else:
-        seen = kill_when(_run_job(source, table, ckpt, env), watch,
-                         lambda s: 1 in s.offsets and s.txn == 0 and bool(s.uncommitted),
-                         what="batch 1's task writing")
+        seen = kill_when(
+            _run_job(source, table, ckpt, env),
+            watch,
+            lambda s: 1 in s.offsets and s.txn == 0 and bool(s.uncommitted),
+            what="batch 1's task writing",
+        )
         assert seen.uncommitted
         assert deltalake.DeltaTable(str(table)).version() == 0 and not (ckpt / "commits" / "1").exists()
         assert ids_of(table) == list(range(100))
@@ -263,8 +282,8 @@ def test_source_reads_snapshot_then_new_commits(spark, tmp_path):
 
 def test_source_starting_version(spark, tmp_path):
     src = tmp_path / "src"
-    _append(spark, src, range(0, 5))   # v0
-    _append(spark, src, range(5, 8))   # v1
+    _append(spark, src, range(0, 5))  # v0
+    _append(spark, src, range(5, 8))  # v1
     _append(spark, src, range(8, 10))  # v2
     _stream_copy(spark, src, tmp_path / "d1", tmp_path / "c1", startingVersion="1")
     assert ids_of(tmp_path / "d1") == list(range(5, 10))
@@ -277,7 +296,9 @@ def test_source_starting_version(spark, tmp_path):
 
 def test_source_max_files_per_trigger(spark, tmp_path):
     src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
-    spark.createDataFrame([(i, f"n{i}") for i in range(40)], SCHEMA).repartition(4).write.format("delta").mode("append").save(str(src))
+    spark.createDataFrame([(i, f"n{i}") for i in range(40)], SCHEMA).repartition(4).write.format("delta").mode(
+        "append"
+    ).save(str(src))
     assert len(deltalake.DeltaTable(str(src)).file_uris()) == 4
     _append(spark, src, range(40, 42))
     query = _stream_copy(spark, src, dst, ckpt, maxFilesPerTrigger="3")
@@ -293,7 +314,9 @@ def test_source_max_bytes_per_trigger(spark, tmp_path):
         _append(spark, src, range(n * 10, n * 10 + 10))
     query = _stream_copy(spark, src, dst, ckpt, maxBytesPerTrigger="1b")  # one file per batch
     assert ids_of(dst) == list(range(40))
-    assert len([p for p in query.recentProgress if p["numInputRows"]]) == len(deltalake.DeltaTable(str(src)).file_uris())
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == len(
+        deltalake.DeltaTable(str(src)).file_uris()
+    )
 
 
 def test_source_does_not_replay_optimize(spark, tmp_path):
@@ -359,7 +382,9 @@ def test_source_ignore_changes_rereads_rewritten_files(spark, tmp_path):
     from medallion_assets.delta import DeltaTable
 
     src, dst, ckpt = tmp_path / "src", tmp_path / "dst", tmp_path / "ck"
-    spark.createDataFrame([(i, f"n{i}") for i in range(5)], SCHEMA).coalesce(1).write.format("delta").mode("append").save(str(src))
+    spark.createDataFrame([(i, f"n{i}") for i in range(5)], SCHEMA).coalesce(1).write.format("delta").mode(
+        "append"
+    ).save(str(src))
     _stream_copy(spark, src, dst, ckpt)
     DeltaTable.forPath(spark, str(src)).delete("id = 0")
     _stream_copy(spark, src, dst, ckpt, ignoreChanges="true")
@@ -376,9 +401,7 @@ def test_source_reads_each_row_group_of_a_split_file_once(spark, tmp_path):
     src, out, ckpt = tmp_path / "src", tmp_path / "out", tmp_path / "ck"
     n = 300_000
     data = pa.table({"id": pa.array(range(n), pa.int64()), "name": [f"name-{i:09d}" for i in range(n)]})
-    deltalake.write_deltalake(
-        str(src), data, writer_properties=deltalake.WriterProperties(max_row_group_size=20_000)
-    )
+    deltalake.write_deltalake(str(src), data, writer_properties=deltalake.WriterProperties(max_row_group_size=20_000))
     files = deltalake.DeltaTable(str(src)).file_uris()
     assert len(files) == 1
     meta = pq.ParquetFile(files[0]).metadata
@@ -386,7 +409,9 @@ def test_source_reads_each_row_group_of_a_split_file_once(spark, tmp_path):
     assert os.path.getsize(files[0]) > 1024 * 1024, "the file must be larger than maxPartitionBytes"
 
     query = (
-        spark.readStream.format("delta").option("maxPartitionBytes", "1m").load(str(src))
+        spark.readStream.format("delta")
+        .option("maxPartitionBytes", "1m")
+        .load(str(src))
         .writeStream.format("parquet")
         .option("checkpointLocation", str(ckpt))
         .trigger(availableNow=True)

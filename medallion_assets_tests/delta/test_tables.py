@@ -26,7 +26,7 @@ from medallion_assets.delta import (
 from medallion_assets.delta.tables import DeltaTable
 from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 ORDERS_SCHEMA = pa.schema(
     [
@@ -39,10 +39,28 @@ ORDERS_SCHEMA = pa.schema(
 )
 
 ORDERS = [
-    {"id": 1, "amount": Decimal("10.50"), "day": dt.date(2024, 1, 1), "ts": dt.datetime(2024, 1, 1, 8, 0, tzinfo=UTC), "note": "a"},
+    {
+        "id": 1,
+        "amount": Decimal("10.50"),
+        "day": dt.date(2024, 1, 1),
+        "ts": dt.datetime(2024, 1, 1, 8, 0, tzinfo=UTC),
+        "note": "a",
+    },
     {"id": 2, "amount": Decimal("-3.25"), "day": dt.date(2024, 1, 1), "ts": None, "note": None},
-    {"id": 3, "amount": None, "day": dt.date(2024, 1, 2), "ts": dt.datetime(2024, 1, 2, 23, 59, 59, 123456, tzinfo=UTC), "note": "c"},
-    {"id": 4, "amount": Decimal("99999999.99"), "day": dt.date(2024, 1, 2), "ts": dt.datetime(1999, 12, 31, tzinfo=UTC), "note": "d"},
+    {
+        "id": 3,
+        "amount": None,
+        "day": dt.date(2024, 1, 2),
+        "ts": dt.datetime(2024, 1, 2, 23, 59, 59, 123456, tzinfo=UTC),
+        "note": "c",
+    },
+    {
+        "id": 4,
+        "amount": Decimal("99999999.99"),
+        "day": dt.date(2024, 1, 2),
+        "ts": dt.datetime(1999, 12, 31, tzinfo=UTC),
+        "note": "d",
+    },
 ]
 
 
@@ -80,7 +98,9 @@ def _both(path, sort_by="id"):
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_create_builds_the_schema_partitioning_and_properties(spark, tmp_path, partitioned):
     path = tmp_path / "orders"
-    table = _create_orders(spark, path, partitioned=partitioned, properties={"delta.appendOnly": "false", "owner": "qa"})
+    table = _create_orders(
+        spark, path, partitioned=partitioned, properties={"delta.appendOnly": "false", "owner": "qa"}
+    )
     assert isinstance(table, DeltaTable)
     rs = RsTable(str(path))
     schema = rs.schema().to_arrow()
@@ -129,7 +149,13 @@ def test_timestamp_ntz_and_struct_from_addColumns(spark, tmp_path):
     assert arrow.field("k").type == pa.int32()
     data = pa.Table.from_pylist(
         [
-            {"k": 1, "local": dt.datetime(2024, 5, 1, 12, 30), "tags": ["x", None], "attrs": [("a", 1)], "pt": {"x": 1.5}},
+            {
+                "k": 1,
+                "local": dt.datetime(2024, 5, 1, 12, 30),
+                "tags": ["x", None],
+                "attrs": [("a", 1)],
+                "pt": {"x": 1.5},
+            },
             {"k": 2, "local": None, "tags": None, "attrs": None, "pt": None},
         ],
         schema=pa.schema([pa.field(f.name, f.type) for f in arrow]),
@@ -229,8 +255,16 @@ def test_history_has_delta_spark_columns(spark, tmp_path):
     table.delete("id = 1")
     hist = table.history()
     assert hist.columns[:2] == ["version", "timestamp"]
-    for name in ["operation", "operationParameters", "readVersion", "isolationLevel", "isBlindAppend",
-                 "operationMetrics", "userMetadata", "engineInfo"]:
+    for name in [
+        "operation",
+        "operationParameters",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+        "operationMetrics",
+        "userMetadata",
+        "engineInfo",
+    ]:
         assert name in hist.columns
     assert dict(hist.dtypes)["operationParameters"] == "map<string,string>"
     assert dict(hist.dtypes)["timestamp"] == "timestamp"
@@ -461,15 +495,30 @@ def test_detail_row_schema(spark, tmp_path):
     table = _create_orders(spark, tmp_path / "t", partitioned=True)
     detail = table.detail()
     expected = [
-        "format", "id", "name", "description", "location", "createdAt", "lastModified",
-        "partitionColumns", "clusteringColumns", "numFiles", "sizeInBytes", "properties",
-        "minReaderVersion", "minWriterVersion", "tableFeatures",
+        "format",
+        "id",
+        "name",
+        "description",
+        "location",
+        "createdAt",
+        "lastModified",
+        "partitionColumns",
+        "clusteringColumns",
+        "numFiles",
+        "sizeInBytes",
+        "properties",
+        "minReaderVersion",
+        "minWriterVersion",
+        "tableFeatures",
     ]
     assert detail.columns == expected
     row = detail.first()
     assert row.numFiles == 0 and row.sizeInBytes == 0
     assert row.id == RsTable(str(tmp_path / "t")).metadata().id
-    assertDataFrameEqual(detail.select("format", "partitionColumns"), spark.createDataFrame([("delta", ["day"])], "format string, partitionColumns array<string>"))
+    assertDataFrameEqual(
+        detail.select("format", "partitionColumns"),
+        spark.createDataFrame([("delta", ["day"])], "format string, partitionColumns array<string>"),
+    )
 
 
 def test_convert_parquet_folder_to_delta(spark, tmp_path):
@@ -482,7 +531,11 @@ def test_convert_parquet_folder_to_delta(spark, tmp_path):
         pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), folder / "part-0.parquet")
     table = DeltaTable.convertToDelta(spark, f"parquet.`{path}`", "day date")
     assert table.detail().first().partitionColumns == ["day"]
-    expected = [{"id": 1, "day": dt.date(2024, 1, 1)}, {"id": 2, "day": dt.date(2024, 1, 1)}, {"id": 3, "day": dt.date(2024, 1, 2)}]
+    expected = [
+        {"id": 1, "day": dt.date(2024, 1, 1)},
+        {"id": 2, "day": dt.date(2024, 1, 1)},
+        {"id": 3, "day": dt.date(2024, 1, 2)},
+    ]
     a, b = _both(path)
     assert [{"id": r["id"], "day": r["day"]} for r in a] == expected
     assert [{"id": r["id"], "day": r["day"]} for r in b] == expected

@@ -50,7 +50,7 @@ def sample(start: int, count: int) -> list[dict]:
             "region": regions[i % 4],
             "amount": Decimal(i * 101) / Decimal(100),
             "day": dt.date(2024, 1, 1) + dt.timedelta(days=i % 40),
-            "at": dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc) + dt.timedelta(hours=i),
+            "at": dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=dt.UTC) + dt.timedelta(hours=i),
             "note": None if i % 5 == 0 else f"row {i}",
         }
         for i in range(start, start + count)
@@ -133,15 +133,25 @@ def test_replace_where_comparing_two_partition_columns_keeps_the_other_partition
     deltalake.write_deltalake(path, pa.Table.from_pylist(original, schema=schema), partition_by=["p1", "p2"])
     new = [{"p1": i, "p2": i, "v": f"new {i}"} for i in range(3)]
 
-    write_delta(spark.createDataFrame([tuple(r.values()) for r in new], "p1 long, p2 long, v string"), path,
-                mode="overwrite", options={"replaceWhere": "p1 = p2"})
+    write_delta(
+        spark.createDataFrame([tuple(r.values()) for r in new], "p1 long, p2 long, v string"),
+        path,
+        mode="overwrite",
+        options={"replaceWhere": "p1 = p2"},
+    )
 
     key = ["p1", "p2", "v"]
     expected = [r for r in original if r["p1"] != r["p2"]] + new
-    assert rows(read_with_deltalake(path), sort_by=key) == rows(pa.Table.from_pylist(expected, schema=schema), sort_by=key)
+    assert rows(read_with_deltalake(path), sort_by=key) == rows(
+        pa.Table.from_pylist(expected, schema=schema), sort_by=key
+    )
     with pytest.raises(ConstraintViolationError, match="replaceWhere"):
-        write_delta(spark.createDataFrame([(0, 1, "outside")], "p1 long, p2 long, v string"), path,
-                    mode="overwrite", options={"replaceWhere": "p1 = p2"})
+        write_delta(
+            spark.createDataFrame([(0, 1, "outside")], "p1 long, p2 long, v string"),
+            path,
+            mode="overwrite",
+            options={"replaceWhere": "p1 = p2"},
+        )
 
 
 def test_dynamic_partition_overwrite_replaces_only_the_partitions_written(spark, tmp_path):
@@ -193,7 +203,9 @@ def test_schema_is_enforced_and_merge_schema_adds_columns(spark, tmp_path):
     assert deltalake.DeltaTable(path).version() == 0
     write_delta(wider, path, mode="append", options={"mergeSchema": "true"})
     got = read_delta(spark, path)
-    assertDataFrameEqual(got, frame(spark, sample(0, 4)).withColumn("channel", F.lit(None).cast("string")).unionByName(wider))
+    assertDataFrameEqual(
+        got, frame(spark, sample(0, 4)).withColumn("channel", F.lit(None).cast("string")).unionByName(wider)
+    )
     # A narrower frame fills the missing column with nulls, as format("delta") does.
     write_delta(frame(spark, sample(6, 1)), path, mode="append")
     assert read_with_duckdb(path).num_rows == 7
@@ -202,16 +214,27 @@ def test_schema_is_enforced_and_merge_schema_adds_columns(spark, tmp_path):
 def test_merge_schema_adds_a_field_to_a_struct_column(spark, tmp_path):
     path = str(tmp_path / "t")
     info = pa.struct([("a", pa.int64())])
-    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "info": pa.array([{"a": 1}], info),
-                                              "parts": pa.array([[{"a": 1}]], pa.list_(info))}))
-    grown = spark.createDataFrame([(2, (2, "x"), [(3, 0.5)])],
-                                  "id long, info struct<a: long, b: string>, parts array<struct<a: long, w: double>>")
+    deltalake.write_deltalake(
+        path,
+        pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "info": pa.array([{"a": 1}], info),
+                "parts": pa.array([[{"a": 1}]], pa.list_(info)),
+            }
+        ),
+    )
+    grown = spark.createDataFrame(
+        [(2, (2, "x"), [(3, 0.5)])], "id long, info struct<a: long, b: string>, parts array<struct<a: long, w: double>>"
+    )
     with pytest.raises(SchemaMismatchError, match="'info' is struct<a:bigint,b:string> in the data"):
         write_delta(grown, path, mode="append")
     assert deltalake.DeltaTable(path).version() == 0
     write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
-    expected = [{"id": 1, "info": {"a": 1, "b": None}, "parts": [{"a": 1, "w": None}]},
-                {"id": 2, "info": {"a": 2, "b": "x"}, "parts": [{"a": 3, "w": 0.5}]}]
+    expected = [
+        {"id": 1, "info": {"a": 1, "b": None}, "parts": [{"a": 1, "w": None}]},
+        {"id": 2, "info": {"a": 2, "b": "x"}, "parts": [{"a": 3, "w": 0.5}]},
+    ]
     for reader in (read_with_deltalake, read_with_duckdb):
         assert rows(reader(path), sort_by="id") == expected
 
@@ -221,17 +244,22 @@ def test_merge_schema_refuses_fields_added_inside_map_values_and_commits_nothing
     path = str(tmp_path / "t")
     seed_map_of_structs(path, "by_name")
     grown = spark.createDataFrame([(2, {"m": (4, 1.5)})], "id long, by_name map<string, struct<a: long, w: double>>")
-    with pytest.raises(SchemaMismatchError, match=r"'by_name' gains struct fields inside the values of map 'by_name'.*delta-spark"):
+    with pytest.raises(
+        SchemaMismatchError, match=r"'by_name' gains struct fields inside the values of map 'by_name'.*delta-spark"
+    ):
         write_delta(grown, path, mode="append", options={"mergeSchema": "true"})
     assert deltalake.DeltaTable(path).version() == 0
     assert len(data_files_on_disk(path)) == 1
     # Values of the stored type still append, and the map's struct may grow inside a column of its own.
-    kept = spark.createDataFrame([(3, {"n": (5,)}, {"m": (4, 1.5)})],
-                                 "id long, by_name map<string, struct<a: long>>, "
-                                 "by_name_v2 map<string, struct<a: long, w: double>>")
+    kept = spark.createDataFrame(
+        [(3, {"n": (5,)}, {"m": (4, 1.5)})],
+        "id long, by_name map<string, struct<a: long>>, by_name_v2 map<string, struct<a: long, w: double>>",
+    )
     write_delta(kept, path, mode="append", options={"mergeSchema": "true"})
-    expected = [{"id": 1, "by_name": [("k", {"a": 1})], "by_name_v2": None},
-                {"id": 3, "by_name": [("n", {"a": 5})], "by_name_v2": [("m", {"a": 4, "w": 1.5})]}]
+    expected = [
+        {"id": 1, "by_name": [("k", {"a": 1})], "by_name_v2": None},
+        {"id": 3, "by_name": [("n", {"a": 5})], "by_name_v2": [("m", {"a": 4, "w": 1.5})]},
+    ]
     for reader in (read_with_deltalake, read_with_duckdb):
         assert rows(reader(path), sort_by="id") == expected
 
@@ -240,8 +268,10 @@ def test_a_whole_overwrite_with_merge_schema_grows_the_schema_in_its_own_commit_
     # No file written before stays, so deltalake can still change the table afterwards.
     path = str(tmp_path / "t")
     seed_map_of_structs(path, "by_name")
-    grown = spark.createDataFrame([(2, {"m": (4, 1.5)}, "x"), (3, {"n": (5, None)}, None)],
-                                  "id long, by_name map<string, struct<a: long, w: double>>, note string")
+    grown = spark.createDataFrame(
+        [(2, {"m": (4, 1.5)}, "x"), (3, {"n": (5, None)}, None)],
+        "id long, by_name map<string, struct<a: long, w: double>>, note string",
+    )
     with pytest.raises(SchemaMismatchError, match="'by_name' gains struct fields inside the values of map"):
         write_delta(grown, path, mode="overwrite", options={"mergeSchema": "true", "replaceWhere": "id >= 2"})
     assert deltalake.DeltaTable(path).version() == 0

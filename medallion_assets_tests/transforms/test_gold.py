@@ -12,10 +12,10 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from medallion_assets import simulate
-from medallion_assets.pipelines.tpch import transforms as tpch
 from medallion_assets.pipelines.tpch import gold_transforms as gold
-from medallion_assets.transforms import bronze
 from medallion_assets.pipelines.tpch import transforms as silver
+from medallion_assets.pipelines.tpch import transforms as tpch
+from medallion_assets.transforms import bronze
 
 duckdb = pytest.importorskip("duckdb")
 SCALE_FACTOR = 0.01
@@ -60,9 +60,9 @@ def _tpch_query(duck, number: int) -> tuple[list[str], list[tuple]]:
 def _assert_rows_equal(actual: list[tuple], expected: list[tuple], approximate: frozenset[int] = frozenset()):
     """Exact comparison, except columns that DuckDB answers as doubles."""
     assert len(actual) == len(expected)
-    for actual_row, expected_row in zip(actual, expected):
+    for actual_row, expected_row in zip(actual, expected, strict=False):
         assert len(actual_row) == len(expected_row)
-        for index, (got, want) in enumerate(zip(actual_row, expected_row)):
+        for index, (got, want) in enumerate(zip(actual_row, expected_row, strict=False)):
             if index in approximate and got is not None and want is not None:
                 assert math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-6), (actual_row, expected_row)
             else:
@@ -206,8 +206,8 @@ def _assert_matches_published(duck, number: int, result, approximate: frozenset[
     assert result.columns == columns
     rows = _rows(result)
     assert len(rows) == len(answer)
-    for row, expected in zip(rows, answer):
-        for index, (got, text) in enumerate(zip(row, expected)):
+    for row, expected in zip(rows, answer, strict=False):
+        for index, (got, text) in enumerate(zip(row, expected, strict=False)):
             if index in approximate:
                 assert math.isclose(float(got), float(text), rel_tol=1e-9, abs_tol=1e-6), (row, expected)
             elif isinstance(got, Decimal):
@@ -219,9 +219,7 @@ def _assert_matches_published(duck, number: int, result, approximate: frozenset[
 def _tpch_answers(duck, customer, orders, lineitem, supplier, nation, region):
     _assert_matches_published(duck, 1, gold.pricing_summary(lineitem), approximate=frozenset({6, 7, 8}))
     _assert_matches_published(duck, 3, gold.shipping_priority(customer, orders, lineitem))
-    _assert_matches_published(
-        duck, 5, gold.local_supplier_volume(customer, orders, lineitem, supplier, nation, region)
-    )
+    _assert_matches_published(duck, 5, gold.local_supplier_volume(customer, orders, lineitem, supplier, nation, region))
     _assert_matches_published(duck, 6, gold.forecasting_revenue_change(lineitem))
 
 

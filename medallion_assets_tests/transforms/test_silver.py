@@ -15,15 +15,14 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from medallion_assets import simulate
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
-from medallion_assets.contract import REFERENCE_TABLES
+from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
 from medallion_assets.expectations import ObservedInput
+from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets.pipelines.tpch import transforms as tpch
 from medallion_assets.transforms import bronze
-from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets_tests import contract_reference
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +90,45 @@ def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, 
     """Schema drift in the customer feed: a file whose header adds a column."""
     header = [*CUSTOMER_CSV_COLUMNS, "c_email"]
     rows = [
-        ["I", "7", "Customer#7", "1 Main St", "3", "13-111-222-3333", "10.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "a@b.c"],
-        ["U", "8", "Customer, 8", "1 Main St", "3", "13-111-222-3333", "11.00", "BUILDING", "c", "2024-01-01T00:00:00Z", "x,y"],
-        ["U", "9", "Customer#9", "1 Main St", "3", "13-111-222-3333", "12.3.4", "BUILDING", "c", "2024-01-01T00:00:00Z", "z"],
+        [
+            "I",
+            "7",
+            "Customer#7",
+            "1 Main St",
+            "3",
+            "13-111-222-3333",
+            "10.00",
+            "BUILDING",
+            "c",
+            "2024-01-01T00:00:00Z",
+            "a@b.c",
+        ],
+        [
+            "U",
+            "8",
+            "Customer, 8",
+            "1 Main St",
+            "3",
+            "13-111-222-3333",
+            "11.00",
+            "BUILDING",
+            "c",
+            "2024-01-01T00:00:00Z",
+            "x,y",
+        ],
+        [
+            "U",
+            "9",
+            "Customer#9",
+            "1 Main St",
+            "3",
+            "13-111-222-3333",
+            "12.3.4",
+            "BUILDING",
+            "c",
+            "2024-01-01T00:00:00Z",
+            "z",
+        ],
         ["U", "10", "a line cut short"],
     ]
     folder = tmp_path / "customers"
@@ -121,14 +156,27 @@ def test_csv_fields_past_the_contract_are_ignored_when_the_rest_is_valid(spark, 
 def test_a_csv_file_whose_header_is_not_the_declaration_is_rejected_whole(spark, tmp_path):
     """Spark reads CSV fields by position: a file with two columns swapped, or other columns,
     must not parse as the declared fields; the other files go through."""
-    good = ["I", "7", "Customer#7", "1 Main St", "3", "13-111-222-3333", "10.00", "BUILDING", "c", "2024-01-01T00:00:00Z"]
+    good = [
+        "I",
+        "7",
+        "Customer#7",
+        "1 Main St",
+        "3",
+        "13-111-222-3333",
+        "10.00",
+        "BUILDING",
+        "c",
+        "2024-01-01T00:00:00Z",
+    ]
     swapped = list(CUSTOMER_CSV_COLUMNS)
     swapped[2], swapped[8] = swapped[8], swapped[2]  # c_name and c_comment: both text, valid either way
     folder = tmp_path / "customers"
     folder.mkdir()
-    for name, header, rows in (("a.csv", CUSTOMER_CSV_COLUMNS, [good]),
-                               ("b.csv", swapped, [good, [*good[:1], "8", *good[2:]]]),
-                               ("c.csv", ["id", "name", "favourite_colour"], [["1", "x", "blue"]])):
+    for name, header, rows in (
+        ("a.csv", CUSTOMER_CSV_COLUMNS, [good]),
+        ("b.csv", swapped, [good, [*good[:1], "8", *good[2:]]]),
+        ("c.csv", ["id", "name", "favourite_colour"], [["1", "x", "blue"]]),
+    ):
         with (folder / name).open("w", newline="", encoding="utf-8") as handle:
             # Python's csv defaults: lines end with \r\n; a.csv's header quoted too, which must still match.
             quoting = csv.QUOTE_ALL if name == "a.csv" else csv.QUOTE_MINIMAL
@@ -140,9 +188,18 @@ def test_a_csv_file_whose_header_is_not_the_declaration_is_rejected_whole(spark,
     assert [(row.c_custkey, row._source_file.rsplit("/", 1)[1]) for row in changes.collect()] == [(7, "a.csv")]
     expected = ", ".join(CUSTOMER_CSV_COLUMNS)
     assert sorted(_file_and_reason(rejects)) == [
-        ("customers/b.csv", f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})"),
-        ("customers/b.csv", f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})"),
-        ("customers/c.csv", f"header does not match the declaration: expected ({expected}), found (id, name, favourite_colour)"),
+        (
+            "customers/b.csv",
+            f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})",
+        ),
+        (
+            "customers/b.csv",
+            f"header does not match the declaration: expected ({expected}), found ({', '.join(swapped)})",
+        ),
+        (
+            "customers/c.csv",
+            f"header does not match the declaration: expected ({expected}), found (id, name, favourite_colour)",
+        ),
     ]
     # Bronze rows from before bronze kept the header (no _header column) are judged as before.
     older, _ = silver.parse_customer_changes(tpch.customers_cdc(reader.csv(str(folder / "b.csv"))).drop("_header"))
@@ -295,8 +352,9 @@ def _drifted_lines() -> list[str]:
     gift["lineitems"][0]["l_gift_wrap"] = True
     return [
         _event("e1", "1996-01-03T00:00:00Z", "upsert", _order(1, o_loyalty_tier="gold", o_channel=3)),
-        json.dumps({"event_id": "e2", "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "source": "web",
-                    "order": gift}),
+        json.dumps(
+            {"event_id": "e2", "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "source": "web", "order": gift}
+        ),
         _event("e3", "1996-01-03T00:00:00Z", "upsert", _order(3, **{"O_CLERK": "x", "bad name": 1})),
         _event("e4", "1996-01-04T00:00:00Z", "delete", {"o_orderkey": 4, "o_loyalty_tier": "silver"}),
         "not json",
@@ -321,14 +379,19 @@ def test_drifted_order_fields_are_found_per_level_with_their_line_counts(spark):
 
 def test_drifted_fields_are_observed_while_another_query_reads_the_lines(spark):
     # The 'ignore' policy's route: an observation on the parse's input, no scan of its own.
-    observed = ObservedInput(_raw(spark, _drifted_lines()).repartition(3),
-                             drifted=silver.drifted_order_fields_seen(F.col("value")))
+    observed = ObservedInput(
+        _raw(spark, _drifted_lines()).repartition(3), drifted=silver.drifted_order_fields_seen(F.col("value"))
+    )
     parsed, _ = silver.parse_order_events(observed.frame)
     assert parsed.groupBy("op").count().collect()  # the step's own query, reading every line
 
     assert sorted((field["level"], field["field"]) for field in observed.metric("drifted")) == [
-        ("event", "source"), ("lineitem", "l_gift_wrap"), ("order", "O_CLERK"), ("order", "bad name"),
-        ("order", "o_channel"), ("order", "o_loyalty_tier"),
+        ("event", "source"),
+        ("lineitem", "l_gift_wrap"),
+        ("order", "O_CLERK"),
+        ("order", "bad name"),
+        ("order", "o_channel"),
+        ("order", "o_loyalty_tier"),
     ]
     assert observed.metric("rows") == 5
 
@@ -396,8 +459,7 @@ def test_latest_customer_changes_ignore_late_older_updates(spark):
 
     history = silver.customer_history_rows(changes).orderBy("c_custkey", "valid_from").collect()
     assert [
-        (row.c_custkey, row.c_acctbal, row.valid_from, row.valid_to, row.is_current, row.is_deleted)
-        for row in history
+        (row.c_custkey, row.c_acctbal, row.valid_from, row.valid_to, row.is_current, row.is_deleted) for row in history
     ] == [
         (1, Decimal("10.00"), dt.datetime(1998, 9, 1), dt.datetime(1998, 9, 2), False, False),
         (1, Decimal("20.00"), dt.datetime(1998, 9, 2), dt.datetime(1998, 9, 3), False, False),
@@ -435,8 +497,10 @@ def test_order_lines_with_undecodable_bytes_are_rejected_before_parsing(spark, t
 
     def utf8_event(event_id, order) -> bytes:
         # Non-ASCII characters as UTF-8 text, not JSON escapes.
-        line = json.dumps({"event_id": event_id, "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "order": order},
-                          ensure_ascii=False)
+        line = json.dumps(
+            {"event_id": event_id, "event_time": "1996-01-03T00:00:00Z", "op": "upsert", "order": order},
+            ensure_ascii=False,
+        )
         return line.encode("utf-8")
 
     lines = [
@@ -483,13 +547,24 @@ def test_customer_rows_with_undecodable_bytes_are_rejected_first(spark, tmp_path
     landing = tmp_path / "landing"
 
     def row(key: int, name: bytes, *extra: bytes) -> bytes:
-        fields = [b"I", str(key).encode(), name, b"1 Main St", b"3", b"13-111-222-3333", b"10.00", b"BUILDING",
-                  b"c", b"1998-09-01T00:00:00Z", *extra]
+        fields = [
+            b"I",
+            str(key).encode(),
+            name,
+            b"1 Main St",
+            b"3",
+            b"13-111-222-3333",
+            b"10.00",
+            b"BUILDING",
+            b"c",
+            b"1998-09-01T00:00:00Z",
+            *extra,
+        ]
         return b",".join(fields)
 
     lines = [
         ",".join(CUSTOMER_CSV_COLUMNS).encode(),
-        row(1, "José".encode("utf-8")),
+        row(1, "José".encode()),
         row(2, b"Jos\xe9"),  # Latin-1, otherwise a valid change
         b"U,3,\xff",  # too few fields too: the encoding is checked first
         row(4, b"Customer#4", b"extra \xe9"),  # a valid change but for a field past the contract's

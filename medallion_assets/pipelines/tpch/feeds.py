@@ -116,8 +116,9 @@ _ORDER_EVENT_FIELDS = (
 ORDERS_RAW = Feed(
     name="orders_raw",
     description="Order event lines from landing/orders, as delivered (text).",
-    source=LandingFiles(folder=LANDING_STREAMS["orders_raw"].folder, format="ndjson",
-                        suffix=LANDING_STREAMS["orders_raw"].suffix),
+    source=LandingFiles(
+        folder=LANDING_STREAMS["orders_raw"].folder, format="ndjson", suffix=LANDING_STREAMS["orders_raw"].suffix
+    ),
     fields=_ORDER_EVENT_FIELDS,
     unknown_fields=unknown_order_fields,
 )
@@ -133,15 +134,18 @@ ORDERS_KAFKA = Feed(
 
 CUSTOMERS_EXPECTATIONS = (
     expect_or_fail("customers_key_present", "c_custkey IS NOT NULL", "the merge key"),
-    expect_or_drop("customers_segment_known", "c_mktsegment IN ('AUTOMOBILE','BUILDING','FURNITURE','HOUSEHOLD','MACHINERY')"),
+    expect_or_drop(
+        "customers_segment_known", "c_mktsegment IN ('AUTOMOBILE','BUILDING','FURNITURE','HOUSEHOLD','MACHINERY')"
+    ),
     expect("customers_nation_in_tpch_range", "c_nationkey BETWEEN 0 AND 24"),
 )
 
 CUSTOMERS_CDC = Feed(
     name="customers_cdc",
     description="Customer change rows from landing/customers, every column a string.",
-    source=LandingFiles(folder=LANDING_STREAMS["customers_cdc"].folder, format="csv",
-                        suffix=LANDING_STREAMS["customers_cdc"].suffix),
+    source=LandingFiles(
+        folder=LANDING_STREAMS["customers_cdc"].folder, format="csv", suffix=LANDING_STREAMS["customers_cdc"].suffix
+    ),
     fields=(
         Field("op", values=("I", "U", "D"), description="I (insert), U (update) or D (delete)."),
         *_tpch_fields("customer", c_phone={"mask": MaskDigits(keep=3)}, c_address={"mask": "sha256"}),
@@ -178,4 +182,6 @@ PARTSUPP = _snapshot_feed("partsupp", "ps_partkey", "ps_suppkey")
 assert {NATION.name, REGION.name, PART.name, SUPPLIER.name, PARTSUPP.name} == set(REFERENCE_TABLES)
 
 #: The reference snapshot feeds, in the contract's order.
-REFERENCE_FEEDS: tuple[Feed, ...] = tuple({f.name: f for f in (NATION, REGION, PART, SUPPLIER, PARTSUPP)}[t] for t in REFERENCE_TABLES)
+REFERENCE_FEEDS: tuple[Feed, ...] = tuple(
+    {f.name: f for f in (NATION, REGION, PART, SUPPLIER, PARTSUPP)}[t] for t in REFERENCE_TABLES
+)

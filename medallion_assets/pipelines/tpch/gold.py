@@ -110,8 +110,13 @@ class Reconciliation:
 
 
 def reconcile(
-    context: AssetExecutionContext | AssetCheckExecutionContext, gold: DataFrame, silver: Mapping[str, TableRead],
-    reconciliation: Reconciliation, *, check_name: str, asset_key: AssetKey,
+    context: AssetExecutionContext | AssetCheckExecutionContext,
+    gold: DataFrame,
+    silver: Mapping[str, TableRead],
+    reconciliation: Reconciliation,
+    *,
+    check_name: str,
+    asset_key: AssetKey,
 ) -> AssetCheckResult:
     """Compare a gold table's rows (``gold``, before or after its write) with silver's own aggregate.
 
@@ -130,8 +135,10 @@ def reconcile(
         rows = gold.limit(in_hand_max_rows + 1).toArrow()
         if rows.num_rows <= in_hand_max_rows:
             return rows
-        context.log.info(f"{check_name} reconciled by Spark SQL: {asset_key.to_user_string()} has more than "
-                         f"arrow_read_max_rows={in_hand_max_rows} rows to hold as Arrow")
+        context.log.info(
+            f"{check_name} reconciled by Spark SQL: {asset_key.to_user_string()} has more than "
+            f"arrow_read_max_rows={in_hand_max_rows} rows to hold as Arrow"
+        )
         return None
 
     def evaluate() -> AssetCheckResult:
@@ -142,18 +149,26 @@ def reconcile(
             context,
             lambda: tables if gold_rows is not None else [None],
             lambda: [silver[name].frame for name in names],
-            lambda *read: one_row(sql, {**dict(zip(names, read)),
-                                        "gold": gold if isinstance(read[0], DataFrame) else gold_rows}),
+            lambda *read: one_row(
+                sql, {**dict(zip(names, read, strict=False)), "gold": gold if isinstance(read[0], DataFrame) else gold_rows}
+            ),
         )
         failing = int(row["failing"])
-        metadata = {"passing_rows": int(row["rows"]) - failing, "failing_rows": failing,
-                    "keys": MetadataValue.json(list(reconciliation.keys)), COMPUTED_WITH: computed_with}
+        metadata = {
+            "passing_rows": int(row["rows"]) - failing,
+            "failing_rows": failing,
+            "keys": MetadataValue.json(list(reconciliation.keys)),
+            COMPUTED_WITH: computed_with,
+        }
         for v in reconciliation.values:
             for side in ("gold", "silver"):
                 value = row[f"{side}_{v}"]
                 metadata[f"{side}_total_{v}"] = MetadataValue.text(str(value if value is not None else Decimal(0)))
         return AssetCheckResult(
-            asset_key=asset_key, check_name=check_name, passed=failing == 0, severity=AssetCheckSeverity.ERROR,
+            asset_key=asset_key,
+            check_name=check_name,
+            passed=failing == 0,
+            severity=AssetCheckSeverity.ERROR,
             metadata=metadata,
         )
 
@@ -295,7 +310,12 @@ LOCAL_SUPPLIER_VOLUME_COLUMNS = {
     metadata=delta_table(schema_mode="overwrite", column_descriptions=LOCAL_SUPPLIER_VOLUME_COLUMNS),
 )
 def local_supplier_volume(
-    customer: DataFrame, orders: DataFrame, lineitem: DataFrame, supplier: DataFrame, nation: DataFrame, region: DataFrame
+    customer: DataFrame,
+    orders: DataFrame,
+    lineitem: DataFrame,
+    supplier: DataFrame,
+    nation: DataFrame,
+    region: DataFrame,
 ) -> Output[DataFrame]:
     return _with_lineage(
         G.local_supplier_volume(customer, orders, lineitem, supplier, nation, region), LOCAL_SUPPLIER_VOLUME_LINEAGE
@@ -354,15 +374,24 @@ DAILY_REVENUE_COLUMNS = {
     kinds=DELTA_KINDS,
     description="Revenue and order count per order date and market segment.",
     metadata=delta_table(column_descriptions=DAILY_REVENUE_COLUMNS),
-    check_specs=[_reconciliation_spec(DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders.")],
+    check_specs=[
+        _reconciliation_spec(
+            DAILY_REVENUE, "Per order date, revenue equals silver's lineitem net price of that day's orders."
+        )
+    ],
 )
 def daily_revenue(context: AssetExecutionContext, orders: TableRead, lineitem: TableRead, customer: TableRead):
     frame = G.daily_revenue(orders.frame, lineitem.frame, customer.frame).cache()
     try:
         yield _with_lineage(frame, DAILY_REVENUE_LINEAGE)
-        yield reconcile(context, frame, {"orders": orders, "lineitem": lineitem, "customer": customer},
-                        DAILY_REVENUE_RECONCILIATION, check_name="revenue_reconciles_with_silver",
-                        asset_key=DAILY_REVENUE)
+        yield reconcile(
+            context,
+            frame,
+            {"orders": orders, "lineitem": lineitem, "customer": customer},
+            DAILY_REVENUE_RECONCILIATION,
+            check_name="revenue_reconciles_with_silver",
+            asset_key=DAILY_REVENUE,
+        )
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
@@ -388,14 +417,22 @@ MONTHLY_REVENUE_COLUMNS = {
     kinds=DELTA_KINDS,
     description="Revenue and order count per month of completed (status F) orders.",
     metadata=delta_table(schema_mode="overwrite", column_descriptions=MONTHLY_REVENUE_COLUMNS),
-    check_specs=[_reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")],
+    check_specs=[
+        _reconciliation_spec(MONTHLY_REVENUE, "Per month, revenue and order count equal silver's completed orders.")
+    ],
 )
 def monthly_revenue(context: AssetExecutionContext, orders: TableRead, lineitem: TableRead):
     frame = G.monthly_revenue(orders.frame, lineitem.frame).cache()
     try:
         yield _with_lineage(frame, MONTHLY_REVENUE_LINEAGE)
-        yield reconcile(context, frame, {"orders": orders, "lineitem": lineitem}, MONTHLY_REVENUE_RECONCILIATION,
-                        check_name="revenue_reconciles_with_silver", asset_key=MONTHLY_REVENUE)
+        yield reconcile(
+            context,
+            frame,
+            {"orders": orders, "lineitem": lineitem},
+            MONTHLY_REVENUE_RECONCILIATION,
+            check_name="revenue_reconciles_with_silver",
+            asset_key=MONTHLY_REVENUE,
+        )
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
@@ -430,15 +467,23 @@ CUSTOMER_LIFETIME_VALUE_COLUMNS = {
     description="Per customer: orders, total and average spend, first and last order date.",
     metadata=delta_table(schema_mode="overwrite", column_descriptions=CUSTOMER_LIFETIME_VALUE_COLUMNS),
     check_specs=[
-        _reconciliation_spec(CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders.")
+        _reconciliation_spec(
+            CUSTOMER_LIFETIME_VALUE, "Per customer, total spend and order count equal silver's orders."
+        )
     ],
 )
 def customer_lifetime_value(context: AssetExecutionContext, customer: TableRead, orders: TableRead):
     frame = G.customer_lifetime_value(customer.frame, orders.frame).cache()
     try:
         yield _with_lineage(frame, CUSTOMER_LIFETIME_VALUE_LINEAGE)
-        yield reconcile(context, frame, {"customer": customer, "orders": orders}, CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
-                        check_name="revenue_reconciles_with_silver", asset_key=CUSTOMER_LIFETIME_VALUE)
+        yield reconcile(
+            context,
+            frame,
+            {"customer": customer, "orders": orders},
+            CUSTOMER_LIFETIME_VALUE_RECONCILIATION,
+            check_name="revenue_reconciles_with_silver",
+            asset_key=CUSTOMER_LIFETIME_VALUE,
+        )
     finally:
         frame.unpersist()  # written and reconciled, or failed; the session outlives the step
 
@@ -455,4 +500,3 @@ gold_assets = [
 
 # Dagster's own freshness check, as for silver.
 gold_checks = last_update_freshness_checks(gold_assets, max_lag_hours=GOLD_MAX_LAG_HOURS)
-

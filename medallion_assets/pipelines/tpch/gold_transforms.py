@@ -42,18 +42,22 @@ def pricing_summary(lineitem: DataFrame, delta_days: int = 90) -> DataFrame:
     # products per line item took two thirds of the query (docs/performance-record.md, "Gold transforms on
     # their own"), so the amounts are summed per discount and tax first (11 and 9 values), and the
     # products are taken per group. Sums of decimals are exact, so the answer is the same to the last digit.
-    as_defined = shipped.groupBy(*keys).agg(
-        F.sum("l_quantity").alias("sum_qty"),
-        F.sum("l_extendedprice").alias("sum_base_price"),
-        F.sum(_net_price()).alias("sum_disc_price"),
-        F.sum(_net_price() * (F.lit(Decimal("1")) + F.col("l_tax"))).alias("sum_charge"),
-        F.avg("l_quantity").alias("avg_qty"),
-        F.avg("l_extendedprice").alias("avg_price"),
-        F.avg("l_discount").alias("avg_disc"),
-        F.count(F.lit(1)).alias("count_order"),
-        # Not a column of the report: the type of the sum avg_disc divides, as sum_qty's is avg_qty's.
-        F.sum("l_discount").alias("sum_disc"),
-    ).schema
+    as_defined = (
+        shipped.groupBy(*keys)
+        .agg(
+            F.sum("l_quantity").alias("sum_qty"),
+            F.sum("l_extendedprice").alias("sum_base_price"),
+            F.sum(_net_price()).alias("sum_disc_price"),
+            F.sum(_net_price() * (F.lit(Decimal("1")) + F.col("l_tax"))).alias("sum_charge"),
+            F.avg("l_quantity").alias("avg_qty"),
+            F.avg("l_extendedprice").alias("avg_price"),
+            F.avg("l_discount").alias("avg_disc"),
+            F.count(F.lit(1)).alias("count_order"),
+            # Not a column of the report: the type of the sum avg_disc divides, as sum_qty's is avg_qty's.
+            F.sum("l_discount").alias("sum_disc"),
+        )
+        .schema
+    )
     per_rate = shipped.groupBy(*keys, "l_discount", "l_tax").agg(
         F.sum("l_quantity").alias("quantity"),
         F.sum("l_extendedprice").alias("base_price"),
@@ -113,9 +117,7 @@ def shipping_priority(
     open_orders = orders.where(F.col("o_orderdate") < _date(as_of)).select(
         "o_orderkey", "o_custkey", "o_orderdate", "o_shippriority"
     )
-    unshipped = lineitem.where(F.col("l_shipdate") > _date(as_of)).select(
-        "l_orderkey", "l_extendedprice", "l_discount"
-    )
+    unshipped = lineitem.where(F.col("l_shipdate") > _date(as_of)).select("l_orderkey", "l_extendedprice", "l_discount")
     return (
         segment_customers.join(open_orders, F.col("c_custkey") == F.col("o_custkey"), how="inner")
         .join(unshipped, F.col("l_orderkey") == F.col("o_orderkey"), how="inner")
@@ -262,9 +264,9 @@ def customer_lifetime_value(customer: DataFrame, orders: DataFrame) -> DataFrame
         "c_name",
         "c_mktsegment",
         F.coalesce(F.col("order_count"), F.lit(0)).cast("long").alias("order_count"),
-        F.coalesce(F.col("total_spend"), F.lit(Decimal("0.00")).cast(per_customer.schema["total_spend"].dataType)).alias(
-            "total_spend"
-        ),
+        F.coalesce(
+            F.col("total_spend"), F.lit(Decimal("0.00")).cast(per_customer.schema["total_spend"].dataType)
+        ).alias("total_spend"),
         "first_order_date",
         "last_order_date",
         "avg_order_value",

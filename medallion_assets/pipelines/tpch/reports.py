@@ -46,21 +46,26 @@ def pricing_summary_shares(pricing_summary: pd.DataFrame) -> pd.DataFrame:
     # Decimals arrive as Python Decimal objects: float is exact enough for a share.
     revenue = pricing_summary["sum_disc_price"].astype("float64")
     total = revenue.sum()
-    report = pd.DataFrame({
-        "l_returnflag": pricing_summary["l_returnflag"].astype(str),
-        "l_linestatus": pricing_summary["l_linestatus"].astype(str),
-        "line_items": pricing_summary["count_order"].astype("int64"),
-        "revenue": revenue.round(2),
-        "revenue_share": (revenue / total).round(6) if total else 0.0,
-    })
+    report = pd.DataFrame(
+        {
+            "l_returnflag": pricing_summary["l_returnflag"].astype(str),
+            "l_linestatus": pricing_summary["l_linestatus"].astype(str),
+            "line_items": pricing_summary["count_order"].astype("int64"),
+            "revenue": revenue.round(2),
+            "revenue_share": (revenue / total).round(6) if total else 0.0,
+        }
+    )
     return report.sort_values(["l_returnflag", "l_linestatus"], ignore_index=True)
 
 
 @asset(
     key=["gold", "pricing_summary_report"],
-    ins={"pricing_summary": AssetIn(key=PRICING_SUMMARY,
-                                    metadata={"delta/columns": ["l_returnflag", "l_linestatus", "count_order",
-                                                                "sum_disc_price"]})},
+    ins={
+        "pricing_summary": AssetIn(
+            key=PRICING_SUMMARY,
+            metadata={"delta/columns": ["l_returnflag", "l_linestatus", "count_order", "sum_disc_price"]},
+        )
+    },
     group_name="gold",
     kinds={"pandas", "delta"},
     description="Share of discounted revenue per return flag and line status (TPC-H Q1), computed with pandas.",

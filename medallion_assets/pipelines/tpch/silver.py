@@ -51,11 +51,11 @@ from medallion_assets.expectations import (
     step_output,
     tag_failed_checks,
 )
+from medallion_assets.feeds import Feed
 from medallion_assets.io_manager import DELTA_KINDS, READ, delta_table
 from medallion_assets.pipelines.tpch import transforms as T
-from medallion_assets.transforms.silver import rejected_changes, rows_to_merge
-from medallion_assets.feeds import Feed
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA, ORDERS_RAW, TPCH_COLUMN_DESCRIPTIONS
+from medallion_assets.transforms.silver import rejected_changes, rows_to_merge
 
 ORDERS = AssetKey(["silver", "orders"])
 LINEITEM = AssetKey(["silver", "lineitem"])
@@ -79,7 +79,9 @@ ORDERS_MAX_REJECTED_SHARE: float | None = DEFAULT_MAX_REJECTED_SHARE
 
 def _sequence() -> F.Column:
     # One sortable text per change, so the merge compares a single column.
-    return F.concat_ws("|", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"), F.col("event_id")).alias("_sequence")
+    return F.concat_ws("|", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"), F.col("event_id")).alias(
+        "_sequence"
+    )
 
 
 def _descriptions(schema) -> dict[str, str]:
@@ -121,10 +123,40 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
             # schema_mode="merge": the 'evolve' drift policy adds columns; rows that lack one store null.
             # filtered_by: the dates gold's queries filter on (lineitem's other two dates are only compared
             # with each other), so that a write keeps statistics on no other date.
-            "orders": AssetOut(kinds=DELTA_KINDS, key=ORDERS, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["o_orderkey"], sequence_column="_sequence", delete_column="_deleted", schema_mode="merge", filtered_by=["o_orderdate"], column_descriptions=_descriptions(T.ORDERS_SCHEMA)), is_required=False),
-            "lineitem": AssetOut(kinds=DELTA_KINDS, key=LINEITEM, group_name="silver", metadata=delta_table(write_mode="merge", merge_keys=["l_orderkey", "l_linenumber"], sequence_column="_sequence", delete_column="_deleted", replace_group="l_orderkey", schema_mode="merge", filtered_by=["l_shipdate"], column_descriptions=_descriptions(T.LINEITEM_SCHEMA)), is_required=False),
-            "quarantine_orders": quarantine_out(key=QUARANTINE_ORDERS, source=" and ".join(names),
-                                                guards=[ORDERS, LINEITEM]),
+            "orders": AssetOut(
+                kinds=DELTA_KINDS,
+                key=ORDERS,
+                group_name="silver",
+                metadata=delta_table(
+                    write_mode="merge",
+                    merge_keys=["o_orderkey"],
+                    sequence_column="_sequence",
+                    delete_column="_deleted",
+                    schema_mode="merge",
+                    filtered_by=["o_orderdate"],
+                    column_descriptions=_descriptions(T.ORDERS_SCHEMA),
+                ),
+                is_required=False,
+            ),
+            "lineitem": AssetOut(
+                kinds=DELTA_KINDS,
+                key=LINEITEM,
+                group_name="silver",
+                metadata=delta_table(
+                    write_mode="merge",
+                    merge_keys=["l_orderkey", "l_linenumber"],
+                    sequence_column="_sequence",
+                    delete_column="_deleted",
+                    replace_group="l_orderkey",
+                    schema_mode="merge",
+                    filtered_by=["l_shipdate"],
+                    column_descriptions=_descriptions(T.LINEITEM_SCHEMA),
+                ),
+                is_required=False,
+            ),
+            "quarantine_orders": quarantine_out(
+                key=QUARANTINE_ORDERS, source=" and ".join(names), guards=[ORDERS, LINEITEM]
+            ),
         },
         ins={feed.name: AssetIn(key=feed.bronze_key, metadata={READ: "changes"}) for feed in sources},
         check_specs=[
@@ -172,7 +204,9 @@ def _merge_order_events(context: AssetExecutionContext, config: OrdersSilverConf
     events, rejects = T.order_events(judged, kept), rejected_changes(judged)
     unique_events = T.deduplicate_events(events)
     # The winner's file goes along so a row that fails an expectation is quarantined with it.
-    winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(F.max("_source_file").alias("_source_file"))
+    winner_files = unique_events.groupBy("o_orderkey", "event_time", "event_id").agg(
+        F.max("_source_file").alias("_source_file")
+    )
     changes = (
         T.latest_order_changes(unique_events)
         .join(winner_files, ["o_orderkey", "event_time", "event_id"], "left")
@@ -182,14 +216,18 @@ def _merge_order_events(context: AssetExecutionContext, config: OrdersSilverConf
     upserts = changes.where(F.col("op") == "upsert")
     deletes = changes.where(F.col("op") == "delete")
 
-    order_upserts = T.order_rows(upserts, kept).join(upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey")
-    orders = apply_expectations(order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders",
-                                no_rows=no_rows)
+    order_upserts = T.order_rows(upserts, kept).join(
+        upserts.select("o_orderkey", "_sequence", "_source_file"), "o_orderkey"
+    )
+    orders = apply_expectations(
+        order_upserts, ORDERS_EXPECTATIONS, asset_key=ORDERS, table_name="orders", no_rows=no_rows
+    )
     lineitem_upserts = T.lineitem_rows(upserts, kept).join(
         upserts.select(F.col("o_orderkey").alias("l_orderkey"), "_sequence", "_source_file"), "l_orderkey"
     )
-    lineitem = apply_expectations(lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem",
-                                  no_rows=no_rows)
+    lineitem = apply_expectations(
+        lineitem_upserts, LINEITEM_EXPECTATIONS, asset_key=LINEITEM, table_name="lineitem", no_rows=no_rows
+    )
 
     # Cached: counted here, then written from the cache by the IO manager.
     quarantined = cache_rows(
@@ -204,8 +242,9 @@ def _merge_order_events(context: AssetExecutionContext, config: OrdersSilverConf
         drifted = _drifted_fields(lines) if seen is None else [(field["level"], field["field"]) for field in seen]
         ignored = sorted(f"{level}.{field}" for level, field in set(drifted))
     drift_metadata = {"schema_drift_policy": config.schema_drift, "schema_drift_ignored": MetadataValue.json(ignored)}
-    rejected_check = rejected_rows_result(rejected, asset_key=ORDERS, table="orders",
-                                          max_rejected_share=ORDERS_MAX_REJECTED_SHARE)
+    rejected_check = rejected_rows_result(
+        rejected, asset_key=ORDERS, table="orders", max_rejected_share=ORDERS_MAX_REJECTED_SHARE
+    )
     tag_failed_checks(context, [*orders.check_results, *lineitem.check_results, rejected_check])
     try:
         yield from orders.check_results
@@ -220,15 +259,22 @@ def _merge_order_events(context: AssetExecutionContext, config: OrdersSilverConf
         line_rows = step_output(
             rows_to_merge(lineitem.kept, deleted_orders.withColumnRenamed("o_orderkey", "l_orderkey")), no_rows=no_rows
         )
-        yield Output(order_rows, output_name="orders",
-                     metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata})
-        yield Output(line_rows, output_name="lineitem",
-                     metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))})
+        yield Output(
+            order_rows,
+            output_name="orders",
+            metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.order)), **rejected.metadata},
+        )
+        yield Output(
+            line_rows,
+            output_name="lineitem",
+            metadata={**drift_metadata, "schema_drift_kept": MetadataValue.json(list(kept.lineitem))},
+        )
         # Last: the step's read position is the oldest of its tables', so a run killed
         # before this append reads the increment again, merges it again (a no-op) and
         # quarantines it once. Written first, a killed run's rejects were appended twice.
-        yield Output(step_output(quarantined, no_rows=no_rows), output_name="quarantine_orders",
-                     metadata=rejected.metadata)
+        yield Output(
+            step_output(quarantined, no_rows=no_rows), output_name="quarantine_orders", metadata=rejected.metadata
+        )
         yield rejected_check
     finally:
         # Written by now (each output is written as it is yielded): later steps get the memory back.

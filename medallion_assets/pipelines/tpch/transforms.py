@@ -121,7 +121,7 @@ def order_events_schema(kept: KeptOrderFields = KeptOrderFields()) -> StructType
     lineitems_at = ORDER_EVENTS_SCHEMA.fieldNames().index("lineitems")
     items = StructField("lineitems", ArrayType(_with_text_fields(EVENT_LINEITEM_SCHEMA, kept.lineitem), True), True)
     extra = [StructField(name, StringType(), True) for name in kept.order]
-    return StructType([*fields[:lineitems_at], *extra, items, *fields[lineitems_at + 1:]])
+    return StructType([*fields[:lineitems_at], *extra, items, *fields[lineitems_at + 1 :]])
 
 
 _ORDER_COLUMNS = ORDERS_SCHEMA.fieldNames()
@@ -134,6 +134,8 @@ ORDER_ENVELOPE_FIELDS = ORDER_EVENT_FIELDS["event"]
 # and nested values (``order``, ``lineitems``) their raw JSON, which lets each
 # level be validated with its own reason.
 _ENVELOPE_TEXT_SCHEMA = text_schema([*ORDER_ENVELOPE_FIELDS, "_corrupt_record"])
+
+
 # from_json fills the corrupt-record field for text that is not a JSON object,
 # so well-formed lines are parsed once only.
 def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame | None = None) -> DataFrame:
@@ -156,9 +158,7 @@ def order_lines(orders_raw: DataFrame, orders_kafka: DataFrame | None = None) ->
     return landed if orders_kafka is None else landed.unionByName(kafka_lines(orders_kafka))
 
 
-def parse_order_events(
-    orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()
-) -> tuple[DataFrame, DataFrame]:
+def parse_order_events(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFields()) -> tuple[DataFrame, DataFrame]:
     """Split ``bronze.orders_raw`` into typed order events and rejects.
 
     Args:
@@ -244,7 +244,10 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         prefix = F.concat(F.lit("lineitem "), (index + 1).cast("string"), F.lit(": "))
         text, typed = item["_lineitems"], item["_typed_items"]
         return F.coalesce(
-            *(invalid_reason(text[f.name], typed[f.name], f.name, f.dataType, prefix) for f in EVENT_LINEITEM_SCHEMA.fields)
+            *(
+                invalid_reason(text[f.name], typed[f.name], f.name, f.dataType, prefix)
+                for f in EVENT_LINEITEM_SCHEMA.fields
+            )
         )
 
     def item_is_valid(typed: Column) -> Column:
@@ -258,7 +261,9 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
     first_item_reason = F.when(
         F.exists("_typed_items", lambda typed: ~item_is_valid(typed)),
         F.try_element_at(
-            F.filter(F.transform(F.arrays_zip("_lineitems", "_typed_items"), item_reason), lambda reason: reason.isNotNull()),
+            F.filter(
+                F.transform(F.arrays_zip("_lineitems", "_typed_items"), item_reason), lambda reason: reason.isNotNull()
+            ),
             F.lit(1),
         ),
     )
@@ -283,7 +288,7 @@ def judge_order_lines(orders_raw: DataFrame, kept: KeptOrderFields = KeptOrderFi
         F.col("_envelope.event_id").alias("_event_id"),
         F.col("_typed_event_time").alias("_event_time"),
         F.col("_envelope.op").alias("_op"),
-        *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS)),
+        *(typed.alias(f"_typed_{name}") for typed, name in zip(typed_order, _ORDER_COLUMNS, strict=False)),
         *(F.col(f"_order.{name}").alias(f"_kept_{name}") for name in kept.order),
         F.col("_typed_items").alias("_typed_lineitems"),
         "_source_file",
@@ -350,8 +355,12 @@ def undeclared_order_fields(value: Column) -> Column:
     envelope = F.from_json(value, "map<string,string>")
     order = F.from_json(envelope["order"], "map<string,string>")
     items = F.from_json(order["lineitems"], "array<map<string,string>>")
-    item_keys = F.flatten(F.transform(F.coalesce(items, F.array().cast("array<map<string,string>>")),
-                                      lambda item: F.coalesce(F.map_keys(item), empty)))
+    item_keys = F.flatten(
+        F.transform(
+            F.coalesce(items, F.array().cast("array<map<string,string>>")),
+            lambda item: F.coalesce(F.map_keys(item), empty),
+        )
+    )
     per_line = F.array_distinct(
         F.concat(
             unknown(F.map_keys(envelope), ORDER_EVENT_FIELDS["event"], "event"),
