@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
 
         from medallion_assets.definitions import build_definitions
         from medallion_assets.jobs import table_maintenance
+        from medallion_assets.pipelines.tpch.simulator import land_all
         from medallion_assets.resources import LakeResource, SparkResource
-        from medallion_assets.simulate import land_all
 
         land_all(lake / "landing", scale_factor=args.scale_factor, batches=2, seed=7)
         defs = build_definitions("local")

@@ -169,9 +169,9 @@ def prepare_landing(lake_root: Path, *, landing: Path | None, scale_factor: floa
     if landing is not None:
         shutil.copytree(landing, target)
         return
-    from medallion_assets import simulate
+    from medallion_assets.pipelines.tpch import simulator
 
-    simulate.land_all(target, scale_factor=scale_factor, batches=1, seed=seed)
+    simulator.land_all(target, scale_factor=scale_factor, batches=1, seed=seed)
 
 
 def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetSelection:

@@ -13,7 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingestion) is added next to it by the continuous runner; ``check`` (the
     asset checks as a CI gate, with JUnit XML) by :mod:`medallion_assets.check_gate`.
     """
-    from medallion_assets.simulate import add_simulate_parser
+    from medallion_assets.pipelines.tpch.simulator import add_simulate_parser
 
     parser = argparse.ArgumentParser(prog="medallion-assets", description="Bronze/silver/gold Delta lakehouse tools.")
     subcommands = parser.add_subparsers(dest="command", required=True)

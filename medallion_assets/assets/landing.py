@@ -15,7 +15,7 @@ from medallion_assets.resources import LakeResource
 
 
 class SimulatedFeedConfig(Config):
-    """Which simulated delivery to land from (see ``medallion_assets.simulate``)."""
+    """Which simulated delivery to land from (see ``medallion_assets.pipelines.tpch.simulator``)."""
 
     scale_factor: float = Field(default=0.01, description="TPC-H scale factor of the simulated delivery.")
     batches: int = Field(default=2, description="Number of batches the delivery is split into.")
@@ -44,7 +44,7 @@ def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: Kafk
 
     from medallion_assets.kafka import publish_files
     from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
-    from medallion_assets.simulate import AllBatchesLandedError, land_next_batch
+    from medallion_assets.pipelines.tpch.simulator import AllBatchesLandedError, land_next_batch
 
     try:
         landed = land_next_batch(

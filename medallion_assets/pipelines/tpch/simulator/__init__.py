@@ -55,7 +55,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.pipelines.tpch.contract import (
+    CUSTOMER_CSV_COLUMNS,
+    LANDING_STREAMS,
+    REFERENCE_TABLES,
+    TPCH_SCHEMAS,
+)
 
 #: Header of the customer change files, in contract order.
 CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
@@ -1431,7 +1436,7 @@ def simulate_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point: ``python -m medallion_assets.simulate simulate ...``."""
+    """Stand-alone entry point: ``python -m medallion_assets.pipelines.tpch.simulator simulate ...``."""
     parser = argparse.ArgumentParser(prog="medallion-assets")
     add_simulate_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
