@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from medallion_assets.pipelines.tpch import simulator
+from medallion_assets.pipelines.tpch.contract import TPCH_SCHEMAS
+from medallion_assets.pipelines.tpch.simulator import delivery
 from medallion_assets_tests import contract_reference
 
 SMALL_SCALE = 0.001
@@ -82,7 +84,7 @@ def test_same_seed_lands_the_same_bytes(tmp_path, small_landing):
 def test_tpch_tables_have_the_contract_types():
     tables = simulator.tpch_tables(scale_factor=SMALL_SCALE)
     for name, table in tables.items():
-        assert table.schema.equals(simulator.TPCH_SCHEMAS[name]), name
+        assert table.schema.equals(TPCH_SCHEMAS[name]), name
     assert tables["orders"].num_rows == 1500
     assert tables["lineitem"].schema.field("l_quantity").type == pa.decimal128(15, 2)
     assert tables["part"].schema.field("p_size").type == pa.int32()
@@ -248,7 +250,7 @@ def test_another_process_lands_the_same_batch_byte_for_byte(tmp_path, small_land
 
 def test_rendering_in_slices_changes_no_byte(tmp_path, small_landing, monkeypatch):
     # A prime slice size puts slice ends everywhere in the files.
-    monkeypatch.setattr(simulator, "_RENDER_LINES", 97)
+    monkeypatch.setattr(delivery, "_RENDER_LINES", 97)
     again = tmp_path / "landing"
     simulator.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
     for relative in _landed_files(small_landing, 1) + _landed_files(small_landing, 2) + _landed_files(small_landing, 3):
@@ -258,7 +260,7 @@ def test_rendering_in_slices_changes_no_byte(tmp_path, small_landing, monkeypatc
 def test_a_delivery_planned_in_many_chunks_is_exactly_tpch(tmp_path, monkeypatch):
     # 1,500 orders and 6,005 line items in chunks of 256: chunk edges cut
     # through the line items of orders, and every chunk has its own phantoms.
-    monkeypatch.setattr(simulator, "CHUNK_ROWS", 256)
+    monkeypatch.setattr(delivery, "CHUNK_ROWS", 256)
     landing = tmp_path / "landing"
     expected = simulator.tpch_tables(scale_factor=SMALL_SCALE)
 
@@ -295,7 +297,8 @@ def test_memory_is_bounded_by_the_chunk_not_the_scale_factor():
 import tempfile
 import pyarrow as pa
 from medallion_assets.pipelines.tpch import simulator
-simulator.CHUNK_ROWS = 4096
+from medallion_assets.pipelines.tpch.simulator import delivery
+delivery.CHUNK_ROWS = 4096
 with tempfile.TemporaryDirectory() as landing:
     simulator.land_next_batch(landing, scale_factor={scale}, batches=2, seed=7)
 print(pa.default_memory_pool().max_memory())
