@@ -212,6 +212,13 @@ def test_customer_files_are_rfc4180_with_the_contract_header(small_landing):
     assert simulator.DROPPED_CUSTOMER_SEGMENT in segments, "no customer that silver's expectation drops"
 
 
+def test_the_command_gets_simulate_from_the_pipelines_hook():
+    from medallion_assets.cli import build_parser
+
+    args = build_parser().parse_args(["simulate", "--all", "--seed", "3"])
+    assert args.func is simulator.simulate_command and args.all and args.seed == 3
+
+
 def test_simulate_command_lands_under_the_lake_root(tmp_path, capsys):
     code = simulator.main(
         ["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE), "--batches", "2", "--all"]

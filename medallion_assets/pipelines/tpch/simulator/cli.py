@@ -44,6 +44,11 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def add_commands(subcommands: Any) -> None:
+    """The hook ``medallion-assets`` looks up in its pipelines' ``cli`` modules: adds ``simulate``."""
+    add_simulate_parser(subcommands)
+
+
 def simulate_command(args: argparse.Namespace) -> int:
     """Run the ``simulate`` command; returns the process exit code."""
     lake_root = Path(args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT") or "lakehouse")
