@@ -15,9 +15,10 @@ exactly as docs/landing-contract.md describes, one batch per call:
 
 Once every batch is landed, the state the contract defines, after the drop
 expectations of TPC-H's feeds, equals the TPC-H tables the simulator started
-from; after batch 1 alone it is a consistent partial state (every customer exists, every landed order is complete).
+from; after batch 1 alone it is a consistent partial state (every customer
+exists, every landed order is complete).
 
-The delivery is planned in chunks of :data:`CHUNK_ROWS` source rows (orders,
+The delivery is planned in chunks of :data:`.delivery.CHUNK_ROWS` source rows (orders,
 with their line items, or customers), each from its own random stream derived
 from the seed, and a batch is written while the source tables are streamed:
 only one chunk's rows and lines are in memory at a time, whatever the scale
