@@ -576,6 +576,16 @@ def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType,
     return tuple(modules)
 
 
+def pipeline_hooks(modules: Iterable[ModuleType], name: str) -> tuple[Callable, ...]:
+    """The functions called ``name`` that ``modules`` define, each once.
+
+    A hook is how the machinery asks the pipelines for something it must not
+    name itself (a demo producer, a sample landing); a package that re-exports
+    a module's hook still offers it once.
+    """
+    return tuple(dict.fromkeys(hook for module in modules if callable(hook := getattr(module, name, None))))
+
+
 def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
     """The folders of the packages among ``modules`` that are not inside another's: where ``defs.yaml`` feeds are found."""
     folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
