@@ -128,8 +128,20 @@ def _site_xml(settings: dict[str, str]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{properties}\n</configuration>\n'
 
 
+#: The service's own settings: the schema is schematool's, and the standalone jar's classes stand in
+#: for the defaults that name Hive's query engine (hive-exec), which a standalone metastore lacks.
+SERVICE_SETTINGS = {
+    "metastore.schema.verification": "true",
+    "metastore.expression.proxy": "org.apache.hadoop.hive.metastore.DefaultPartitionExpressionProxy",
+    "metastore.task.threads.always": "org.apache.hadoop.hive.metastore.events.EventCleanerTask,"
+    "org.apache.hadoop.hive.metastore.RuntimeStatsCleanerTask",
+}
+
+
 @contextlib.contextmanager
-def metastore_service(database: Postgres, folder: Path, *, jdbc_jar: str, jars: Path) -> Iterator[MetastoreService]:
+def metastore_service(
+    database: Postgres, folder: Path, *, jdbc_jar: str, jars: Path, site: dict[str, str] | None = None
+) -> Iterator[MetastoreService]:
     """Hive's metastore service over ``database``, on a free port of 127.0.0.1; stopped when the context ends.
 
     Args:
@@ -137,17 +149,19 @@ def metastore_service(database: Postgres, folder: Path, *, jdbc_jar: str, jars: 
         folder: where its configuration (``conf/metastore-site.xml``, owner only) and its log go.
         jdbc_jar: PostgreSQL's JDBC driver.
         jars: :func:`metastore_jars`'s folder.
+        site: the ``metastore-site.xml`` settings (default :data:`SERVICE_SETTINGS`); the database's
+            connection, the port, the address (127.0.0.1) and the warehouse folder are this test's.
     """
     conf = folder / "conf"
     conf.mkdir(parents=True)
     port = free_port()
-    site = conf / "metastore-site.xml"
+    site_file = conf / "metastore-site.xml"
     # Created owner-only before the password is written into it; read by the JVM, not passed to it.
-    site.touch(mode=0o600)
-    site.write_text(
+    site_file.touch(mode=0o600)
+    site_file.write_text(
         _site_xml(
             {
-                "metastore.thrift.uris": f"thrift://127.0.0.1:{port}",
+                **(SERVICE_SETTINGS if site is None else site),
                 "metastore.thrift.port": str(port),
                 "metastore.thrift.bind.host": "127.0.0.1",
                 "javax.jdo.option.ConnectionURL": database.jdbc_url,
@@ -155,16 +169,6 @@ def metastore_service(database: Postgres, folder: Path, *, jdbc_jar: str, jars: 
                 "javax.jdo.option.ConnectionUserName": database.user,
                 "javax.jdo.option.ConnectionPassword": database.password,
                 "metastore.warehouse.dir": (folder / "warehouse").as_uri(),
-                # Written by schematool: the service checks the schema's version against its own.
-                "metastore.schema.verification": "true",
-                # The default is Hive's query planner's (hive-exec), which a standalone metastore lacks.
-                "metastore.expression.proxy": "org.apache.hadoop.hive.metastore.DefaultPartitionExpressionProxy",
-                # The housekeeping tasks the metastore's own jar holds (the default list names hive-exec's too).
-                "metastore.task.threads.always": "org.apache.hadoop.hive.metastore.events.EventCleanerTask,"
-                "org.apache.hadoop.hive.metastore.RuntimeStatsCleanerTask",
-                # Notification events are read by Hive's replication, which nothing here runs.
-                "metastore.event.db.notification.api.auth": "false",
-                "hive.metastore.event.db.notification.api.auth": "false",
             }
         )
     )

@@ -6,8 +6,8 @@ per machine and version (:func:`trino_home`). Trino 476 runs on Java 24 or
 newer, which is not the machines' default Java: :func:`trino_java` finds one
 (``MEDALLION_TEST_TRINO_JAVA_HOME``, else a JDK under ``/usr/lib/jvm``).
 :func:`trino_server` starts one node, coordinator and worker in one, in a
-process group of its own, with a catalog ``lake`` (``connector.name=delta_lake``)
-reading the metastore's tables and the lake's files on the local file system,
+process group of its own, with one catalog ``lake`` (the test gives its
+properties: docs/catalog.md's Delta Lake catalog over a metastore service),
 waits until it answers and stops the group when the context ends.
 :func:`query` asks it through its HTTP API (``/v1/statement``).
 """
@@ -103,13 +103,12 @@ def trino_java() -> tuple[str | None, str]:
 
 
 @contextlib.contextmanager
-def trino_server(folder: Path, *, metastore_uris: str, home: Path, java: str) -> Iterator[str]:
-    """One Trino node on a free port of 127.0.0.1 whose catalog ``lake`` is the metastore's Delta tables;
-    yields its HTTP URL.
+def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterator[str]:
+    """One Trino node on a free port of 127.0.0.1 with one catalog, ``lake``; yields its HTTP URL.
 
     Args:
         folder: where its configuration, data folder and log go.
-        metastore_uris: the Hive metastore service, ``thrift://host:port``.
+        catalog: the catalog file's properties (``connector.name=delta_lake``, the metastore's URI, ...).
         home: :func:`trino_home`'s folder.
         java: :func:`trino_java`'s ``java``.
     """
@@ -135,19 +134,7 @@ def trino_server(folder: Path, *, metastore_uris: str, home: Path, java: str) ->
         )
         + "\n"
     )
-    (catalogs / f"{CATALOG}.properties").write_text(
-        "\n".join(
-            [
-                "connector.name=delta_lake",
-                f"hive.metastore.uri={metastore_uris.split(',')[0]}",
-                # The lake is on the local file system: its entries' locations are file:/... URIs,
-                # which Trino resolves under local.location (a folder).
-                "fs.native-local.enabled=true",
-                "local.location=/",
-            ]
-        )
-        + "\n"
-    )
+    (catalogs / f"{CATALOG}.properties").write_text(catalog)
     log = folder / "trino.log"
     server = subprocess.Popen(
         [
