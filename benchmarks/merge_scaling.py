@@ -209,7 +209,8 @@ def print_markdown(results: list[dict]) -> None:
             f"{facts['cores']} cores, driver memory {facts['driver_memory']}; {describe_load(result['load'])}"
         )
     print(
-        "\n| engine | source rows | MERGE s | rows/s | MERGE CPU s | Python driver peak RSS growth MB | bytes per source row "
+        "\n| engine | source rows | MERGE s | rows/s | MERGE CPU s | Python driver peak RSS growth MB "
+        "| bytes per source row "
         "| JVM peak RSS growth MB | JVM heap peak over live MB | write of the same rows s |"
     )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -217,7 +218,8 @@ def print_markdown(results: list[dict]) -> None:
         for s in result["sizes"]:
             print(
                 f"| {result['facts']['engine']} | {s['size']:,} | {s['merge_s']:.1f} | {s['size'] / s['merge_s']:,.0f} "
-                f"| {s['merge_cpu_s']:.1f} | {megabytes(s['python_growth'])} | {max(s['python_growth'], 0) / s['size']:,.0f} "
+                f"| {s['merge_cpu_s']:.1f} | {megabytes(s['python_growth'])} "
+                f"| {max(s['python_growth'], 0) / s['size']:,.0f} "
                 f"| {megabytes(s['jvm_growth'])} | {megabytes(s['heap_growth'])} | {s['append_s']:.1f} |"
             )
 

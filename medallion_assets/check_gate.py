@@ -315,7 +315,10 @@ def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], sec
 
 
 def _text(value: Any) -> str:
-    """A metadata value (``MetadataValue.value``) as text: JSON for numbers and containers, an asset key as Dagster writes it."""
+    """A metadata value (``MetadataValue.value``) as text.
+
+    JSON for numbers and containers, an asset key as Dagster writes it.
+    """
     from dagster import AssetKey
 
     if isinstance(value, str):
@@ -353,8 +356,8 @@ def gate(
     """Build a lake at ``lake_root`` from a sample landing and run the checks on it.
 
     The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
-    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
-    the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
+    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator
+    asset, since the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
     ``lake_root``.
 
     Args:
@@ -477,8 +480,9 @@ def summary_table(report: GateReport) -> str:
         for row in [header, *rows]
     ]
     lines.append(
-        f"{len(report.outcomes)} checks: {report.count('passed')} passed, {report.count('failed', severity='ERROR')} failed "
-        f"(ERROR), {report.count('failed', severity='WARN')} failed (WARN), {report.count('not evaluated')} not evaluated; "
+        f"{len(report.outcomes)} checks: {report.count('passed')} passed, "
+        f"{report.count('failed', severity='ERROR')} failed (ERROR), "
+        f"{report.count('failed', severity='WARN')} failed (WARN), {report.count('not evaluated')} not evaluated; "
         f"{len(report.step_errors)} step errors; {report.seconds:.0f} s"
     )
     return "\n".join(lines)

@@ -219,7 +219,11 @@ def _added_by_commit(table, version: int) -> tuple[int, int]:
             return {}
         actions = pa.table(DeltaTable(table.table_uri, version=at).get_add_actions(flatten=True))
         return dict(
-            zip(actions.column("path").to_pylist(), (n or 0 for n in actions.column("num_records").to_pylist()), strict=False)
+            zip(
+                actions.column("path").to_pylist(),
+                (n or 0 for n in actions.column("num_records").to_pylist()),
+                strict=False,
+            )
         )
 
     before, after = files(version - 1), files(version)

@@ -154,7 +154,10 @@ def quarantine_rows(frame: DataFrame, table_name: str, reason: Column | str) -> 
 
 
 def rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
-    """Records a parser rejected (``value``, ``_source_file``, ``_ingested_at``, ``reason``) in the quarantine schema."""
+    """Records a parser rejected in the quarantine schema.
+
+    The records have ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
+    """
     return quarantine_rows(rejects.withColumnRenamed("reason", "_reason_text"), table_name, F.col("_reason_text"))
 
 

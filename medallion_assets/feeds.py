@@ -538,7 +538,8 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
         if value.silver_table is not None:
             if value.silver_table in tables:
                 raise FeedDeclarationError(
-                    f"feeds {tables[value.silver_table]!r} and {value.name!r} both declare silver.{value.silver_table}: "
+                    f"feeds {tables[value.silver_table]!r} and {value.name!r} "
+                    f"both declare silver.{value.silver_table}: "
                     "give each feed its own silver table"
                 )
             tables[value.silver_table] = value.name
@@ -578,7 +579,10 @@ def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType,
 
 
 def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
-    """The folders of the packages among ``modules`` that are not inside another's: where ``defs.yaml`` feeds are found."""
+    """The folders of the packages among ``modules`` that are not inside another's.
+
+    Where ``defs.yaml`` feeds are found.
+    """
     folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
     return tuple(
         f
@@ -639,7 +643,8 @@ def kafka_feed(stream: Feed | str | None = None, feeds: Iterable[Feed] | None = 
     candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
     if len(candidates) != 1:
         raise ValueError(
-            f"{len(candidates)} feeds are declared with KafkaTopic() ({', '.join(f.name for f in candidates) or 'none'}): "
+            f"{len(candidates)} feeds are declared with KafkaTopic() "
+            f"({', '.join(f.name for f in candidates) or 'none'}): "
             "name the one to read"
         )
     return candidates[0]

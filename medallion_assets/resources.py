@@ -61,7 +61,10 @@ _JVM_OPTION_VARIABLES = ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_O
 
 
 def _spark_defaults_driver_lines() -> tuple[Path | None, list[str]]:
-    """Spark's ``spark-defaults.conf`` (``SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), if any, and its ``spark.driver.*`` lines."""
+    """Spark's ``spark-defaults.conf``, if any, and its ``spark.driver.*`` lines.
+
+    The file is in ``SPARK_CONF_DIR``, else in ``$SPARK_HOME/conf``.
+    """
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
         os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
     )
@@ -330,7 +333,10 @@ class SparkResource(LazyPySparkResource):
             self._attach_lake(session)
 
     def _deployment(self, config: dict[str, str]) -> str:
-        """Where the session runs, for the run log: embedded, a cluster's master or a Connect server (no credentials)."""
+        """Where the session runs, for the run log.
+
+        Embedded, a cluster's master or a Connect server (no credentials).
+        """
         if self.remote:
             # A Connect URL may carry a token after ';' (sc://host:15002/;token=...): only the address is shown.
             return f"Spark Connect server {_without_credentials(str(self.remote).split(';', 1)[0].rstrip('/'))}"
@@ -403,7 +409,10 @@ def _session_running(*, remote: bool) -> bool:
 
 
 def _planned_engine(plan: Any) -> str:
-    """The engine a plan aims at: delta-spark (and where from), or delta-rs (the reason says when the platform could change that)."""
+    """The engine a plan aims at: delta-spark (and where from), or delta-rs.
+
+    For delta-rs, the reason says when the platform could change that.
+    """
     if plan.source:
         return f"delta-spark ({plan.source})"
     return "delta-rs"
@@ -772,5 +781,6 @@ def spark_resource(deployment: str) -> SparkResource:
     from medallion_assets.settings import SettingsError
 
     raise SettingsError(
-        f"MEDALLION_DEPLOYMENT={deployment!r} is not a deployment: use local, cluster or connect (or unset it for local)"
+        f"MEDALLION_DEPLOYMENT={deployment!r} is not a deployment: "
+        "use local, cluster or connect (or unset it for local)"
     )

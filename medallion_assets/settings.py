@@ -549,7 +549,10 @@ def _unknown_names(env: Mapping[str, str]) -> list[str]:
 
 
 def jar_location_problem(name: str, value: str, *, holds: str) -> str | None:
-    """Why a jars variable's value (a folder of jars, or a comma list of jar files) is unusable; ``None`` if it is fine."""
+    """Why a jars variable's value is unusable; ``None`` if it is fine.
+
+    The value is a folder of jars, or a comma list of jar files.
+    """
     entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     if len(entries) == 1 and os.path.isdir(entries[0]):
         if not any(entry.endswith(".jar") for entry in os.listdir(entries[0])):

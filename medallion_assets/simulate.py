@@ -14,8 +14,8 @@ exactly as docs/landing-contract.md describes, one batch per call:
   may land a newer snapshot, and the newest one is always the TPC-H table.
 
 Once every batch is landed, the state the contract defines, after the drop
-expectations of TPC-H's feeds, equals the TPC-H tables the simulator started from; after batch 1 alone it is a consistent
-partial state (every customer exists, every landed order is complete).
+expectations of TPC-H's feeds, equals the TPC-H tables the simulator started from;
+after batch 1 alone it is a consistent partial state (every customer exists, every landed order is complete).
 
 The delivery is planned in chunks of :data:`CHUNK_ROWS` source rows (orders,
 with their line items, or customers), each from its own random stream derived

@@ -72,7 +72,10 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
 def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_ignored(
     spark, tmp_path, delta_engine, merged_by
 ):
-    """Both routes of a group MERGE: deltalake for a small source, the session's engine past ``arrow_write_max_rows``."""
+    """Both routes of a group MERGE.
+
+    deltalake for a small source, the session's engine past ``arrow_write_max_rows``.
+    """
     import deltalake
 
     from medallion_assets_tests.delta.readers import read_with_deltalake
@@ -1035,7 +1038,10 @@ def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_sp
 
 
 def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark, tmp_path, delta_engine):
-    """A new merge table keeps per-file min/max on its keys and dates only (not its sequence), as delta-rs reads its log."""
+    """A new merge table keeps per-file min/max on its keys and dates only (not its sequence).
+
+    As delta-rs reads its log.
+    """
     import deltalake
     import pyarrow as pa
 

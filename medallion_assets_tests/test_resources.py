@@ -94,7 +94,9 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from medallion_assets.resources import SparkResource
 
-resource = SparkResource(master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS"))
+resource = SparkResource(
+    master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS")
+)
 spark = resource.spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
 management = spark.sparkContext._jvm.java.lang.management.ManagementFactory

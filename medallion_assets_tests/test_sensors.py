@@ -64,7 +64,7 @@ class FakeStream:
     def plan(self, files: list[str]) -> int:
         self.batch += 1
         b = self.batch
-        (self.ckpt / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":%d}\n' % b)
+        (self.ckpt / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":' + str(b) + "}\n")
         (self.ckpt / "sources" / "0" / str(b)).write_text(
             "v1\n" + "".join(json.dumps({"path": f, "timestamp": 0, "batchId": b}) + "\n" for f in files)
         )
@@ -298,7 +298,8 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
     lines = [
         '{"event_id": "1", "op": "upsert", "order": {"o_orderkey": 1}}',
         '{"event_id": "2", "op": "upsert", "channel": "web", "order": {"o_orderkey": 2, "o_discount_code": "X"}}',
-        '{"event_id": "3", "op": "upsert", "order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
+        '{"event_id": "3", "op": "upsert", '
+        '"order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
         "not json",
     ]
     stream.plan([stream.land("a.json", 4, content=lines)])
@@ -376,7 +377,10 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
 
 
 def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(lake, monkeypatch):
-    """Paging stops at ``after_batch``; commits of the delta-rs sink before it recorded metrics are counted by delta-rs."""
+    """Paging stops at ``after_batch``.
+
+    Commits of the delta-rs sink from before it recorded metrics are counted by delta-rs.
+    """
     from deltalake import DeltaTable, write_deltalake
     from deltalake.transaction import AddAction, CommitProperties, Transaction
 

@@ -1107,7 +1107,8 @@ class DeltaOptimizeBuilder:
     """delta-spark's ``DeltaOptimizeBuilder``; runs OPTIMIZE in delta-rs on the driver.
 
     Example:
-        >>> dt.optimize().where("day >= '2024-01-01'").executeCompaction().first().metrics.numFilesAdded  # doctest: +SKIP
+        >>> compaction = dt.optimize().where("day >= '2024-01-01'").executeCompaction()  # doctest: +SKIP
+        >>> compaction.first().metrics.numFilesAdded  # doctest: +SKIP
     """
 
     def __init__(self, table: DeltaTable) -> None:

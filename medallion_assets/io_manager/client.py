@@ -301,7 +301,10 @@ class DeltaTableClient:
     def _append_with_deltalake(
         self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
     ) -> WriteResult | None:
-        """Append ``frame``'s rows (``None``: no row) by deltalake; ``None`` when it cannot, having committed nothing."""
+        """Append ``frame``'s rows (``None``: no row) by deltalake.
+
+        ``None`` when it cannot, having committed nothing.
+        """
         # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
         from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 

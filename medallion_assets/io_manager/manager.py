@@ -390,7 +390,10 @@ class DeltaIOManager(ConfigurableIOManager):
         )
 
     def _load_table_read(self, context: InputContext) -> TableRead:
-        """A :class:`TableRead` of the input's version: delta-rs' table (Arrow while small) when it reads it, else Spark."""
+        """A :class:`TableRead` of the input's version.
+
+        delta-rs' table (Arrow while small) when it reads it, else Spark.
+        """
         key = context.asset_key
         path = self._path(key)
         metadata = dict(context.definition_metadata or {})
@@ -456,7 +459,8 @@ class DeltaIOManager(ConfigurableIOManager):
         except UnsupportedFeatureError as error:
             raise UnsupportedFeatureError(
                 f"input {key.to_user_string()} of {context.op_def.name}: delta-rs cannot read it as "
-                f"{kind.__name__} ({error.message}); annotate the input as a Spark DataFrame, which reads it through Spark",
+                f"{kind.__name__} ({error.message}); "
+                "annotate the input as a Spark DataFrame, which reads it through Spark",
                 table=path,
             ) from error
         return handler.from_dataset(dataset, kind)

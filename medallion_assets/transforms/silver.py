@@ -335,7 +335,10 @@ def judge_changes(bronze_rows: DataFrame, feed: Feed) -> DataFrame:
 
 
 def typed_changes(judged: DataFrame, feed: Feed) -> DataFrame:
-    """The records of :func:`judge_changes`' good rows: the declared fields typed, ``_source_file``, ``_ingested_at``."""
+    """The records of :func:`judge_changes`' good rows.
+
+    The declared fields typed, ``_source_file`` and ``_ingested_at``.
+    """
     return judged.where(F.col("_reject_reason").isNull()).select(
         *(F.col(f"_typed_{f.name}").cast(f.type).alias(f.name) for f in feed.fields),
         "_source_file",
@@ -520,7 +523,10 @@ def latest_changes(records: DataFrame, feed: Feed) -> DataFrame:
 
 
 def silver_rows(latest: DataFrame, feed: Feed) -> DataFrame:
-    """The rows silver stores for the changes that are not deletes: its fields (masked), ``_sequence``, ``_source_file``."""
+    """The rows silver stores for the changes that are not deletes.
+
+    Its fields (masked), ``_sequence`` and ``_source_file``.
+    """
     kept = [f.name for f in feed.silver_fields]
     return mask_pii(latest.where(~F.col("_deleted")).select(*kept, "_sequence", "_source_file"), feed)
 

@@ -150,7 +150,8 @@ def reconcile(
             lambda: tables if gold_rows is not None else [None],
             lambda: [silver[name].frame for name in names],
             lambda *read: one_row(
-                sql, {**dict(zip(names, read, strict=False)), "gold": gold if isinstance(read[0], DataFrame) else gold_rows}
+                sql,
+                {**dict(zip(names, read, strict=False)), "gold": gold if isinstance(read[0], DataFrame) else gold_rows},
             ),
         )
         failing = int(row["failing"])

@@ -500,7 +500,9 @@ def latest_order_state(events: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Split ``bronze.customers_cdc`` into typed changes and rejects (:func:`~medallion_assets.transforms.silver.parse_changes`).
+    """Split ``bronze.customers_cdc`` into typed changes and rejects.
+
+    As :func:`~medallion_assets.transforms.silver.parse_changes` does.
 
     Returns:
         ``(changes, rejects)``. Changes: ``op``, the customer columns typed
@@ -528,7 +530,10 @@ def latest_customer_state(changes: DataFrame) -> DataFrame:
 
 
 def mask_customer_pii(customers: DataFrame) -> DataFrame:
-    """``c_phone`` and ``c_address`` masked as the declaration says (:func:`~medallion_assets.transforms.silver.mask_pii`)."""
+    """``c_phone`` and ``c_address`` masked as the declaration says.
+
+    By :func:`~medallion_assets.transforms.silver.mask_pii`.
+    """
     return mask_pii(customers, CUSTOMERS_CDC)
 
 
@@ -559,5 +564,8 @@ CUSTOMERS_CDC_SCHEMA = bronze_schema(CUSTOMERS_CDC)
 
 
 def customers_cdc(csv_rows: DataFrame) -> DataFrame:
-    """``bronze.customers_cdc`` from a CSV source read with :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`."""
+    """``bronze.customers_cdc`` from a CSV source.
+
+    Read with :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`.
+    """
     return csv_records(csv_rows, CUSTOMERS_CSV_READ_SCHEMA, CUSTOMERS_CSV_OPTIONS)
