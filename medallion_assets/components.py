@@ -301,7 +301,7 @@ def feed_from_yaml(path: Path):
     return feeds[0]
 
 
-def yaml_feeds(folder: Path) -> Iterator[tuple[str, Any]]:
+def yaml_feeds(folder: str | Path) -> Iterator[tuple[str, Any]]:
     """``(file, Feed)`` for every ``FeedComponent`` in the ``defs.yaml`` files under ``folder``, in path order.
 
     Other components' files are left alone (this project does not load them).

@@ -193,8 +193,8 @@ def run_continuous(
                 drain(stream, query)  # the batch that finished while stopping
             except Exception as exc:  # keep stopping the others
                 say(f"{stream}: stop failed: {exc}")
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
         say(f"streams stopped ({result.stopped_by or 'error'})")
     if failure is not None:
         raise RuntimeError(f"a bronze stream failed: {failure}") from (

@@ -200,7 +200,7 @@ def apply_expectations(
             *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],
         )
         .first()
-        .asDict()
+        .asDict()  # type: ignore[union-attr]  # an aggregate without grouping returns one row
     )
     total = int(counts["rows"])
     results: list[AssetCheckResult] = []
@@ -643,7 +643,7 @@ def tag_failed_checks(context, results: Sequence[AssetCheckResult]) -> None:
         results: the check results the step yields.
     """
     failed = {
-        f"{r.asset_key.to_user_string()}:{r.check_name}"
+        f"{r.asset_key.to_user_string() if r.asset_key else ''}:{r.check_name}"
         for r in results
         if not r.passed and r.severity == AssetCheckSeverity.ERROR
     }

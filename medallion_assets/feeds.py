@@ -418,7 +418,7 @@ class Feed:
         """
         if not self.applies_snapshots or CHANGE in self.field_names:  # a change feed already
             return self
-        changes: ApplyChanges = self.silver
+        changes = self.apply_changes
         derived = copy.copy(self)
         object.__setattr__(
             derived,
@@ -458,6 +458,24 @@ class Feed:
     @property
     def silver_table(self) -> str | None:
         return self.silver.table if self.silver is not None else None
+
+    @property
+    def apply_changes(self) -> ApplyChanges:
+        """The silver declaration of a feed whose silver applies changes.
+
+        Raises:
+            FeedDeclarationError: the feed's silver is not :class:`ApplyChanges`.
+        """
+        if not isinstance(self.silver, ApplyChanges):
+            raise FeedDeclarationError(f"feed {self.name!r} does not apply changes to silver (silver={self.silver!r})")
+        return self.silver
+
+    @property
+    def silver_keys(self) -> tuple[str, ...]:
+        """The fields that identify a silver row (``silver.keys``)."""
+        if self.silver is None:
+            raise FeedDeclarationError(f"feed {self.name!r} declares no silver table (silver=None)")
+        return self.silver.keys
 
     @property
     def silver_key(self) -> AssetKey:

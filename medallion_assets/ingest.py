@@ -397,7 +397,9 @@ def apply_snapshots(
             counts = {kind: count for kind, count in changes.groupBy(bronze.CHANGE).count().collect()}
             # Versioned by the table's next version: another run applying the same snapshot at the same
             # time, from the same table version, commits nothing.
-            transaction = (f"medallion:snapshots:{feed.name}", client.latest_version(path) + 1)
+            version = client.latest_version(path)
+            assert version is not None, "the bronze table exists: created above"
+            transaction = (f"medallion:snapshots:{feed.name}", version + 1)
             client.write(
                 changes,
                 path,

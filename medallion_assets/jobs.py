@@ -3,11 +3,13 @@
 from dagster import (
     AssetSelection,
     Config,
+    JobDefinition,
     OpExecutionContext,
     PartitionsDefinition,
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    UnresolvedAssetJobDefinition,
     define_asset_job,
     job,
     op,
@@ -114,5 +116,5 @@ maintenance_schedule = ScheduleDefinition(
     description="Weekly, Sunday 04:00: OPTIMIZE then VACUUM of every Delta table of the lake.",
 )
 
-jobs = [ingest_job, refresh_job, table_maintenance]
+jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [ingest_job, refresh_job, table_maintenance]
 schedules = [ingest_schedule, refresh_schedule, maintenance_schedule]

@@ -256,7 +256,7 @@ def watermark_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) ->
                     "to an existing topic"
                 )
             return {
-                partition: tuple(
+                partition: tuple(  # type: ignore[misc]  # (low, high): the client returns two offsets
                     int(o)
                     for o in consumer.get_watermark_offsets(
                         TopicPartition(kafka.topic, partition), timeout=timeout_seconds
@@ -285,7 +285,8 @@ def create_topic(kafka: KafkaResource, *, partitions: int = 3, timeout_seconds: 
     from confluent_kafka.admin import AdminClient, NewTopic
 
     _require(kafka)
-    admin = AdminClient(kafka.client_config())
+    config: dict[str, str | int | float | bool] = {**kafka.client_config()}
+    admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(kafka.topic, num_partitions=partitions, replication_factor=1)])
     for future in futures.values():
         try:

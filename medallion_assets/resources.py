@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -268,7 +269,10 @@ class SparkResource(LazyPySparkResource):
             spark_config=self.spark_config,
         )
         builder = SparkSession.builder.appName(self.app_name)
-        builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
+        if self.remote:
+            builder = builder.remote(self.remote)
+        elif self.master:
+            builder = builder.master(self.master)
         connector = kafka_connector_config(
             jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven, spark_config=self.spark_config
         )
@@ -534,7 +538,7 @@ class LakeResource(ConfigurableResource):
         """The Structured Streaming checkpoint of a stream, under ``_checkpoints/``."""
         return self._join("_checkpoints", stream)
 
-    def table_path(self, key: tuple[str, ...] | list[str]) -> str:
+    def table_path(self, key: Sequence[str]) -> str:
         """The Delta table of an asset key ``[layer, table]``: ``<root>/<layer>/<table>``."""
         parts = list(key)
         if len(parts) != 2:
@@ -735,13 +739,12 @@ def kafka_resource(*, resolved: bool = False):
     """
     from medallion_assets.kafka import KafkaResource
 
-    return KafkaResource(
-        **{
-            field: os.environ[name] if resolved else EnvVar(name)
-            for name, field in KAFKA_VARIABLES.items()
-            if os.environ.get(name)
-        }
-    )
+    values: dict[str, Any] = {
+        field: os.environ[name] if resolved else EnvVar(name)
+        for name, field in KAFKA_VARIABLES.items()
+        if os.environ.get(name)
+    }
+    return KafkaResource(**values)
 
 
 #: Environment variables of the catalog -> LakeCatalog fields (all strings).

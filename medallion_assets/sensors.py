@@ -24,6 +24,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -130,7 +131,7 @@ def build_checkpoint_sensor(
     key = feed.bronze_key
     from_kafka = isinstance(feed.source, KafkaTopic)
 
-    options = dict(
+    options: dict[str, Any] = dict(
         name=f"{stream}_checkpoint_sensor",
         minimum_interval_seconds=minimum_interval_seconds,
         target=target or AssetSelection.assets(key).downstream(include_self=False),
@@ -161,7 +162,7 @@ def build_checkpoint_sensor(
                 commit = commits.get(batch)
                 rows = commit.rows if commit else 0
                 rows_total += rows
-                metadata = {
+                metadata: dict[str, Any] = {
                     "batch_id": batch,
                     "rows": rows,
                     "delta_version": commit.delta_version if commit else -1,
@@ -188,6 +189,7 @@ def build_checkpoint_sensor(
                     )
                 )
             cursor.last_batch = new_batches[-1]
+        health: KafkaLag | StreamHealth | None
         if from_kafka:
             health = kafka_lag(lake, kafka, feed) if kafka is not None and kafka.configured else None
         else:

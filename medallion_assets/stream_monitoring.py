@@ -20,7 +20,7 @@ from dagster import Config
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
-from medallion_assets.feeds import Feed, LandingFiles, feed_named, kafka_feed
+from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, feed_named, kafka_feed
 from medallion_assets.resources import LakeResource
 
 
@@ -74,7 +74,7 @@ def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
     from medallion_assets.transforms.bronze import is_visible_data_file
 
     feed = feed_named(stream)
-    if not hasattr(feed.source, "folder"):
+    if isinstance(feed.source, KafkaTopic):
         return {}
     suffix = feed.source.file_suffix
     folder = Path(local_path(lake.landing_folder(feed)))
@@ -260,9 +260,9 @@ def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrif
         try:
             with open(local_path(uri)) as handle:
                 header = handle.readline().strip().split(separator)
-                extra = [c for c in header if c and c not in feed.field_names]
-                if extra:
-                    fields |= set(extra)
+                extra_columns = [c for c in header if c and c not in feed.field_names]
+                if extra_columns:
+                    fields |= set(extra_columns)
                     rows += sum(1 for line in handle if line.strip())
         except FileNotFoundError:
             continue

@@ -124,7 +124,7 @@ def _has_min_max(type_: pa.DataType) -> bool:
 
 @dataclass
 class _ColumnStats:
-    nulls: int = 0
+    nulls: int | None = 0  # None: a file without a null count
     lo: Any = None
     hi: Any = None
     usable: bool = True

@@ -240,7 +240,7 @@ def check_once_per_version(
         evaluated = [record for record in history if isinstance(record.evaluation, AssetCheckEvaluation)]
         earlier = evaluated[0].evaluation if evaluated else None
         recorded = earlier.metadata.get(CHECKED_VERSIONS) if earlier is not None else None
-        if recorded is not None and recorded.value == versions:
+        if earlier is not None and recorded is not None and recorded.value == versions:
             # A repeated result names the run that computed it, however many runs repeated it since.
             origin = earlier.metadata.get(REUSED_FROM_RUN)
             return AssetCheckResult(
@@ -353,6 +353,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if not client.exists(path):
             raise _no_table_yet(key, path)
         latest = client.latest_version(path)
+        assert latest is not None, "the table exists: checked above"
         if metadata.get(READ) == "changes":
             frame = self._read_changes(client, context, path, latest)
             return frame.select(*columns) if columns else frame
@@ -385,6 +386,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if not client.exists(path):
             raise _no_table_yet(key, path)
         latest = client.latest_version(path)
+        assert latest is not None, "the table exists: checked above"
         return ChangesWithTable(
             changes=self._read_changes(client, context, path, latest), table=client.read(path, version=latest)
         )
@@ -589,8 +591,8 @@ class DeltaIOManager(ConfigurableIOManager):
 
         # A step retried after its append committed (a retry policy, a lost executor)
         # must not append again: one Delta transaction per run, output and partition.
-        window = fingerprint.get("partition")
-        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window[0]}" if window else "")
+        partition = fingerprint.get("partition")
+        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{partition[0]}" if partition else "")
         transaction = (run_output, 0) if spec.mode == "append" else None
         # A write that took in new upstream commits records them even without rows (an
         # empty commit), so the next run starts after them. Its own transaction, versioned

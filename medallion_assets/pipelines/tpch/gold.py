@@ -26,6 +26,7 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 from dagster import (
@@ -155,7 +156,7 @@ def reconcile(
             ),
         )
         failing = int(row["failing"])
-        metadata = {
+        metadata: dict[str, Any] = {
             "passing_rows": int(row["rows"]) - failing,
             "failing_rows": failing,
             "keys": MetadataValue.json(list(reconciliation.keys)),

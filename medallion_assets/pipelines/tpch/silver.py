@@ -125,7 +125,7 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
             # filtered_by: the dates gold's queries filter on (lineitem's other two dates are only compared
             # with each other), so that a write keeps statistics on no other date.
             "orders": AssetOut(
-                kinds=DELTA_KINDS,
+                kinds=set(DELTA_KINDS),  # AssetOut takes a set
                 key=ORDERS,
                 group_name="silver",
                 metadata=delta_table(
@@ -140,7 +140,7 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
                 is_required=False,
             ),
             "lineitem": AssetOut(
-                kinds=DELTA_KINDS,
+                kinds=set(DELTA_KINDS),  # AssetOut takes a set
                 key=LINEITEM,
                 group_name="silver",
                 metadata=delta_table(

@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.feeds import LandingFiles
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, REFERENCE_FEEDS
 from medallion_assets.transforms.bronze import bronze_schema, csv_options, csv_read_schema, csv_records
 from medallion_assets.transforms.silver import (
@@ -557,6 +558,7 @@ def conform_reference(snapshot: DataFrame, table_name: str) -> DataFrame:
 
 #: How bronze reads the customer change CSV files.
 CUSTOMERS_CSV_READ_SCHEMA = csv_read_schema(CUSTOMERS_CDC)
+assert isinstance(CUSTOMERS_CDC.source, LandingFiles), "customers_cdc is declared with landed CSV files"
 #: The CSV reader options of those files.
 CUSTOMERS_CSV_OPTIONS = csv_options(CUSTOMERS_CDC.source)
 #: ``bronze.customers_cdc``'s schema.
