@@ -629,14 +629,12 @@ def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:
     return tuple(f for f in (project_feeds() if feeds is None else feeds) if f.is_stream)
 
 
-def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed called ``name`` (a :class:`Feed` is returned as it is).
+def feed_named(name: str, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed called ``name``, of ``feeds`` or the project's: where a name (CLI, settings) becomes a feed.
 
     Raises:
         FeedDeclarationError: no feed has that name; the message lists the declared ones.
     """
-    if isinstance(name, Feed):
-        return name
     candidates = tuple(project_feeds() if feeds is None else feeds)
     for feed in candidates:
         if feed.name == name:
@@ -647,14 +645,14 @@ def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
     )
 
 
-def kafka_feed(stream: Feed | str | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed read from the Kafka topic: ``stream``, or the one feed declared with :class:`KafkaTopic`.
+def kafka_feed(feed: Feed | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed read from the Kafka topic: ``feed``, or the one of ``feeds`` (or the project's) declared with
+    :class:`KafkaTopic`.
 
     Raises:
-        ValueError: ``stream`` is not a Kafka feed, or there is not exactly one to default to.
+        ValueError: ``feed`` is not a Kafka feed, or there is not exactly one to default to.
     """
-    if stream is not None:
-        feed = feed_named(stream, feeds)
+    if feed is not None:
         if not isinstance(feed.source, KafkaTopic):
             raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
         return feed

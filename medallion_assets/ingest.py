@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
 from medallion_assets.engine import DeltaEngine, engine_for
-from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
+from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
 from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 from medallion_assets.resources import LakeResource
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def bronze_stream_frame(
     spark: SparkSession,
     lake: LakeResource,
-    stream: Feed | str,
+    feed: Feed,
     *,
     max_files_per_trigger: int | None = None,
     max_bytes_per_trigger: int | str | None = None,
@@ -47,7 +47,7 @@ def bronze_stream_frame(
     Args:
         spark: the session.
         lake: where the landing folder is.
-        stream: the feed (or its name) whose landed files to read.
+        feed: the feed whose landed files to read.
         max_files_per_trigger: cap on files per micro-batch (None: Spark's default).
         max_bytes_per_trigger: cap on bytes per micro-batch, e.g. ``67108864`` or ``"64m"``.
 
@@ -60,7 +60,6 @@ def bronze_stream_frame(
     """
     from medallion_assets.transforms import bronze
 
-    feed = feed_named(stream)
     if not isinstance(feed.source, LandingFiles):
         raise ValueError(f"bronze.{feed.name} is not a stream of landed files (its source is {feed.source!r})")
     reader = spark.readStream.option("pathGlobFilter", "*" + feed.source.file_suffix)
@@ -84,7 +83,7 @@ def bronze_stream_frame(
 def start_bronze_stream(
     spark: SparkSession,
     lake: LakeResource,
-    stream: Feed | str,
+    feed: Feed,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -97,7 +96,7 @@ def start_bronze_stream(
     Args:
         spark: the session (``delta`` enabled).
         lake: gives the landing folder, the checkpoint and the table path.
-        stream: the feed (or its name) of landed files.
+        feed: the feed of landed files.
         trigger: keyword arguments of ``DataStreamWriter.trigger``; default
             ``{"availableNow": True}`` (process what is there, then stop).
             A continuous service passes e.g. ``{"processingTime": "30 seconds"}``.
@@ -109,7 +108,6 @@ def start_bronze_stream(
     Returns:
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
-    feed = feed_named(stream)
     # Before the frame: a file stream source refuses a missing folder when it is defined.
     _ensure_folder(lake.landing_folder(feed))
     frame = bronze_stream_frame(
@@ -131,7 +129,7 @@ def start_kafka_stream(
     spark: SparkSession,
     lake: LakeResource,
     kafka: KafkaResource,
-    stream: Feed | str | None = None,
+    feed: Feed | None = None,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -150,7 +148,7 @@ def start_kafka_stream(
         spark: the session (``delta`` enabled, Spark's Kafka connector on it).
         lake: gives the checkpoint and the table path.
         kafka: the broker, topic and read options.
-        stream: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
+        feed: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
         trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
         commit_metadata: custom keys recorded in each Delta commit.
         query_name: the streaming query's name (default ``bronze_<feed name>``).
@@ -161,7 +159,7 @@ def start_kafka_stream(
     from medallion_assets.kafka import latest_offsets
     from medallion_assets.transforms import bronze
 
-    feed = kafka_feed(stream)
+    feed = kafka_feed(feed)
     kafka = kafka.for_feed(feed)
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
@@ -218,13 +216,13 @@ class FullRefreshRefusedError(RuntimeError):
     """A full refresh of a streaming bronze table was asked for, but the asset does not allow it."""
 
 
-def full_refresh_stream(lake: LakeResource, stream: Feed | str, *, allowed: bool) -> None:
+def full_refresh_stream(lake: LakeResource, feed: Feed, *, allowed: bool) -> None:
     """Drop a bronze stream's checkpoint and table, so the next run re-ingests all of landing/.
 
     Raises:
         FullRefreshRefusedError: unless ``allowed`` (the asset's ``allow_full_refresh``).
     """
-    stream = stream.name if isinstance(stream, Feed) else stream
+    stream = feed.name
     if not allowed:
         raise FullRefreshRefusedError(
             f"refusing a full refresh of bronze.{stream}: it drops the stream's checkpoint and every row "
@@ -235,7 +233,7 @@ def full_refresh_stream(lake: LakeResource, stream: Feed | str, *, allowed: bool
         shutil.rmtree(local_path(path), ignore_errors=True)
 
 
-def ensure_bronze_table(spark: SparkSession, lake: LakeResource, stream: Feed | str) -> str:
+def ensure_bronze_table(spark: SparkSession, lake: LakeResource, feed: Feed) -> str:
     """Create a stream's empty bronze table if it is missing; its path.
 
     A deployment without the feed's source (no Kafka) still has the table,
@@ -243,7 +241,6 @@ def ensure_bronze_table(spark: SparkSession, lake: LakeResource, stream: Feed | 
     """
     from medallion_assets.transforms import bronze
 
-    feed = feed_named(stream)
     path = lake.table_path(["bronze", feed.name])
     _create_bronze_table(spark, engine_for(spark), path, bronze.bronze_schema(feed))
     return path
@@ -271,7 +268,7 @@ class LandedSnapshot:
     source_file: str
 
 
-def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> LandedSnapshot | None:
+def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed) -> LandedSnapshot | None:
     """The newest ``.parquet`` file of a snapshot feed's landing folder (newest by name, per the contract).
 
     Returns:
@@ -279,7 +276,6 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> 
     """
     from medallion_assets.transforms.bronze import latest_snapshot
 
-    feed = feed_named(feed)
     if not isinstance(feed.source, LandingSnapshots):
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed (its source is {feed.source!r})")
     newest = latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
@@ -327,7 +323,7 @@ class AppliedSnapshots:
 
 
 def apply_snapshots(
-    spark: SparkSession, lake: LakeResource, feed: Feed | str, *, commit_metadata: Mapping[str, str] | None = None
+    spark: SparkSession, lake: LakeResource, feed: Feed, *, commit_metadata: Mapping[str, str] | None = None
 ) -> AppliedSnapshots:
     """Append to a snapshot feed's bronze table the changes of each snapshot newer than the last applied one.
 
@@ -349,7 +345,6 @@ def apply_snapshots(
     """
     from medallion_assets.transforms import bronze
 
-    feed = feed_named(feed)
     if not feed.applies_snapshots:
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed applied as changes (declare ApplyChanges)")
     engine = engine_for(spark)

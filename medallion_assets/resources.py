@@ -520,14 +520,11 @@ class LakeResource(ConfigurableResource):
         """The landing folder producers write to (see docs/landing-contract.md)."""
         return self._join("landing")
 
-    def landing_folder(self, feed: Feed | str) -> str:
-        """The landing sub-folder a feed (or the feed of that name) lands in, e.g. ``landing/orders``."""
-        from medallion_assets.feeds import feed_named
-
-        declared = feed_named(feed)
-        folder = getattr(declared.source, "folder", None)
+    def landing_folder(self, feed: Feed) -> str:
+        """The landing sub-folder a feed lands in, e.g. ``landing/orders``."""
+        folder = getattr(feed.source, "folder", None)
         if folder is None:
-            raise ValueError(f"feed {declared.name!r} does not land files (its source is {declared.source!r})")
+            raise ValueError(f"feed {feed.name!r} does not land files (its source is {feed.source!r})")
         return self._join("landing", *folder.split("/"))
 
     def reference_folder(self, table: str) -> str:

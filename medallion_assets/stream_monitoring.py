@@ -20,7 +20,7 @@ from dagster import Config
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
-from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, feed_named, kafka_feed
+from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, kafka_feed
 from medallion_assets.resources import LakeResource
 
 
@@ -67,13 +67,12 @@ class StreamHealth(_Verdict):
         }
 
 
-def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
+def landed_files(lake: LakeResource, feed: Feed) -> dict[str, float]:
     """The visible data files of a feed's landing folder: ``file://`` URI -> mtime (none for a Kafka feed)."""
     from pathlib import Path
 
     from medallion_assets.transforms.bronze import is_visible_data_file
 
-    feed = feed_named(stream)
     if isinstance(feed.source, KafkaTopic):
         return {}
     suffix = feed.source.file_suffix
@@ -88,17 +87,17 @@ def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
 
 
 def stream_health(
-    lake: LakeResource, stream: Feed | str, policy: StreamHealthPolicy, *, now: float | None = None
+    lake: LakeResource, feed: Feed, policy: StreamHealthPolicy, *, now: float | None = None
 ) -> StreamHealth:
     """Measure one stream's backlog and pending batch against ``policy``."""
-    stream = feed_named(stream).name
+    stream = feed.name
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
     pending = checkpoint.pending()
     pending_batch = pending[0] if pending else None
     pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
     seen = {_same_uri(p) for p in checkpoint.seen_files()}
-    backlog = {p: t for p, t in landed_files(lake, stream).items() if p not in seen}
+    backlog = {p: t for p, t in landed_files(lake, feed).items() if p not in seen}
     oldest = now - min(backlog.values()) if backlog else 0.0
     problems = _stalled_batch(checkpoint, now, policy.stall_after_seconds)
     if backlog and oldest > policy.max_backlog_age_seconds:
@@ -178,7 +177,7 @@ class KafkaLag(_Verdict):
         }
 
 
-def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, now: float | None = None) -> KafkaLag:
+def kafka_lag(lake: LakeResource, kafka, feed: Feed | None = None, *, now: float | None = None) -> KafkaLag:
     """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
 
     Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
@@ -188,7 +187,7 @@ def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, no
     """
     from medallion_assets.kafka import KafkaError, watermark_offsets
 
-    feed = kafka_feed(stream)
+    feed = kafka_feed(feed)
     stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
@@ -230,7 +229,7 @@ class SchemaDrift:
     fields: list[str]
 
 
-def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrift:
+def batch_schema_drift(input_files: list[str], feed: Feed) -> SchemaDrift:
     """Count a batch's landed rows with fields the feed does not declare.
 
     NDJSON: each line of the batch's input files, by the feed's rule
@@ -238,7 +237,6 @@ def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrif
     header of each input file (a CSV with an extra column keeps the row raw in
     ``_corrupt_record``). Files already removed from landing are not counted.
     """
-    feed = feed_named(stream)
     rows, fields = 0, set()
     if not isinstance(feed.source, LandingFiles):
         return SchemaDrift(rows, [])
