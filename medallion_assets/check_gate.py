@@ -33,7 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from medallion_assets.settings import SettingsError
+from dagster import AssetKey, AssetSelection, DagsterError, DagsterEventType, DagsterInstance, materialize
+
+from medallion_assets import simulate
+from medallion_assets.definitions import build_definitions
+from medallion_assets.jobs import all_partitions_tags
+from medallion_assets.settings import SettingsError, read_settings
 
 if TYPE_CHECKING:
     from dagster import AssetSelection, Definitions, ExecuteInProcessResult
@@ -169,7 +174,6 @@ def prepare_landing(lake_root: Path, *, landing: Path | None, scale_factor: floa
     if landing is not None:
         shutil.copytree(landing, target)
         return
-    from medallion_assets import simulate
 
     simulate.land_all(target, scale_factor=scale_factor, batches=1, seed=seed)
 
@@ -184,8 +188,6 @@ def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetS
     Raises:
         CheckGateUsageError: The text does not parse, or selects no asset of the definitions.
     """
-    from dagster import AssetSelection, DagsterError
-
     if select is None:
         return AssetSelection.all()
     try:
@@ -210,8 +212,6 @@ def partition_range_tags(definitions: Definitions, *, selection: AssetSelection)
     Raises:
         CheckGateUsageError: The selected assets are partitioned in more than one way, which one run cannot cover.
     """
-    from medallion_assets.jobs import all_partitions_tags
-
     graph = definitions.get_repository_def().asset_graph
     partitioned = {
         key.to_user_string(): partitions
@@ -240,8 +240,6 @@ def run_checks(definitions: Definitions, *, selection: AssetSelection) -> GateRe
     Returns:
         The outcome of every check the selection holds, and the steps that raised.
     """
-    from dagster import DagsterInstance, materialize
-
     graph = definitions.get_repository_def().asset_graph
     planned = {key: graph.get_check_spec(key) for key in selection.resolve_checks(graph)}
     tags = partition_range_tags(definitions, selection=selection)
@@ -270,8 +268,6 @@ def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], sec
             one without an evaluation is reported ``not evaluated``.
         seconds: Wall time of the run.
     """
-    from dagster import DagsterEventType
-
     outcomes: dict[Any, CheckOutcome] = {}
     for evaluation in result.get_asset_check_evaluations():
         spec = planned.get(evaluation.asset_check_key)
@@ -320,8 +316,6 @@ def _text(value: Any) -> str:
 
     JSON for numbers and containers, an asset key as Dagster writes it.
     """
-    from dagster import AssetKey
-
     if isinstance(value, str):
         return value
     if isinstance(value, AssetKey):
@@ -373,9 +367,6 @@ def gate(
         CheckGateUsageError: ``select`` selects nothing or cannot run in one run; no ``landing``
             with ``MEDALLION_DEMO=off``.
     """
-    from medallion_assets.definitions import build_definitions
-    from medallion_assets.settings import read_settings
-
     with _environment(MEDALLION_LAKE_ROOT=str(lake_root)):
         # The settings checked as the definitions check them (SettingsError names a wrong one);
         # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from medallion_assets.check_gate import add_check_parser
+from medallion_assets.continuous import add_stream_parser
+from medallion_assets.simulate import add_simulate_parser
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command's parser; each subcommand sets ``func``.
@@ -13,16 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     ingestion) is added next to it by the continuous runner; ``check`` (the
     asset checks as a CI gate, with JUnit XML) by :mod:`medallion_assets.check_gate`.
     """
-    from medallion_assets.simulate import add_simulate_parser
-
     parser = argparse.ArgumentParser(prog="medallion-assets", description="Bronze/silver/gold Delta lakehouse tools.")
     subcommands = parser.add_subparsers(dest="command", required=True)
     add_simulate_parser(subcommands)
-    from medallion_assets.continuous import add_stream_parser
-
     add_stream_parser(subcommands)
-    from medallion_assets.check_gate import add_check_parser
-
     add_check_parser(subcommands)
     return parser
 

@@ -24,6 +24,7 @@ from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
 from medallion_assets.feeds import KafkaTopic, feed_named, stream_feeds
+from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, spark_resource
 
@@ -104,8 +105,6 @@ def run_continuous(
     stream runs when ``kafka`` (a :class:`~medallion_assets.kafka.KafkaResource`)
     is configured, and is skipped with a log line otherwise.
     """
-    from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
-
     say = log_progress or log.info
     stop = threading.Event()
     previous: dict[int, Any] = {}

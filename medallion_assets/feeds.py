@@ -60,6 +60,7 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.expectations import DEFAULT_MAX_REJECTED_SHARE, Expectation
+from medallion_assets.settings import pipeline_packages as of_environment
 
 #: The field types silver validates text against (see ``transforms.silver.validated``).
 SUPPORTED_TYPES = (StringType, LongType, IntegerType, DecimalType, DateType, TimestampType)
@@ -539,6 +540,7 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
         (module.__name__, value) for module in modules for value in vars(module).values() if isinstance(value, Feed)
     ]
     if yaml_folders:
+        # cycle: medallion_assets.components imports this module (the feed component builds Feeds)
         from medallion_assets.components import yaml_feeds
 
         declared += [found for folder in yaml_folders for found in yaml_feeds(folder)]
@@ -570,8 +572,6 @@ PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
 
 def pipeline_packages() -> tuple[str, ...]:
     """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
-    from medallion_assets.settings import pipeline_packages as of_environment
-
     return of_environment()
 
 

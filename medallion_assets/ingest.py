@@ -11,12 +11,13 @@ and table, so the next start of the stream re-ingests all of landing/.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,14 +25,14 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
+from medallion_assets.delta._options import parse_bytes
 from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
 from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+from medallion_assets.kafka import KafkaResource, latest_offsets
 from medallion_assets.resources import LakeResource
-
-if TYPE_CHECKING:
-    from medallion_assets.kafka import KafkaResource
+from medallion_assets.transforms import bronze
 
 
 def bronze_stream_frame(
@@ -58,16 +59,12 @@ def bronze_stream_frame(
     Raises:
         ValueError: the feed is not fed by landed NDJSON or CSV files.
     """
-    from medallion_assets.transforms import bronze
-
     if not isinstance(feed.source, LandingFiles):
         raise ValueError(f"bronze.{feed.name} is not a stream of landed files (its source is {feed.source!r})")
     reader = spark.readStream.option("pathGlobFilter", "*" + feed.source.file_suffix)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     if max_bytes_per_trigger:
-        from medallion_assets.delta._options import parse_bytes
-
         size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=feed.name)
         reader = reader.option("maxBytesPerTrigger", str(size))
     folder = lake.landing_folder(feed)
@@ -156,9 +153,6 @@ def start_kafka_stream(
     Raises:
         KafkaError: no broker is configured, it does not answer, or it lacks the topic.
     """
-    from medallion_assets.kafka import latest_offsets
-    from medallion_assets.transforms import bronze
-
     feed = kafka_feed(feed)
     kafka = kafka.for_feed(feed)
     latest_offsets(kafka)
@@ -239,8 +233,6 @@ def ensure_bronze_table(spark: SparkSession, lake: LakeResource, feed: Feed) -> 
     A deployment without the feed's source (no Kafka) still has the table,
     empty, so silver reads every source the same way whatever the deployment delivers.
     """
-    from medallion_assets.transforms import bronze
-
     path = lake.table_path(["bronze", feed.name])
     _create_bronze_table(spark, engine_for(spark), path, bronze.bronze_schema(feed))
     return path
@@ -274,11 +266,9 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed) -> Landed
     Returns:
         The snapshot with ``_source_file`` and ``_ingested_at`` added, or None when none landed.
     """
-    from medallion_assets.transforms.bronze import latest_snapshot
-
     if not isinstance(feed.source, LandingSnapshots):
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed (its source is {feed.source!r})")
-    newest = latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
+    newest = bronze.latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
     if newest is None:
         return None
     frame = (
@@ -292,8 +282,6 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed) -> Landed
 def _ensure_folder(folder: str) -> None:
     # A file stream source refuses a missing folder; an empty one is a valid "nothing landed yet".
     if "://" not in folder:
-        import os
-
         os.makedirs(folder, exist_ok=True)
 
 
@@ -343,8 +331,6 @@ def apply_snapshots(
     Raises:
         ValueError: the feed is not a snapshot feed declared with ApplyChanges.
     """
-    from medallion_assets.transforms import bronze
-
     if not feed.applies_snapshots:
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed applied as changes (declare ApplyChanges)")
     engine = engine_for(spark)

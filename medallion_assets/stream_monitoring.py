@@ -14,14 +14,17 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from dagster import Config
+from dagster import Config, MetadataValue
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
 from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, kafka_feed
+from medallion_assets.kafka import KafkaError, watermark_offsets
 from medallion_assets.resources import LakeResource
+from medallion_assets.transforms.bronze import is_visible_data_file
 
 
 class StreamHealthPolicy(Config):
@@ -69,10 +72,6 @@ class StreamHealth(_Verdict):
 
 def landed_files(lake: LakeResource, feed: Feed) -> dict[str, float]:
     """The visible data files of a feed's landing folder: ``file://`` URI -> mtime (none for a Kafka feed)."""
-    from pathlib import Path
-
-    from medallion_assets.transforms.bronze import is_visible_data_file
-
     if isinstance(feed.source, KafkaTopic):
         return {}
     suffix = feed.source.file_suffix
@@ -135,8 +134,6 @@ def _same_uri(path: str) -> str:
     a linked landing folder or macOS's ``/tmp``); the landing listing resolves
     them, so both sides must be resolved to be compared.
     """
-    from pathlib import Path
-
     if not path.startswith("file:") and "://" in path:
         return path
     return Path(local_path(path)).resolve().as_uri()
@@ -165,8 +162,6 @@ class KafkaLag(_Verdict):
         return _partition_lag(self.latest, self.committed)
 
     def metadata(self) -> dict[str, Any]:
-        from dagster import MetadataValue
-
         return {
             "last_committed_batch": self.last_committed_batch,
             "consumer_lag": sum(self.lag.values()),
@@ -185,8 +180,6 @@ def kafka_lag(lake: LakeResource, kafka, feed: Feed | None = None, *, now: float
     (or a planned batch has not committed for that long), and when the broker
     does not answer.
     """
-    from medallion_assets.kafka import KafkaError, watermark_offsets
-
     feed = kafka_feed(feed)
     stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now

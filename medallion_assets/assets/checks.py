@@ -41,6 +41,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from medallion_assets.delta._engine import load_datafusion
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
 
@@ -87,7 +88,6 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
         if len(frames) != len(tables):
             raise TypeError("one_row: the tables are all Spark DataFrames or none is")
         return _one_row_in_spark(sql, {name: frame for name, frame in tables.items() if isinstance(frame, DataFrame)})
-    from medallion_assets.delta._engine import load_datafusion
 
     datafusion = load_datafusion()
     context = datafusion.SessionContext(

@@ -29,8 +29,10 @@ from pathlib import PurePath
 from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
+from pyarrow import fs
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import (
     ArrayType,
     AtomicType,
@@ -195,8 +197,6 @@ def read_csv_header(uri: str, *, sep: str = ",", quote: str = '"') -> list[str] 
             with open(unquote(parsed.path) if parsed.scheme else uri, "rb") as handle:
                 head = handle.read(_HEADER_BYTES)
         else:
-            from pyarrow import fs
-
             filesystem, path = fs.FileSystem.from_uri(uri)
             with filesystem.open_input_stream(path) as handle:
                 head = handle.read(_HEADER_BYTES)
@@ -211,8 +211,6 @@ def _file_header_udf(options: dict[str, str]):
 
     A batch of rows comes from few files, so each file is read once per batch.
     """
-    from pyspark.sql.functions import pandas_udf
-
     sep, quote = options.get("sep", ","), options.get("quote", '"')
 
     # The stubs' overloads without functionType match type-hinted functions only; this one is a scalar UDF.
