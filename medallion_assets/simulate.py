@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, LANDING_STREAMS, REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.settings import SettingsError, read_settings
 
 #: Header of the customer change files, in contract order.
 CUSTOMER_CSV_HEADER: tuple[str, ...] = CUSTOMER_CSV_COLUMNS
@@ -1398,7 +1399,12 @@ def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def simulate_command(args: argparse.Namespace) -> int:
     """Run the ``simulate`` command; returns the process exit code."""
-    lake_root = Path(args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT") or "lakehouse")
+    try:
+        settings = read_settings()
+    except SettingsError as error:
+        print(f"medallion-assets simulate: {error}", file=sys.stderr)
+        return 2
+    lake_root = Path(args.lake_root or settings.lake_root.location)
     landing = lake_root / "landing"
     options = dict(
         scale_factor=args.scale_factor,
@@ -1413,7 +1419,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         from medallion_assets.kafka import publish_files
         from medallion_assets.resources import kafka_resource
 
-        kafka = kafka_resource(resolved=True)
+        kafka = kafka_resource(settings, resolved=True)
         options["publish"] = functools.partial(publish_files, kafka)
     if args.all:
         landed = land_all(landing, **options)

@@ -21,7 +21,7 @@ from dagster import DagsterInstance, asset, materialize
 
 from medallion_assets.definitions import defs
 from medallion_assets.engine import MAVEN_CENTRAL, maven_reachable, plan_engine
-from medallion_assets.resources import LakeResource, SparkResource, engine_settings
+from medallion_assets.resources import LakeResource, SparkResource, engine_settings, lake_resource
 from medallion_assets.settings import VARIABLES, SettingsError, read_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,8 +193,6 @@ def test_a_size_limit_that_is_not_a_whole_number_is_named_with_its_unit_and_defa
 
 
 def test_the_size_limits_reach_the_io_manager_with_the_defaults_the_page_states(monkeypatch):
-    from dagster import EnvVar
-
     from medallion_assets.definitions import resources_for
     from medallion_assets.io_manager import DeltaIOManager
     from medallion_assets.resources import IO_MANAGER_VARIABLES
@@ -206,7 +204,7 @@ def test_the_size_limits_reach_the_io_manager_with_the_defaults_the_page_states(
     }
     assert resources_for("local")["io_manager"].arrow_write_max_rows == fields["arrow_write_max_rows"].default
     monkeypatch.setenv("MEDALLION_ARROW_WRITE_MAX_ROWS", "0")
-    assert resources_for("local")["io_manager"].arrow_write_max_rows == EnvVar.int("MEDALLION_ARROW_WRITE_MAX_ROWS")
+    assert resources_for("local")["io_manager"].arrow_write_max_rows == 0
 
 
 def test_the_settings_page_lists_every_variable():
@@ -228,17 +226,19 @@ def test_a_lake_root_under_a_file_is_refused_at_load_and_at_run_start(monkeypatc
         "set MEDALLION_LAKE_ROOT to a folder this user can write"
     )
     _assert_run_stops_before_spark(
-        monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created"
+        monkeypatch,
+        LakeResource(root=root, root_variable="MEDALLION_LAKE_ROOT"),
+        f"MEDALLION_LAKE_ROOT={root!r} cannot be created",
     )
 
 
 def test_a_lake_root_that_cannot_be_created_stops_the_run_before_spark_whatever_the_mode_bits_say(monkeypatch):
     # /proc's mode bits let root (and os.access) write, and the definitions load; no folder can be made there.
     root = f"/proc/medallion-lake-{os.getpid()}/lake"
-    assert read_settings({"MEDALLION_LAKE_ROOT": root}) is not None  # the look-only check at load passes
+    settings = read_settings({"MEDALLION_LAKE_ROOT": root})  # the look-only check at load passes
     _assert_run_stops_before_spark(
         monkeypatch,
-        LakeResource(root=root),
+        lake_resource(settings),
         f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
         "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it",
     )
@@ -306,7 +306,9 @@ def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, 
         line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=str(root))
         assert line.startswith(f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable ({root}: permission denied)")
         _assert_run_stops_before_spark(
-            monkeypatch, LakeResource(root=str(root)), f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable"
+            monkeypatch,
+            LakeResource(root=str(root), root_variable="MEDALLION_LAKE_ROOT"),
+            f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable",
         )
     finally:
         root.chmod(0o755)
@@ -320,7 +322,6 @@ def _assert_run_stops_before_spark(monkeypatch, lake: LakeResource, expected: st
         spark.spark_session.range(1).count()
 
     had_spark = SparkContext._active_spark_context is not None
-    monkeypatch.setenv("MEDALLION_LAKE_ROOT", lake.root)  # as a deployment sets it
     result = materialize(
         [touches_spark],
         resources={"spark": SparkResource(delta_engine="delta-rs"), "lake": lake},
