@@ -200,8 +200,8 @@ VARIABLES: tuple[Variable, ...] = (
         "User of the metastore database.",
         "any text",
         "none",
-        setting="metastore_user",
         feeds="LakeCatalog.metastore_user",
+        credential=True,
     ),
     Variable(
         "MEDALLION_METASTORE_PASSWORD",
@@ -308,8 +308,8 @@ VARIABLES: tuple[Variable, ...] = (
         "SASL user name.",
         "any text",
         "none",
-        setting="kafka_sasl_username",
         feeds="KafkaResource.sasl_username",
+        credential=True,
     ),
     Variable(
         "MEDALLION_KAFKA_SASL_PASSWORD",
@@ -401,11 +401,11 @@ class Settings:
         pipelines: the packages ``MEDALLION_PIPELINES`` names.
         demo: include the project's own pipelines (:data:`PROJECT_PIPELINES`, TPC-H).
         catalog: where the lake's tables are registered by name.
-        catalog_database_prefix, metastore_url, metastore_user, metastore_driver, metastore_jars,
+        catalog_database_prefix, metastore_url, metastore_driver, metastore_jars,
             metastore_uris, warehouse_dir: the catalog's ``MEDALLION_*`` variables as given.
         arrow_read_max_rows, arrow_write_max_rows, arrow_merge_max_table_mb: the IO manager's size limits.
         kafka_bootstrap_servers, kafka_topic, kafka_security_protocol, kafka_sasl_mechanism,
-            kafka_sasl_username, kafka_ssl_ca_location, kafka_starting_offsets: the Kafka source's
+            kafka_ssl_ca_location, kafka_starting_offsets: the Kafka source's
             ``MEDALLION_KAFKA_*`` variables as given.
         credentials: the names of the credential variables that are set (:attr:`Variable.credential`).
     """
@@ -423,7 +423,6 @@ class Settings:
     catalog: CatalogKind = "session"
     catalog_database_prefix: str | None = None
     metastore_url: str | None = None
-    metastore_user: str | None = None
     metastore_driver: str | None = None
     metastore_jars: str | None = None
     metastore_uris: str | None = None
@@ -435,7 +434,6 @@ class Settings:
     kafka_topic: str | None = None
     kafka_security_protocol: str | None = None
     kafka_sasl_mechanism: str | None = None
-    kafka_sasl_username: str | None = None
     kafka_ssl_ca_location: str | None = None
     kafka_starting_offsets: str | None = None
     credentials: frozenset[str] = frozenset()
@@ -451,7 +449,7 @@ class Settings:
         return ((PROJECT_PIPELINES,) if self.demo else ()) + tuple(p for p in self.pipelines if p != PROJECT_PIPELINES)
 
     def fields_of(self, resource: str) -> dict[str, object]:
-        """The fields of ``resource`` (``KafkaResource``) the set, non-credential variables configure: field -> value."""
+        """The fields of ``resource`` (``KafkaResource``) set by non-credential variables: field -> value."""
         fed = {}
         for variable in VARIABLES:
             if variable.setting and variable.feeds and variable.feeds.split(".")[0] == resource:
@@ -706,7 +704,6 @@ def read_settings(environ: Mapping[str, str] | None = None, *, overrides: Mappin
         catalog=cast(CatalogKind, catalog),
         catalog_database_prefix=given("MEDALLION_CATALOG_DATABASE_PREFIX"),
         metastore_url=given("MEDALLION_METASTORE_URL"),
-        metastore_user=given("MEDALLION_METASTORE_USER"),
         metastore_driver=given("MEDALLION_METASTORE_DRIVER"),
         metastore_jars=given("MEDALLION_METASTORE_JARS"),
         metastore_uris=given("MEDALLION_METASTORE_URIS"),
@@ -718,7 +715,6 @@ def read_settings(environ: Mapping[str, str] | None = None, *, overrides: Mappin
         kafka_topic=given("MEDALLION_KAFKA_TOPIC"),
         kafka_security_protocol=given("MEDALLION_KAFKA_SECURITY_PROTOCOL"),
         kafka_sasl_mechanism=given("MEDALLION_KAFKA_SASL_MECHANISM"),
-        kafka_sasl_username=given("MEDALLION_KAFKA_SASL_USERNAME"),
         kafka_ssl_ca_location=given("MEDALLION_KAFKA_SSL_CA_LOCATION"),
         kafka_starting_offsets=given("MEDALLION_KAFKA_STARTING_OFFSETS"),
         credentials=frozenset(v.name for v in VARIABLES if v.credential and given(v.name)),
