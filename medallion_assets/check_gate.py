@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -334,21 +332,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@contextmanager
-def _environment(**variables: str) -> Iterator[None]:
-    """Set environment variables for the block, then put back what was there."""
-    before = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def gate(
     *,
     lake_root: Path,
@@ -361,8 +344,8 @@ def gate(
 
     The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
     for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
-    the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
-    ``lake_root``.
+    the landing is filled here), built and run with the settings of the environment, ``MEDALLION_LAKE_ROOT``
+    replaced by ``lake_root``.
 
     Args:
         lake_root: An empty or missing folder for the lake; left as the run leaves it.
@@ -380,24 +363,27 @@ def gate(
     from medallion_assets.feeds import pipeline_hooks, pipeline_modules
     from medallion_assets.settings import read_settings
 
-    with _environment(MEDALLION_LAKE_ROOT=str(lake_root)):
-        # The settings checked as the definitions check them (SettingsError names a wrong one);
-        # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
-        settings = read_settings()
-        samples = pipeline_hooks(pipeline_modules(settings.pipeline_packages), SAMPLE_HOOK)
-        if landing is None and not samples:
-            raise CheckGateUsageError(
-                f"no pipeline offers a sample landing ({SAMPLE_HOOK}(); the project's own do, and MEDALLION_DEMO=off "
-                "leaves them out): give --landing DIR, a landing folder your feeds' files are in"
-            )
-        definitions = build_definitions(
-            settings.deployment, simulator=False, kafka=settings.kafka, pipelines=settings.pipeline_packages
+    # The settings checked as the definitions check them (SettingsError names a wrong one);
+    # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
+    settings = read_settings(overrides={"MEDALLION_LAKE_ROOT": str(lake_root)})
+    samples = pipeline_hooks(pipeline_modules(settings.pipeline_packages), SAMPLE_HOOK)
+    if landing is None and not samples:
+        raise CheckGateUsageError(
+            f"no pipeline offers a sample landing ({SAMPLE_HOOK}(); the project's own do, and MEDALLION_DEMO=off "
+            "leaves them out): give --landing DIR, a landing folder your feeds' files are in"
         )
-        selection = resolve_selection(definitions, select=select)
-        partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
-        lake_root.mkdir(parents=True, exist_ok=True)
-        prepare_landing(lake_root, landing=landing, scale_factor=scale_factor, seed=seed, samples=samples)
-        return run_checks(definitions, selection=selection)
+    definitions = build_definitions(
+        settings.deployment,
+        simulator=False,
+        kafka=settings.kafka,
+        pipelines=settings.pipeline_packages,
+        settings=settings,
+    )
+    selection = resolve_selection(definitions, select=select)
+    partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
+    lake_root.mkdir(parents=True, exist_ok=True)
+    prepare_landing(lake_root, landing=landing, scale_factor=scale_factor, seed=seed, samples=samples)
+    return run_checks(definitions, selection=selection)
 
 
 # ---------------------------------------------------------------- reports
