@@ -70,7 +70,7 @@ print("RESULT " + json.dumps({"success": result.success, "run_s": round(time.mon
 """
 
 LAND = (
-    "import sys; from medallion_assets.simulate import land_all; "
+    "import sys; from medallion_assets.pipelines.tpch.simulator import land_all; "
     "land_all(sys.argv[1], scale_factor=float(sys.argv[2]), batches=2, seed=7)"
 )
 
