@@ -34,8 +34,8 @@ from dagster import (
     materialize,
 )
 
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.order_events import order_event_line
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.order_events import order_event_line
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 

@@ -22,8 +22,8 @@ from medallion_assets import simulate
 from medallion_assets.io_manager.manager import REUSED_FROM_RUN
 from medallion_assets.pipelines.tpch.gold import gold_assets
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
-from medallion_assets_tests import contract_reference
-from medallion_assets_tests.delta.readers import delta_extension_path, read_with_deltalake, rows
+from medallion_assets_tests.support import contract_reference
+from medallion_assets_tests.support.readers import delta_extension_path, read_with_deltalake, rows
 
 # Not in the both_engines set (the suite's time budget): delta-spark runs the whole pipeline
 # in test_deployments.py (standalone cluster) and carries a noisy second batch on in
@@ -407,7 +407,7 @@ def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
         command = [
             sys.executable,
             "-m",
-            "medallion_assets_tests.metastore_clients",
+            "medallion_assets_tests.support.metastore_clients",
             "project",
             str(out),
             "gold.pricing_summary",

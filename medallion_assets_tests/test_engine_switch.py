@@ -35,16 +35,16 @@ from pathlib import Path
 
 import pytest
 
-from medallion_assets_tests import contract_reference
-from medallion_assets_tests.delta.readers import read_with_deltalake
-from medallion_assets_tests.deployments import (
+from medallion_assets_tests.support import contract_reference
+from medallion_assets_tests.support.readers import read_with_deltalake
+from medallion_assets_tests.support.deployments import (
     documented_metastore_conf,
     documented_thrift_server,
     standalone_cluster,
 )
-from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
-from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
-from medallion_assets_tests.processes import process_list_watch
+from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
+from medallion_assets_tests.support.postgres import jdbc_jar, postgres_bin, postgres_cluster
+from medallion_assets_tests.support.processes import process_list_watch
 from medallion_assets_tests.test_end_to_end import (
     SEED,
     TPCH_GOLD,
@@ -142,7 +142,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
         command = [
             sys.executable,
             "-m",
-            "medallion_assets_tests.pipeline_runner",
+            "medallion_assets_tests.support.pipeline_runner",
             str(SCALE_FACTOR),
             str(batches),
             str(SEED),
@@ -223,7 +223,7 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
     expected = sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in q1)
 
     # Two runs at once: each reads gold.pricing_summary by name and registers a table of its own.
-    command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "run"]
+    command = [sys.executable, "-m", "medallion_assets_tests.support.metastore_clients", "run"]
     runs = {
         name: subprocess.Popen([*command, name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name in ("run_a", "run_b")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from medallion_assets.engine import DELTA_SPARK_SESSION_CONFIG, delta_spark_jar_files, plan_engine
-from medallion_assets_tests.timing import DURATIONS_OUT_VARIABLE, NESTED_SESSION_PROPERTY
+from medallion_assets_tests.support.timing import DURATIONS_OUT_VARIABLE, NESTED_SESSION_PROPERTY
 
 REPO = Path(__file__).resolve().parent.parent
 #: Set (to anything): every slow test also runs on the other engine and every deployment on both.

@@ -75,7 +75,7 @@ def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_i
     """Both routes of a group MERGE: deltalake for a small source, the session's engine past ``arrow_write_max_rows``."""
     import deltalake
 
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     # (order, line, seq, price, deleted): each batch restates whole orders.
     batches = [
@@ -147,7 +147,7 @@ def test_replace_keys_replaces_every_stored_row_of_the_keys_written_and_keeps_th
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     schema = "key long, since long, v string"
     # (key, since, v): each write holds every row of the keys it names.
@@ -188,7 +188,7 @@ def test_a_merge_tables_first_write_appends_what_a_merge_would_insert_and_keeps_
     import deltalake
 
     from medallion_assets.io_manager.spec import WriteSpec
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     client = DeltaTableClient(spark)
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
@@ -231,7 +231,7 @@ def test_a_merge_table_with_deletion_vectors_marks_replaced_rows_on_delta_spark_
     delta-rs engine, which could not read such a table back, refuses it before creating anything."""
     from medallion_assets.io_manager import DELETION_VECTORS
     from medallion_assets.io_manager.spec import WriteSpec
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     client = DeltaTableClient(spark)
     path = str(tmp_path / "silver" / "things")
@@ -263,7 +263,7 @@ def test_a_merge_table_with_deletion_vectors_marks_replaced_rows_on_delta_spark_
 
 
 def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spark, tmp_path):
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     # The second batch grows only the struct, and id 2's change is stale; the third adds a column.
     batches = [
@@ -302,7 +302,7 @@ def test_merge_with_schema_mode_merge_adds_new_columns_and_nulls_absent_ones(spa
 def test_merge_growing_the_structs_of_a_map_works_on_delta_spark_and_is_refused_on_delta_rs(
     spark, tmp_path, delta_engine
 ):
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     tags = "id long, seq long, tags map<string, struct<n: long{}>>"
     batches = [
@@ -401,7 +401,7 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
     from pyspark.testing import assertDataFrameEqual
 
     from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     days = {"n": 0}
 
@@ -538,7 +538,7 @@ def test_column_names_delta_cannot_store_are_refused_before_writing(spark, tmp_p
 def test_append_retried_after_its_commit_lands_once(spark, tmp_path):
     from dagster import Output, RetryPolicy
 
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     attempts = {"n": 0}
 
@@ -579,7 +579,7 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     from pyspark.testing import assertDataFrameEqual
 
     from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     schema = "id long, reason string, at timestamp"
     landed: list[tuple] = []
@@ -637,7 +637,7 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
 
     from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
     from medallion_assets.resources import io_manager_settings
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     schema = "id long, seq long, amount decimal(15,2), at timestamp, _deleted boolean"
     stored_schema = "id long, seq long, amount decimal(15,2), at timestamp"
@@ -802,7 +802,7 @@ def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_delta
     import deltalake
 
     from medallion_assets.io_manager.spec import WriteSpec
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     client = DeltaTableClient(spark, arrow_append_max_rows=10)
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
@@ -839,7 +839,7 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
 
     from medallion_assets.engine import DeltaSparkSqlEngine
     from medallion_assets.io_manager import WriteSpec, table_metadata
-    from medallion_assets_tests.delta.readers import read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_duckdb
 
     client = DeltaTableClient(spark)
     path = str(tmp_path / "silver" / "counted")

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from medallion_assets import simulate
-from medallion_assets_tests import contract_reference
+from medallion_assets_tests.support import contract_reference
 
 SMALL_SCALE = 0.001
 
