@@ -167,7 +167,7 @@ def spark(tmp_path_factory):
 
     from medallion_assets.engine import merged_session_config, plan_engine, start_engine
     from medallion_assets.kafka import kafka_connector_config
-    from medallion_assets_tests.test_engines import delta_spark_plan
+    from medallion_assets_tests.support.delta_spark import delta_spark_plan
 
     engine = session_engine()
     plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]

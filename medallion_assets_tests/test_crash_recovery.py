@@ -28,8 +28,8 @@ import pytest
 
 from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.resources import LakeResource
-from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 # Four ingest processes, each a JVM of its own: minutes each on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]

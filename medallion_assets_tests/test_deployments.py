@@ -20,10 +20,14 @@ import sys
 import pytest
 
 from medallion_assets.engine import plan_engine
+from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
 from medallion_assets_tests.support.deployments import connect_server, standalone_cluster
+from medallion_assets_tests.support.pipeline_checks import (
+    SEED,
+    assert_gold_matches_duckdb,
+    assert_silver_matches_contract,
+)
 from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
-from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
-from medallion_assets_tests.test_engines import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 

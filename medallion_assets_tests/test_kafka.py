@@ -58,9 +58,9 @@ from medallion_assets.kafka import (
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.stream_monitoring import kafka_lag
-from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.support.kafka_broker import free_port, produce
 from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 KAFKA_STREAM = ORDERS_KAFKA.name
 
@@ -353,7 +353,7 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
 def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypatch):
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
-    from medallion_assets_tests.test_end_to_end import (
+    from medallion_assets_tests.support.pipeline_checks import (
         assert_gold_matches_duckdb,
         assert_no_check_errs,
         assert_silver_matches_contract,

@@ -42,11 +42,11 @@ from dagster import materialize
 
 from medallion_assets.definitions import resources_for
 from medallion_assets_tests.support import tpch_assets as bronze
-from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.support.kill_points import RunCommitWatch, kill_when
 from medallion_assets_tests.support.order_events import order_event_line
 from medallion_assets_tests.support.pipeline_runner import ran_to_the_end, run_orders_step
 from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 # Three runs of the step, one in a process (a JVM) of its own: minutes on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(900)]
