@@ -99,7 +99,7 @@ def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spar
     root = str(tmp_path / "lake")
     _write_source(root)
     code = (
-        "import json, sys; from medallion_assets_tests.test_io_manager_arrow import load_every_type; "
+        "import json, sys; from medallion_assets_tests.io_manager.test_io_manager_arrow import load_every_type; "
         "print('RESULT ' + json.dumps(load_every_type(sys.argv[1])))"
     )
     done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120)
