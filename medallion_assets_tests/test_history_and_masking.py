@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, TimestampType
 
 from medallion_assets.expectations import expect, expect_or_drop
 from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingFiles
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 SUBSCRIPTIONS = Feed(
     name="subscriptions_raw",

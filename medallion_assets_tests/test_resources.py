@@ -134,7 +134,7 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     import sys
 
     from medallion_assets.resources import embedded_driver_memory
-    from medallion_assets_tests.test_engines import _delta_spark_jars, delta_spark_jars_from_maven
+    from medallion_assets_tests.support.delta_spark import delta_spark_jars_from_env, delta_spark_jars_from_maven
 
     env = {
         k: v for k, v in os.environ.items() if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
@@ -142,7 +142,7 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     if engine == "delta-spark":
         # The suite's one session on DELTA_SPARK_JARS (the air-gapped route): the named jars, or
         # else delta-spark's jars as Maven delivered them to this test session.
-        jars = _delta_spark_jars() or delta_spark_jars_from_maven()
+        jars = delta_spark_jars_from_env() or delta_spark_jars_from_maven()
         if jars is None:
             pytest.skip("no delta-spark jars: DELTA_SPARK_JARS names none and Maven is not used")
         env["DELTA_SPARK_JARS"] = jars

@@ -277,7 +277,7 @@ def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     from dagster import materialize
 
     from medallion_assets.resources import SparkResource
-    from medallion_assets_tests.tpch_assets import orders_raw
+    from medallion_assets_tests.support.tpch_assets import orders_raw
 
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 1)])
@@ -317,7 +317,7 @@ def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, insta
     """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
     from medallion_assets.ingest import start_bronze_stream
     from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     orders = Path(lake.landing_folder(ORDERS_RAW))
     customers = Path(lake.landing_folder(CUSTOMERS_CDC))
@@ -352,7 +352,7 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
     reading the table at each version (and DuckDB reading the last one) must agree.
     """
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
     landing = Path(lake.landing_folder(FEED))
     landing.mkdir(parents=True)
@@ -427,7 +427,7 @@ def test_health_sees_files_a_stream_took_through_a_symlinked_landing_folder(spar
     # Spark's checkpoint keeps the path it read through (a linked landing folder, macOS's
     # /tmp); the landing listing resolves links. Taken files must not count as backlog.
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets_tests.order_events import order_event_line
+    from medallion_assets_tests.support.order_events import order_event_line
 
     delivered = tmp_path / "delivered"
     (delivered / "orders").mkdir(parents=True)

@@ -25,7 +25,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets.feeds import Feed
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
 

@@ -24,9 +24,9 @@ from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.pipelines.tpch.feeds import ORDERS_RAW
 from medallion_assets.resources import LakeResource
-from medallion_assets_tests.delta.readers import read_with_deltalake
-from medallion_assets_tests.kill_points import sink_engines
-from medallion_assets_tests.processes import signal_group
+from medallion_assets_tests.support.kill_points import sink_engines
+from medallion_assets_tests.support.processes import signal_group
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 # Stream processes with JVMs of their own, waited for with generous timeouts.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]

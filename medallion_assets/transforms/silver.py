@@ -4,7 +4,7 @@ Pure DataFrame-in, DataFrame-out functions of a feed's declaration
 (:class:`~medallion_assets.feeds.Feed`); the silver assets call them, and a
 pipeline with records of its own shape (nested events) builds its parser from
 :func:`validated`, :func:`not_valid_utf8` and :func:`text_schema` the same way.
-The rules (``medallion_assets_tests/contract_reference`` implements them
+The rules (``medallion_assets_tests/support/contract_reference`` implements them
 independently for the TPC-H feeds):
 
 - The first check of a line is its encoding: a line that held bytes that are

@@ -13,7 +13,7 @@ the shape of an order event, an envelope with an ``order`` object holding a
 - the state of an order is its event with the greatest ``(event_time,
   event_id)``; a delete removes the order and its line items.
 
-``medallion_assets_tests/contract_reference`` implements the same rules
+``medallion_assets_tests/support/contract_reference`` implements the same rules
 independently. Customers go through the generic change-feed steps; the
 named helpers at the end apply them to the ``customers_cdc`` declaration.
 """
