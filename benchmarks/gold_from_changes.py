@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     from medallion_assets.io_manager.client import DeltaTableClient
     from medallion_assets.io_manager.spec import WriteSpec
     from medallion_assets.pipelines.tpch import gold_transforms as G
-    from medallion_assets.simulate import tpch_folder
+    from medallion_assets.pipelines.tpch.simulator import tpch_folder
 
     spark = delta_spark_session(parser, args, "gold-from-changes")
     folder = tpch_folder(args.work_dir, args.scale_factor)

@@ -37,10 +37,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
+from medallion_assets.settings import DELTA_ENGINES, EngineSetting, one_of
+
 log = logging.getLogger(__name__)
 
 EngineName = Literal["delta-spark", "delta-rs"]
-EngineSetting = Literal["auto", "delta-spark", "delta-rs"]
 
 #: What a session needs to run delta-spark, whatever delivers the jars.
 DELTA_SPARK_SESSION_CONFIG: dict[str, str] = {
@@ -169,9 +170,9 @@ def plan_engine(
         >>> plan_engine("delta-rs").spark_config
         {}
     """
-    if setting not in ("auto", "delta-spark", "delta-rs"):
+    if setting not in DELTA_ENGINES:
         raise ValueError(
-            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
             "(or unset it for auto)"
         )
     if setting == "delta-rs":
