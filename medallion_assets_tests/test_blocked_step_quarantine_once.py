@@ -27,8 +27,8 @@ from medallion_assets.definitions import resources_for
 from medallion_assets.io_manager import WriteSpec, delta_table
 from medallion_assets.pipelines.tpch import silver
 from medallion_assets_tests.support import tpch_assets as bronze
-from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 from medallion_assets_tests.support.order_events import order_event_line
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 #: Good orders, enough that the three rejects stay under the rejected-rows check's 5% (a WARN, not an ERROR).
 GOOD_ORDERS = 60
