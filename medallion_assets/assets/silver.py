@@ -27,7 +27,11 @@ form their own asset group, ``quarantine``.
 The step writes its quarantine last. Its read position is the oldest of its
 tables' (:class:`~medallion_assets.io_manager.DeltaIOManager`), so a run
 killed after the merge and before the quarantine's append reads the same
-increment again, merges it again (a no-op) and quarantines it once.
+increment again, merges it again (a no-op) and quarantines it once. A failed
+``fail`` expectation leaves silver unwritten and the quarantine written, so
+the next runs read the increment again (each retry blocked on it, then the
+run after the producer's fix): the quarantine's append leaves out the rows it
+holds already (``append_keys``), so each reject is quarantined once.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
@@ -74,8 +78,13 @@ QUARANTINE_DESCRIPTIONS = {
     "_quarantined_at": "When the run that rejected it wrote it here, UTC.",
 }
 
-#: Every quarantine table: appended to, never merged.
-QUARANTINE = delta_table(write_mode="append", column_descriptions=QUARANTINE_DESCRIPTIONS)
+#: Every quarantine table: appended to, never merged. A row is told apart by everything but when it was
+#: written: a run that reads again what a blocked run quarantined appends none of it twice.
+QUARANTINE = delta_table(
+    write_mode="append",
+    append_keys=("table_name", "reason", "record", "_source_file"),
+    column_descriptions=QUARANTINE_DESCRIPTIONS,
+)
 
 #: The columns a change feed's silver table adds to its fields.
 _CHANGE_DESCRIPTIONS = {
