@@ -63,8 +63,8 @@ def _land(folder: Path, name: str, lines: list[bytes]) -> None:
 
 
 def _ingest(spark, lake: LakeResource) -> None:
-    for stream in (ORDERS_RAW.name, CUSTOMERS_CDC.name):
-        query = start_bronze_stream(spark, lake, stream)
+    for feed in (ORDERS_RAW, CUSTOMERS_CDC):
+        query = start_bronze_stream(spark, lake, feed)
         query.awaitTermination()
         assert query.exception() is None
 

@@ -27,6 +27,7 @@ import deltalake
 import pytest
 
 from medallion_assets.checkpoints import read_checkpoint
+from medallion_assets.pipelines.tpch.feeds import ORDERS_RAW
 from medallion_assets.resources import LakeResource
 from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
 from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
@@ -81,7 +82,7 @@ def start(root: Path) -> subprocess.Popen:
 def test_ingest_killed_at_several_points_ends_exactly_once(tmp_path, delta_engine):
     root = tmp_path / "lake"
     lake = LakeResource(root=str(root))
-    landing = Path(lake.landing_folder(STREAM))
+    landing = Path(lake.landing_folder(ORDERS_RAW))
     table = lake.table_path(["bronze", STREAM])
     ckpt = lake.checkpoint_dir(STREAM)
     watch = StreamWatch(ckpt, table)

@@ -216,7 +216,10 @@ DELTA_SNAPSHOT_CACHE = "Delta Table State"
 
 
 def cached_rdds(spark) -> set[int]:
-    """Ids of the session's cached datasets (a cached DataFrame's, once computed), delta-spark's snapshot caches aside."""
+    """Ids of the session's cached datasets, delta-spark's snapshot caches aside.
+
+    A cached DataFrame's dataset counts once computed.
+    """
     persistent = spark.sparkContext._jsc.getPersistentRDDs()
     return {
         int(rdd_id)

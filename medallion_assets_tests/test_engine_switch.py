@@ -272,7 +272,8 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
     # keeps its own TBLPROPERTIES and comments in the table's log, not in the entry.
     ids = _entries(metastore)
     metastore.query(
-        f'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") VALUES ({ids["gold.run_a"]}, \'team.owner\', \'finance\') RETURNING 1'
+        'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") '
+        f"VALUES ({ids['gold.run_a']}, 'team.owner', 'finance') RETURNING 1"
     )
     # A second write of gold.run_a, in a new process: the entry is kept, not made again.
     again = subprocess.run([*command, "run_a"], env=env, capture_output=True, text=True, timeout=600)

@@ -142,7 +142,7 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     table = lake.table_path(["bronze", KAFKA_STREAM])
     assert _bronze_messages(table, read_with_duckdb) == _published_messages(kafka)
 
-    sensor = build_checkpoint_sensor(KAFKA_STREAM)
+    sensor = build_checkpoint_sensor(ORDERS_KAFKA)
     context = build_sensor_context(instance=instance, resources={"lake": lake, "kafka": kafka})
     result = sensor(context)
     materializations = [e for e in result.asset_events if type(e).__name__ == "AssetMaterialization"]

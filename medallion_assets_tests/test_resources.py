@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC
 from medallion_assets.resources import (
     _JVM_OPTION_VARIABLES,
     LakeResource,
@@ -19,7 +20,7 @@ def test_lake_layout(tmp_path):
     lake = LakeResource(root=str(tmp_path))
     assert lake.table_path(["silver", "orders"]) == str(tmp_path / "silver" / "orders")
     assert lake.checkpoint_dir("orders_raw") == str(tmp_path / "_checkpoints" / "orders_raw")
-    assert lake.landing_folder("customers_cdc") == str(tmp_path / "landing" / "customers")
+    assert lake.landing_folder(CUSTOMERS_CDC) == str(tmp_path / "landing" / "customers")
     with pytest.raises(ValueError):
         lake.table_path(["orders"])
 
@@ -94,7 +95,9 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from medallion_assets.resources import SparkResource
 
-resource = SparkResource(master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS"))
+resource = SparkResource(
+    master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS")
+)
 spark = resource.spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
 management = spark.sparkContext._jvm.java.lang.management.ManagementFactory

@@ -83,7 +83,10 @@ class WriteSpec(BaseModel):
     )
     partition_expr: str | None = Field(
         default=None,
-        description="Column that holds the time of a time-window partitioned asset; its partition is replaced with replaceWhere.",
+        description=(
+            "Column that holds the time of a time-window partitioned asset; "
+            "its partition is replaced with replaceWhere."
+        ),
     )
     replace_group: str | None = Field(
         default=None,
@@ -228,7 +231,10 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
 
 
 def declared_table_properties(spec: WriteSpec) -> dict[str, str]:
-    """The properties the declaration names, each with Delta's ``delta.`` prefix (``appendOnly`` -> ``delta.appendOnly``)."""
+    """The properties the declaration names, each with Delta's ``delta.`` prefix.
+
+    ``appendOnly`` becomes ``delta.appendOnly``.
+    """
     return {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
 
 

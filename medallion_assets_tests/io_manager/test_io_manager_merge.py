@@ -69,7 +69,10 @@ def test_merge_with_sequence_and_deletes_keeps_newest(spark, tmp_path):
 def test_a_groups_newest_change_replaces_its_stored_rows_and_older_changes_are_ignored(
     spark, tmp_path, delta_engine, merged_by
 ):
-    """Both routes of a group MERGE: deltalake for a small source, the session's engine past ``arrow_write_max_rows``."""
+    """Both routes of a group MERGE.
+
+    deltalake for a small source, the session's engine past ``arrow_write_max_rows``.
+    """
     import deltalake
 
     from medallion_assets_tests.support.readers import read_with_deltalake

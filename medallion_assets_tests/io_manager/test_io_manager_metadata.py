@@ -216,7 +216,10 @@ def test_the_kept_statistics_still_skip_files_for_filters_and_merges_on_delta_sp
 
 
 def test_merge_tables_keep_statistics_on_what_readers_filter_and_merge_on(spark, tmp_path, delta_engine):
-    """A new merge table keeps per-file min/max on its keys and dates only (not its sequence), as delta-rs reads its log."""
+    """A new merge table keeps per-file min/max on its keys and dates only (not its sequence).
+
+    As delta-rs reads its log.
+    """
     import deltalake
     import pyarrow as pa
 

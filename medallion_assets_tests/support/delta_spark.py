@@ -56,7 +56,10 @@ NO_DELTA_SPARK = "neither Maven (unreachable) nor DELTA_SPARK_JARS (a folder of 
 
 
 def delta_spark_plan(engine: str = "delta-spark"):
-    """:func:`plan_engine` for ``engine`` with this test session's route to delta-spark (see :func:`delta_spark_source`)."""
+    """:func:`plan_engine` for ``engine`` with this test session's route to delta-spark.
+
+    The route is :func:`delta_spark_source`'s.
+    """
     source = delta_spark_source() or {}
     return plan_engine(
         engine,

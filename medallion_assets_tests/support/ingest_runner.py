@@ -46,6 +46,7 @@ def spark_resource():
 def main(argv: list[str]) -> int:
     root, stream = argv[0], argv[1]
     max_files = int(argv[2]) if len(argv) > 2 else None
+    from medallion_assets.feeds import feed_named
     from medallion_assets.ingest import start_bronze_stream
     from medallion_assets.resources import LakeResource
 
@@ -63,7 +64,8 @@ def main(argv: list[str]) -> int:
         kafka = KafkaResource(**settings, max_offsets_per_trigger=max_files)
         query = start_kafka_stream(spark, LakeResource(root=root), kafka)
     else:
-        query = start_bronze_stream(spark, LakeResource(root=root), stream, max_files_per_trigger=max_files)
+        feed = feed_named(stream)
+        query = start_bronze_stream(spark, LakeResource(root=root), feed, max_files_per_trigger=max_files)
     query.awaitTermination()
     spark.stop()
     return 0

@@ -55,7 +55,10 @@ def ran_to_the_end(result) -> bool:
 
 
 def first_minute_of(instance, run_id: str) -> list[str]:
-    """The run's event log up to its first materialization: the Spark session's lines, then ``ASSET_MATERIALIZATION``."""
+    """The run's event log up to its first materialization.
+
+    The Spark session's lines, then ``ASSET_MATERIALIZATION``.
+    """
     from dagster import DagsterEventType
 
     seen = []
