@@ -3,13 +3,13 @@
 The deployment ``MEDALLION_CATALOG=hive`` with ``MEDALLION_METASTORE_URIS``: Hive's
 standalone metastore service (Thrift, on 127.0.0.1) in front of a PostgreSQL that
 asks for a password, with its schema made by Hive's ``schematool``
-(``hive_metastore.py``). The project's process is given the service's URI and no
+(``support/hive_metastore.py``). The project's process is given the service's URI and no
 database setting at all: no JDBC URL, user, password or driver. One whole-graph
 run of the TPC-H pipeline on delta-spark registers the lake's tables through the
 service. Then two readers that know nothing of this project read the four gold
 tables by name and get DuckDB's TPC-H answers over the silver tables:
 
-* Trino 476 (``trino_server.py``), its Delta Lake connector reading the
+* Trino 476 (``support/trino_server.py``), its Delta Lake connector reading the
   service's entries (``lake.gold.pricing_summary``);
 * a plain PySpark session whose only catalog setting is the service's URI,
   handed over in a properties file.
@@ -37,20 +37,19 @@ from xml.etree import ElementTree
 
 import pytest
 
-from medallion_assets_tests.deployments import CATALOG_PAGE, documented_metastore_conf, page_blocks
-from medallion_assets_tests.hive_metastore import metastore_jars, metastore_service
-from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
-from medallion_assets_tests.processes import process_list_watch
-from medallion_assets_tests.test_end_to_end import (
+from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_jar_folder, delta_spark_source
+from medallion_assets_tests.support.deployments import CATALOG_PAGE, documented_metastore_conf, page_blocks
+from medallion_assets_tests.support.hive_metastore import metastore_jars, metastore_service
+from medallion_assets_tests.support.pipeline_checks import (
     SEED,
     TPCH_GOLD,
-    _assert_same_rows,
-    _duckdb_tpch_answers,
     assert_gold_matches_duckdb,
+    assert_same_rows,
+    duckdb_tpch_answers,
 )
-from medallion_assets_tests.test_engine_switch import _delta_spark_jar_folder
-from medallion_assets_tests.test_engines import NO_DELTA_SPARK, delta_spark_source
-from medallion_assets_tests.trino_server import CATALOG, query, trino_home, trino_java, trino_server
+from medallion_assets_tests.support.postgres import jdbc_jar, postgres_bin, postgres_cluster
+from medallion_assets_tests.support.processes import process_list_watch
+from medallion_assets_tests.support.trino_server import CATALOG, query, trino_home, trino_java, trino_server
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +137,14 @@ def _read_by_name_through(
         **source,
     )
     started = time.monotonic()
-    command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), "1", str(SEED)]
+    command = [
+        sys.executable,
+        "-m",
+        "medallion_assets_tests.support.pipeline_runner",
+        str(SCALE_FACTOR),
+        "1",
+        str(SEED),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1500)
     timings["pipeline run"] = time.monotonic() - started
     outputs = {"pipeline run": done.stdout + done.stderr}
@@ -158,14 +164,14 @@ def _read_by_name_through(
     for table in TPCH_GOLD:
         assert located.get(table) == f"file:{lake / 'gold' / table}", (table, located)
 
-    answers = _duckdb_tpch_answers(lake)
+    answers = duckdb_tpch_answers(lake)
     started = time.monotonic()
     with trino_server(tmp_path / "trino", catalog=documented_trino_catalog(uris), home=home, java=java) as url:
         timings["trino start"] = time.monotonic() - started
         started = time.monotonic()
         for table, number in TPCH_GOLD.items():
             rows = query(url, f"SELECT * FROM {CATALOG}.gold.{table}")
-            _assert_same_rows(rows, answers[number], f"Trino's {CATALOG}.gold.{table} vs TPC-H Q{number}")
+            assert_same_rows(rows, answers[number], f"Trino's {CATALOG}.gold.{table} vs TPC-H Q{number}")
         timings["trino queries"] = time.monotonic() - started
     outputs["trino log"] = (tmp_path / "trino" / "trino.log").read_text(errors="replace")
 
@@ -175,7 +181,7 @@ def _read_by_name_through(
         documented_metastore_conf(
             name="by-name.conf",
             values={"spark.hadoop.hive.metastore.uris": uris},
-            class_path={"/opt/delta-spark/*": _delta_spark_jar_folder(tmp_path)},
+            class_path={"/opt/delta-spark/*": delta_spark_jar_folder(tmp_path)},
         )
     )
     started = time.monotonic()
@@ -196,7 +202,7 @@ def _read_by_name_through(
     for table, number in TPCH_GOLD.items():
         example = answers[number][0]
         got = [{column: _like(value, example.get(column)) for column, value in row.items()} for row in tables[table]]
-        _assert_same_rows(got, answers[number], f"plain PySpark's gold.{table} vs TPC-H Q{number}")
+        assert_same_rows(got, answers[number], f"plain PySpark's gold.{table} vs TPC-H Q{number}")
     return outputs
 
 

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
-from medallion_assets_tests.deployments import free_port
-from medallion_assets_tests.maven_artifacts import cache_dir, download
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support.deployments import free_port
+from medallion_assets_tests.support.maven_artifacts import cache_dir, download
+from medallion_assets_tests.support.processes import stop_group
 
 #: The Trino release the tests run.
 TRINO_VERSION = "476"

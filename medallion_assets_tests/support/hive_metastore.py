@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from medallion_assets_tests.deployments import free_port
-from medallion_assets_tests.maven_artifacts import cache_dir, resolve_dependencies
-from medallion_assets_tests.postgres import Postgres
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support.deployments import free_port
+from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
+from medallion_assets_tests.support.postgres import Postgres
+from medallion_assets_tests.support.processes import stop_group
 
 #: The Hive release whose standalone metastore the tests run: the newest whose Thrift API still serves
 #: the calls of the Hive 2.3 client built into Spark (Hive 4's metastore dropped ``get_table``).

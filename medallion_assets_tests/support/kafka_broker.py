@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from medallion_assets_tests.maven_artifacts import cache_dir, resolve_dependencies
+from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
 
 #: The Apache Kafka release the tests run (Kafka 4 is KRaft only and runs on Java 17).
 KAFKA_VERSION = "4.4.0"
