@@ -66,10 +66,16 @@ def trino_home(version: str = TRINO_VERSION) -> tuple[Path | None, str]:
     try:
         with tarfile.open(archive) as tar:
             wanted = (f"{name}/lib/", f"{name}/plugin/delta-lake/")
-            members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
-            # Plugins share jars as hard links to another plugin's copy: tarfile then extracts
-            # the linked member's content, so the Delta Lake plugin stands alone.
+            everything = tar.getmembers()
+            # Plugins share jars as hard links to the copy in another plugin, earlier in the archive:
+            # that copy is extracted too (a link to a file not extracted would have tarfile seek back
+            # through the compressed archive for each), and its plugin removed once linked.
+            linked = {m.linkname for m in everything if m.name.startswith(wanted) and m.islnk()}
+            members = [m for m in everything if m.name.startswith(wanted) or m.name in linked]
             tar.extractall(staging, members=members, filter="data")
+        for plugin in (staging / name / "plugin").iterdir():
+            if plugin.name != "delta-lake":
+                shutil.rmtree(plugin)
         with contextlib.suppress(OSError):  # another worker was first
             (staging / name).rename(home)
     finally:
@@ -161,14 +167,17 @@ def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterat
 
 
 def _wait_until_started(url: str, server: subprocess.Popen, log: Path, timeout: float = 400) -> None:
+    """Until the server has started and its worker (the node itself) has joined: a query runs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"Trino exited with {server.returncode}:\n{log.read_text()[-6000:]}")
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
             with urllib.request.urlopen(f"{url}/v1/info", timeout=2) as response:
-                if not json.load(response).get("starting", True):
-                    return
+                started = not json.load(response).get("starting", True)
+            # Started, the node may not have announced itself as a worker yet: "No nodes available".
+            if started and query(url, "SELECT 1", timeout=60) == [{"_col0": 1}]:
+                return
         time.sleep(1)
     raise TimeoutError(f"Trino did not start in {timeout:.0f} s:\n{log.read_text()[-6000:]}")
 
