@@ -498,17 +498,12 @@ def dagster_child(args: argparse.Namespace) -> int:
     instance = DagsterInstance.ephemeral() if args.ephemeral_instance else DagsterInstance.get()
 
     # The session is started before the timed work, as the plain script does. The
-    # definitions' resource holds EnvVars that only a run resolves, so a twin with the
-    # same settings starts it; the run's resource then gets the same session (getOrCreate).
-    from medallion_assets.resources import ENGINE_VARIABLES, SparkResource
+    # definitions' resource is configured only when a run starts, so a twin with the
+    # same engine settings starts it; the run's resource then gets the same session (getOrCreate).
+    from medallion_assets.resources import SparkResource, engine_settings
 
-    settings = {
-        field: os.environ[name]
-        for name, field in ENGINE_VARIABLES.items()
-        if os.environ.get(name) and field != "delta_spark_maven"
-    }
     started = time.time()
-    spark_resource = SparkResource(**settings)
+    spark_resource = SparkResource(**engine_settings())
     spark_resource.spark_session  # noqa: B018
     engine = spark_resource.delta_engine_in_use.name
     session_start = time.time() - started
@@ -826,14 +821,18 @@ def _rounds_table(rounds: list[dict]) -> list[str]:
             run = entry["work"][name]
             ratios[name].append((run["work_s"] / plain["work_s"], run["cpu_s"] / plain["cpu_s"]))
             cells.append(
-                f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} | {_ratio(run['cpu_s'], plain['cpu_s'])}"
+                f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} "
+                f"| {_ratio(run['cpu_s'], plain['cpu_s'])}"
             )
         lines.append(f"| {number} | {entry['load_before']} | {plain['work_s']:.1f} | " + " | ".join(cells) + " |")
     medians = [
-        f"{statistics.median(r for r, _ in ratios[name]):.2f}x (CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
+        f"{statistics.median(r for r, _ in ratios[name]):.2f}x "
+        f"(CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
         for name in runs
     ]
-    lines.append("\nMedian ratio: " + "; ".join(f"{name} {median}" for name, median in zip(runs, medians, strict=False)) + ".")
+    lines.append(
+        "\nMedian ratio: " + "; ".join(f"{name} {median}" for name, median in zip(runs, medians, strict=False)) + "."
+    )
     return lines
 
 
@@ -923,7 +922,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         out.append(f"| **run total** | {len(summary['steps'])} | {run['work_s']:.1f} | |")
         out.append("")
         out.append(
-            f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n"
+            f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT "
+            "to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n"
         )
         out.append("| step | seconds | inputs | compute | outputs | in Spark/Delta calls |")
         out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -979,7 +979,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             out.append(f"Row counts: the {compared} tables both runs write have the same rows.\n")
         failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
         out.append(
-            f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n"
+            f"Asset checks: {len(run['checks'])} evaluated, "
+            f"{len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n"
         )
     return "\n".join(out)
 

@@ -24,6 +24,7 @@ load with one line naming the variable, its value and the fix
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from dagster import (
@@ -40,6 +41,7 @@ from dagster import (
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.jobs import jobs, schedules
 from medallion_assets.resources import io_manager_settings, kafka_resource, lake_resource, spark_resource
+from medallion_assets.settings import Deployment, Settings, pipeline_packages, read_settings
 
 # Dagster's logger: its handler shows INFO in `dagster dev` and `dagster definitions validate`.
 log = get_dagster_logger("medallion_assets.definitions")
@@ -56,20 +58,27 @@ VARIANT_HOOK = "assets_without"
 PRODUCER_HOOK = "landing_producers"
 
 
-def resources_for(deployment: str) -> dict[str, Any]:
-    """Every resource the assets need, for one deployment."""
-    spark = spark_resource(deployment)
-    lake = lake_resource()
-    io_manager = DeltaIOManager(spark=spark, lake=lake, **io_manager_settings())
-    return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
+def resources_for(deployment: Deployment | None = None, *, settings: Settings | None = None) -> dict[str, Any]:
+    """Every resource the assets need, for one deployment, configured from ``settings``.
+
+    Args:
+        deployment: ``local``, ``cluster`` or ``connect`` (default: the settings').
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
+    """
+    settings = settings or read_settings()
+    spark = spark_resource(deployment, settings=settings)
+    lake = lake_resource(settings)
+    io_manager = DeltaIOManager(spark=spark, lake=lake, **io_manager_settings(settings))
+    return {"spark": spark, "lake": lake, "kafka": kafka_resource(settings), "io_manager": io_manager}
 
 
 def build_definitions(
-    deployment: str = "local",
+    deployment: Deployment | None = "local",
     *,
     simulator: bool | None = None,
     kafka: bool = True,
     pipelines: Sequence[str] | None = None,
+    settings: Settings | None = None,
 ) -> Definitions:
     """The project's Definitions for ``deployment``.
 
@@ -80,7 +89,7 @@ def build_definitions(
     schedules select by asset group, so they hold whatever feeds are there.
 
     Args:
-        deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`).
+        deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`); ``None``: the settings'.
         simulator: include the pipelines' demo producers (:data:`PRODUCER_HOOK`; TPC-H's
             ``landing/simulated_batch``), upstream of the feeds they land. No job or
             schedule selects them; a deployment with a real landing zone leaves them
@@ -96,6 +105,8 @@ def build_definitions(
             :func:`~medallion_assets.settings.pipeline_packages`). Without
             ``medallion_assets.pipelines`` (``MEDALLION_DEMO=off``) TPC-H is left
             out, and with it its simulator, which lands TPC-H's files.
+        settings: the checked settings the resources are configured from (default:
+            :func:`~medallion_assets.settings.read_settings`'s).
 
     Raises:
         ValueError: ``simulator`` when no pipeline module offers a producer.
@@ -107,9 +118,10 @@ def build_definitions(
     from medallion_assets.feeds import KafkaTopic, pipeline_hooks, pipeline_modules, project_feeds
     from medallion_assets.jobs import ingest_job
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
-    from medallion_assets.settings import pipeline_packages
 
-    packages = tuple(pipeline_packages() if pipelines is None else pipelines)
+    if pipelines is None:
+        pipelines = settings.pipeline_packages if settings is not None else pipeline_packages()
+    packages = tuple(pipelines)
     modules = list(pipeline_modules(packages))
     producers = {key: landed for hook in pipeline_hooks(modules, PRODUCER_HOOK) for key, landed in hook().items()}
     if simulator is None:
@@ -158,7 +170,7 @@ def build_definitions(
             build_landing_sensor(ingest_job, feeds=feeds),
             freshness_sensor(checks),
         ],
-        resources=resources_for(deployment),
+        resources=resources_for(deployment, settings=settings),
         # One process for the whole run: every asset shares one SparkSession (one JVM)
         # instead of a JVM per asset, which is what the multiprocess executor would cost.
         executor=in_process_executor,
@@ -176,7 +188,7 @@ def _pipeline_assets(modules: Sequence[Any], left_out: dict[AssetKey, str]) -> l
     readers = [a for a in loaded if isinstance(a, AssetsDefinition) and set(a.dependency_keys) & left_out.keys()]
     if not readers:
         return list(loaded)
-    modules_of = {}
+    modules_of: dict[int, ModuleType] = {}
     for asset in readers:
         # load_assets_from_modules hands out copies: the module is the one declaring these keys.
         module = next(
@@ -187,7 +199,7 @@ def _pipeline_assets(modules: Sequence[Any], left_out: dict[AssetKey, str]) -> l
             ),
             None,
         )
-        if getattr(module, VARIANT_HOOK, None) is None:
+        if module is None or getattr(module, VARIANT_HOOK, None) is None:
             for key in set(asset.dependency_keys) & left_out.keys():
                 _say_once(
                     f"Kafka feed kept: {left_out.pop(key)} ("
@@ -220,9 +232,11 @@ def defs() -> Definitions:
     a wrong one stops the load with a :class:`~medallion_assets.settings.SettingsError`
     naming the variable, before any resource or session exists.
     """
-    from medallion_assets.settings import read_settings
-
     settings = read_settings()
     return build_definitions(
-        settings.deployment, simulator=settings.simulator, kafka=settings.kafka, pipelines=settings.pipeline_packages
+        None,
+        simulator=settings.simulator,
+        kafka=settings.kafka,
+        pipelines=settings.pipeline_packages,
+        settings=settings,
     )

@@ -37,10 +37,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from pyspark.sql.types import StructType
 
+from medallion_assets.settings import DELTA_ENGINES, EngineSetting, one_of
+
 log = logging.getLogger(__name__)
 
 EngineName = Literal["delta-spark", "delta-rs"]
-EngineSetting = Literal["auto", "delta-spark", "delta-rs"]
 
 #: What a session needs to run delta-spark, whatever delivers the jars.
 DELTA_SPARK_SESSION_CONFIG: dict[str, str] = {
@@ -169,9 +170,9 @@ def plan_engine(
         >>> plan_engine("delta-rs").spark_config
         {}
     """
-    if setting not in ("auto", "delta-spark", "delta-rs"):
+    if setting not in DELTA_ENGINES:
         raise ValueError(
-            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
             "(or unset it for auto)"
         )
     if setting == "delta-rs":
@@ -323,10 +324,11 @@ def _ivy_settings_roots(path: str) -> list[str]:
         return []
     roots = []
     for element in tree.iter():
-        if element.tag == "ibiblio" and element.get("root"):
-            roots.append(element.get("root"))
-        elif element.tag == "artifact" and element.get("pattern", "").startswith("http"):
-            roots.append(element.get("pattern").split("[", 1)[0])
+        root, pattern = element.get("root"), element.get("pattern", "")
+        if element.tag == "ibiblio" and root:
+            roots.append(root)
+        elif element.tag == "artifact" and pattern.startswith("http"):
+            roots.append(pattern.split("[", 1)[0])
     return roots
 
 
@@ -855,6 +857,7 @@ class DeltaSparkEngine(DeltaEngine):
 
     def _state_from_log(self, spark: SparkSession, path: str, version: int) -> TableState:
         jvm = spark._jvm
+        assert jvm is not None, "a classic session: delta-spark runs in its JVM"
         none = jvm.scala.Option.apply(None)
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         snapshot = delta_log.update(False, none, none)
@@ -889,6 +892,7 @@ class DeltaSparkEngine(DeltaEngine):
                 )
                 .first()
             )
+            assert row is not None, "an aggregate without grouping returns one row"
             files, size = int(row["files"]), int(row["size"] or 0)
             records = None if row["without_stats"] else int(row["records"] or 0)
         return TableState(
@@ -1021,7 +1025,7 @@ class DeltaRsEngine(DeltaEngine):
             snapshot.version,
             len(snapshot.files),
             sum(f.size for f in snapshot.files),
-            None if any(r is None for r in records) else int(sum(records)),
+            None if any(r is None for r in records) else int(sum(r for r in records if r is not None)),
             list(snapshot.partition_columns),
             snapshot_dataframe(spark, snapshot),
         )
@@ -1179,7 +1183,9 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
         spark.sql(f"VACUUM {self._table(path)} RETAIN {float(retention_hours)} HOURS").collect()
 
     def detail(self, spark: SparkSession, path: str) -> TableDetail:
-        return TableDetail.from_row(spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True))
+        row = spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first()
+        assert row is not None, "DESCRIBE DETAIL returns one row"
+        return TableDetail.from_row(row.asDict(recursive=True))
 
     def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
         # A Connect client has no handle on the DeltaLog: the SQL route.

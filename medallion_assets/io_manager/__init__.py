@@ -26,6 +26,7 @@ from medallion_assets.io_manager.metadata import (
     table_metadata,
 )
 from medallion_assets.io_manager.spec import (
+    APPEND_KEYS,
     COLUMN_DESCRIPTIONS,
     COLUMNS,
     DELETE_COLUMN,
@@ -49,6 +50,7 @@ from medallion_assets.io_manager.spec import (
 from medallion_assets.io_manager.table_read import ChangesWithTable, TableRead
 
 __all__ = [
+    "APPEND_KEYS",
     "DELTA_KINDS",
     "DELETION_VECTORS",
     "COLUMN_DESCRIPTIONS",

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -301,7 +301,10 @@ class DeltaTableClient:
     def _append_with_deltalake(
         self, frame: DataFrame | None, path: str, commit_metadata: dict[str, str], transaction: tuple[str, int] | None
     ) -> WriteResult | None:
-        """Append ``frame``'s rows (``None``: no row) by deltalake; ``None`` when it cannot, having committed nothing."""
+        """Append ``frame``'s rows (``None``: no row) by deltalake.
+
+        ``None`` when it cannot, having committed nothing.
+        """
         # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
         from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 
@@ -382,7 +385,8 @@ class DeltaTableClient:
             options["mergeSchema"] = "true"
         elif spec.schema_mode == "overwrite":
             options["overwriteSchema"] = "true"
-        self.engine.save(frame, path, mode=spec.mode, options=options)
+        mode: Literal["append", "overwrite"] = "append" if spec.mode == "append" else "overwrite"  # merges returned
+        self.engine.save(frame, path, mode=mode, options=options)
         return self._result(path)
 
     def _commit_options(

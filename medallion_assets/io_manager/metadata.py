@@ -202,7 +202,9 @@ def newest_files_first(dataset: ds.FileSystemDataset, actions: pa.Table) -> ds.F
     """
     written = {
         unquote(path): when
-        for path, when in zip(actions.column("path").to_pylist(), actions.column("modification_time").to_pylist(), strict=False)
+        for path, when in zip(
+            actions.column("path").to_pylist(), actions.column("modification_time").to_pylist(), strict=False
+        )
     }
 
     def when(fragment: ds.Fragment) -> Any:

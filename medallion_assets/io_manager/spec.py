@@ -29,6 +29,7 @@ TABLE_PROPERTIES = "delta/table_properties"
 PARTITION_EXPR = "delta/partition_expr"
 REPLACE_GROUP = "delta/replace_group"
 FILTERED_BY = "delta/filtered_by"
+APPEND_KEYS = "delta/append_keys"
 #: Column name -> description, shown in the ``dagster/column_schema`` of each materialization.
 COLUMN_DESCRIPTIONS = "delta/column_descriptions"
 #: Input metadata: ``"changes"`` reads only what the upstream gained since this step last consumed it.
@@ -82,7 +83,10 @@ class WriteSpec(BaseModel):
     )
     partition_expr: str | None = Field(
         default=None,
-        description="Column that holds the time of a time-window partitioned asset; its partition is replaced with replaceWhere.",
+        description=(
+            "Column that holds the time of a time-window partitioned asset; "
+            "its partition is replaced with replaceWhere."
+        ),
     )
     replace_group: str | None = Field(
         default=None,
@@ -98,6 +102,13 @@ class WriteSpec(BaseModel):
             "min/max on them besides its keys. None (default): every date and timestamp column."
         ),
     )
+    append_keys: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Append only: columns that tell a row from every other. A step re-reading upstream changes this "
+            "table already took in part of appends only rows the table does not hold on them."
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WriteSpec:
@@ -107,6 +118,8 @@ class WriteSpec(BaseModel):
             raise ValueError("sequence_column, delete_column and replace_group apply to write mode 'merge' only")
         if self.replace_group and not (self.sequence_column and self.delete_column):
             raise ValueError("replace_group needs sequence_column and delete_column")
+        if self.append_keys and self.mode != "append":
+            raise ValueError("append_keys apply to write mode 'append' only")
         return self
 
     @property
@@ -145,6 +158,7 @@ class WriteSpec(BaseModel):
             partition_expr=raw(PARTITION_EXPR),
             replace_group=raw(REPLACE_GROUP),
             filtered_by=None if raw(FILTERED_BY) is None else tuple(raw(FILTERED_BY)),
+            append_keys=tuple(raw(APPEND_KEYS, ()) or ()),
         )
 
 
@@ -217,7 +231,10 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
 
 
 def declared_table_properties(spec: WriteSpec) -> dict[str, str]:
-    """The properties the declaration names, each with Delta's ``delta.`` prefix (``appendOnly`` -> ``delta.appendOnly``)."""
+    """The properties the declaration names, each with Delta's ``delta.`` prefix.
+
+    ``appendOnly`` becomes ``delta.appendOnly``.
+    """
     return {key if key.startswith("delta.") else f"delta.{key}": value for key, value in spec.table_properties.items()}
 
 
@@ -286,6 +303,7 @@ def delta_table(
     partition_expr: str | None = None,
     replace_group: str | None = None,
     filtered_by: Sequence[str] | None = None,
+    append_keys: Sequence[str] = (),
     column_descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Asset metadata declaring how the Delta IO manager stores an asset.
@@ -309,6 +327,13 @@ def delta_table(
         filtered_by: columns readers filter the table on; a new table keeps
             per-file min/max on them besides its keys (None: every date and
             timestamp column; ``()``: none besides the keys).
+        append_keys: append only: columns that tell a row from every other
+            (a quarantine's table, reason, record and source). A step's
+            ``changes`` input starts after the oldest version its tables took
+            in; when this table took in more (it was written by a run whose
+            other tables were not), the rows computed again from that part are
+            left out where the table holds rows equal on these columns, so
+            each is appended once. Otherwise the table is not read.
         column_descriptions: column name -> what its values are; the IO manager
             puts them in the ``dagster/column_schema`` of every write, and fails
             the write if one names a column the table does not have.
@@ -334,6 +359,7 @@ def delta_table(
         partition_expr=partition_expr,
         replace_group=replace_group,
         filtered_by=None if filtered_by is None else tuple(filtered_by),
+        append_keys=tuple(append_keys),
     )
     optional = {
         MERGE_KEYS: list(spec.merge_keys),
@@ -343,6 +369,7 @@ def delta_table(
         TABLE_PROPERTIES: dict(spec.table_properties),
         PARTITION_EXPR: spec.partition_expr,
         REPLACE_GROUP: spec.replace_group,
+        APPEND_KEYS: list(spec.append_keys),
         COLUMN_DESCRIPTIONS: descriptions,
     }
     # Only what the asset sets: unset keys keep the spec's defaults when read back.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +15,7 @@ from medallion_assets.pipelines.tpch.simulator.delivery import (
     land_all,
     land_next_batch,
 )
+from medallion_assets.settings import SettingsError, read_settings
 
 
 def add_simulate_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,7 +52,12 @@ def add_commands(subcommands: Any) -> None:
 
 def simulate_command(args: argparse.Namespace) -> int:
     """Run the ``simulate`` command; returns the process exit code."""
-    lake_root = Path(args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT") or "lakehouse")
+    try:
+        settings = read_settings()
+    except SettingsError as error:
+        print(f"medallion-assets simulate: {error}", file=sys.stderr)
+        return 2
+    lake_root = Path(args.lake_root or settings.lake_root.location)
     landing = lake_root / "landing"
     options = dict(
         scale_factor=args.scale_factor,
@@ -61,12 +67,11 @@ def simulate_command(args: argparse.Namespace) -> int:
         order_events_to=args.order_events_to,
     )
     if args.order_events_to != "files":
-        import functools
-
+        # deferred: the Kafka delivery's resources load pyspark; the command starts without it
         from medallion_assets.kafka import publish_files
         from medallion_assets.resources import kafka_resource
 
-        kafka = kafka_resource(resolved=True)
+        kafka = kafka_resource(settings, resolved=True)
         options["publish"] = functools.partial(publish_files, kafka)
     if args.all:
         landed = land_all(landing, **options)
