@@ -184,8 +184,11 @@ def start_kafka_stream(
 
 def _kafka_source_missing(error: BaseException) -> bool:
     """Whether Spark refused the ``kafka`` format because no connector on its class path provides it."""
+    # Spark names the Kafka case in words (failedToFindKafkaDataSourceError), other formats by error class.
     text = str(error)
-    return "DATA_SOURCE_NOT_FOUND" in text and "kafka" in text.lower()
+    return "failed to find data source: kafka" in text.lower() or (
+        "DATA_SOURCE_NOT_FOUND" in text and "kafka" in text.lower()
+    )
 
 
 def _start_bronze_sink(
