@@ -16,15 +16,17 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
 
 import pytest
 
 from medallion_assets.engine import plan_engine
-from medallion_assets.kafka import latest_offsets
+from medallion_assets.kafka import KafkaResource, latest_offsets
+from medallion_assets.resources import KAFKA_VARIABLES
 from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
 from medallion_assets_tests.support.deployments import connect_server, documented_connect_server, standalone_cluster
-from medallion_assets_tests.support.kafka_broker import produce
+from medallion_assets_tests.support.kafka_broker import SCRAM_MECHANISM, Broker, produce
 from medallion_assets_tests.support.order_events import order_event_line
 from medallion_assets_tests.support.pipeline_checks import (
     SEED,
@@ -156,18 +158,17 @@ def test_tables_written_over_connect_by_delta_spark_are_readable_by_delta_rs(tmp
 # ---------------------------------------------------------------- Kafka feeds
 
 
-def _produce_order_events(kafka_broker, partitions: int = 3, per_partition: int = 10):
-    """A topic holding ``partitions * per_partition`` order events (one order each), produced with
-    confluent-kafka's own producer; returns the topic as a KafkaResource and the order keys."""
-    kafka = kafka_broker.topic(partitions=partitions)
+def _produce_order_events(kafka, partitions: int = 3, per_partition: int = 10) -> list[int]:
+    """``partitions * per_partition`` order events (one order each) on the topic, produced with
+    confluent-kafka's own producer; returns the order keys."""
     keys = list(range(1, partitions * per_partition + 1))
     for partition in range(partitions):
         lines = [order_event_line(key, f"k{key}").encode() for key in keys[partition::partitions]]
         produce(kafka.client_config(), kafka.topic, lines, partition=partition)
-    return kafka, keys
+    return keys
 
 
-def _run_kafka_feed(tmp_path, kafka, deployment_env: dict[str, str]) -> dict:
+def _run_kafka_feed(tmp_path, kafka: KafkaResource, deployment_env: dict[str, str]) -> dict:
     """The Kafka feed's bronze and silver's orders step in a Dagster run of the deployment (delta-rs engine)."""
     lake = tmp_path / "lake"
     (lake / "landing" / "orders").mkdir(parents=True)  # the file feed beside it has nothing landed
@@ -175,8 +176,7 @@ def _run_kafka_feed(tmp_path, kafka, deployment_env: dict[str, str]) -> dict:
         os.environ,
         MEDALLION_LAKE_ROOT=str(lake),
         MEDALLION_DELTA_ENGINE="delta-rs",
-        MEDALLION_KAFKA_BOOTSTRAP_SERVERS=kafka.bootstrap_servers,
-        MEDALLION_KAFKA_TOPIC=kafka.topic,
+        **{name: str(getattr(kafka, field)) for name, field in KAFKA_VARIABLES.items() if getattr(kafka, field)},
         **deployment_env,
     )
     command = [sys.executable, "-m", "medallion_assets_tests.support.kafka_feed_runner"]
@@ -203,7 +203,8 @@ def _assert_every_message_once(tmp_path, kafka, keys: list[int]) -> None:
 def test_kafka_feed_on_a_standalone_cluster(tmp_path, kafka_broker, monkeypatch):
     # The connector comes from Maven (or KAFKA_SPARK_JARS) on the driver; the executor fetches its jars from there.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))  # the worker's Python imports this checkout
-    kafka, keys = _produce_order_events(kafka_broker)
+    kafka = kafka_broker.topic(partitions=3)
+    keys = _produce_order_events(kafka)
     with standalone_cluster(tmp_path) as master:
         report = _run_kafka_feed(
             tmp_path,
@@ -217,16 +218,34 @@ def test_kafka_feed_on_a_standalone_cluster(tmp_path, kafka_broker, monkeypatch)
 
 
 @pytest.mark.timeout(600)
-def test_kafka_feed_over_spark_connect(tmp_path, kafka_broker, monkeypatch):
+def test_kafka_feed_over_spark_connect_with_sasl_over_tls(tmp_path, kafka_broker, monkeypatch):
     # The server is started as docs/kafka.md says, with the connector from Maven; the client's own
-    # connector settings do not reach it (unset here, so only the server's can serve).
+    # connector settings do not reach it (off here, so only the server's can serve). The broker takes
+    # SCRAM over TLS: the JAAS line travels to the server with the query's options.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))  # the server's Python workers import this checkout
-    kafka, keys = _produce_order_events(kafka_broker)
-    with documented_connect_server(tmp_path) as remote:
-        env = {"MEDALLION_DEPLOYMENT": "connect", "SPARK_REMOTE": remote, "MEDALLION_KAFKA_MAVEN": "false"}
-        report = _run_kafka_feed(tmp_path, kafka, env)
-    assert report["engines"]["bronze/orders_kafka"] == "delta-rs", report
-    _assert_every_message_once(tmp_path, kafka, keys)
+    secured = Broker(kafka_broker.jars, tmp_path / "broker", sasl_ssl=True)
+    try:
+        password = f"pw-{uuid.uuid4().hex}"
+        secured.add_scram_user("ingest", password)
+        kafka = KafkaResource(
+            bootstrap_servers=secured.sasl_bootstrap,
+            topic=f"orders-{uuid.uuid4().hex[:8]}",
+            security_protocol="SASL_SSL",
+            sasl_mechanism=SCRAM_MECHANISM,
+            sasl_username="ingest",
+            sasl_password=password,
+            ssl_ca_location=str(secured.ca_file),
+        )
+        secured.create_topic(kafka.topic, 3)
+        keys = _produce_order_events(kafka)
+        with documented_connect_server(tmp_path) as remote:
+            env = {"MEDALLION_DEPLOYMENT": "connect", "SPARK_REMOTE": remote, "MEDALLION_KAFKA_MAVEN": "false"}
+            report = _run_kafka_feed(tmp_path, kafka, env)
+        assert report["engines"]["bronze/orders_kafka"] == "delta-rs", report
+        _assert_every_message_once(tmp_path, kafka, keys)
+        assert password not in (tmp_path / "connect.log").read_text(errors="replace"), "the server logs no password"
+    finally:
+        secured.stop()
 
 
 _KAFKA_OVER_CONNECT_WITHOUT_CONNECTOR = """
