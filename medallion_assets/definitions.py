@@ -115,8 +115,9 @@ def build_definitions(
     from medallion_assets.assets.checks import feed_checks, freshness_sensor
     from medallion_assets.assets.silver import silver_assets
     from medallion_assets.continuous import bronze_streams_continuous
-    from medallion_assets.feeds import KafkaTopic, pipeline_hooks, pipeline_modules, project_feeds
+    from medallion_assets.feeds import KafkaTopic
     from medallion_assets.jobs import ingest_job
+    from medallion_assets.project import pipeline_hooks, pipeline_modules, project_feeds
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
 
     if pipelines is None:

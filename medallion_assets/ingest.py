@@ -126,7 +126,7 @@ def start_kafka_stream(
     spark: SparkSession,
     lake: LakeResource,
     kafka: KafkaResource,
-    feed: Feed | None = None,
+    feed: Feed,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -145,7 +145,7 @@ def start_kafka_stream(
         spark: the session (``delta`` enabled, Spark's Kafka connector on it).
         lake: gives the checkpoint and the table path.
         kafka: the broker, topic and read options.
-        feed: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
+        feed: the Kafka feed.
         trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
         commit_metadata: custom keys recorded in each Delta commit.
         query_name: the streaming query's name (default ``bronze_<feed name>``).

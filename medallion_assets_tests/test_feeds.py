@@ -18,9 +18,8 @@ from medallion_assets.feeds import (
     LandingFiles,
     LandingSnapshots,
     Replace,
-    feeds_in,
-    pipeline_hooks,
 )
+from medallion_assets.project import feeds_in, pipeline_hooks
 
 PACKAGE = Path(medallion_assets.__file__).parent
 #: What is not machinery: the pipelines (TPC-H's with its landing contract, demo landing and simulator).
