@@ -52,8 +52,8 @@ def before_output_metadata(client: Any, path: str, *, commit: Any = None, previe
     It described the table with ``detail()``, the newest commit and ``count()``
     of a fresh read; the metadata is built from that as it is now.
     """
-    from medallion_assets.io_manager.client import TableDescription
     from medallion_assets.io_manager.metadata import description_metadata
+    from medallion_assets.storage.client import TableDescription
 
     detail = client.engine.detail(client.spark, path)
     commit = commit or client.engine.latest_commit(client.spark, path)
@@ -78,8 +78,9 @@ def child(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from medallion_assets.engine import plan_engine, start_engine
-    from medallion_assets.io_manager import DeltaTableClient, WriteSpec, table_metadata
+    from medallion_assets.io_manager import WriteSpec, table_metadata
+    from medallion_assets.storage.client import DeltaTableClient
+    from medallion_assets.storage.session import plan_engine, start_engine
 
     plan = plan_engine(args.engine, jars=os.environ.get("DELTA_SPARK_JARS") if args.engine == "delta-spark" else None)
     builder = (

@@ -62,12 +62,12 @@ from urllib.parse import unquote, urlparse
 from dagster import Config, get_dagster_logger
 from pydantic import Field, field_validator
 
-from medallion_assets.delta._catalog import LOCATION_METADATA, quoted, stored_location
+from medallion_assets.delta import LOCATION_METADATA, quoted, stored_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import DeltaEngine
+    from medallion_assets.storage.engines import DeltaEngine
 
 # A Dagster logger: what it says inside a step goes to the run's log.
 log = get_dagster_logger("medallion_assets.catalog")
@@ -227,7 +227,7 @@ class LakeCatalog(Config):
         if self.metastore_user:
             config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
         if self.metastore_jars:
-            from medallion_assets.engine import jar_files
+            from medallion_assets.storage.session import jar_files
 
             jars = jar_files(
                 self.metastore_jars, variable="MEDALLION_METASTORE_JARS", holds="the database's JDBC driver"
@@ -430,7 +430,7 @@ def _registered(spark: SparkSession) -> dict[str, Any]:
 
 def _delta_rs_schema(path: str):
     # Straight from the log with delta-rs: the engine's own schema() plans a Spark read (a Python worker).
-    from medallion_assets.delta._snapshot import normalize_path, resolve_snapshot
+    from medallion_assets.delta import normalize_path, resolve_snapshot
 
     return resolve_snapshot(normalize_path(path)).schema
 

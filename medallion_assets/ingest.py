@@ -24,11 +24,11 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
-from medallion_assets.engine import DeltaEngine, engine_for
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
-from medallion_assets.io_manager.client import DeltaTableClient
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 from medallion_assets.resources import LakeResource
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.engines import DeltaEngine, engine_for
 
 if TYPE_CHECKING:
     from medallion_assets.kafka import KafkaResource
@@ -67,7 +67,7 @@ def bronze_stream_frame(
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     if max_bytes_per_trigger:
-        from medallion_assets.delta._options import parse_bytes
+        from medallion_assets.delta import parse_bytes
 
         size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=feed.name)
         reader = reader.option("maxBytesPerTrigger", str(size))

@@ -39,10 +39,10 @@ def kafka_connector_config(
         jars: ``KAFKA_SPARK_JARS``: a folder of the connector's jars or a comma list of them
             (spark-sql-kafka, spark-token-provider-kafka, kafka-clients, commons-pool2).
         maven: fetch the connector matching the installed pyspark from Maven instead, resolved
-            as :func:`medallion_assets.engine.maven_resolution_config` says.
+            as :func:`medallion_assets.storage.session.maven_resolution_config` says.
         spark_config: the session's settings, for the Ivy settings the user configured.
     """
-    from medallion_assets.engine import jar_files, maven_resolution_config
+    from medallion_assets.storage.session import jar_files, maven_resolution_config
 
     if jars:
         files = jar_files(

@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
 
     from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets_tests.test_end_to_end import materialize_everything
 
     lake = Path(os.environ["MEDALLION_LAKE_ROOT"])

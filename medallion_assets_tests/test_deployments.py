@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from medallion_assets.engine import plan_engine
+from medallion_assets.storage.session import plan_engine
 from medallion_assets_tests.deployments import connect_server, standalone_cluster
 from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
 from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
@@ -103,7 +103,8 @@ def test_pipeline_over_spark_connect(tmp_path, engine):
 _WRITE_OVER_CONNECT = """
 import sys
 from pyspark.sql import SparkSession, functions as F, types as T
-from medallion_assets.io_manager import DeltaTableClient, WriteSpec
+from medallion_assets.io_manager import WriteSpec
+from medallion_assets.storage.client import DeltaTableClient
 
 remote, path = sys.argv[1:]
 spark = SparkSession.builder.remote(remote).getOrCreate()

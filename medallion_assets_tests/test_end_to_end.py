@@ -210,7 +210,7 @@ def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     from pyspark.testing import assertDataFrameEqual
 
     from medallion_assets.feeds import feed_named
-    from medallion_assets.io_manager.client import DeltaTableClient
+    from medallion_assets.storage.client import DeltaTableClient
     from medallion_assets.transforms import silver as T
 
     feed = feed_named("customers_cdc")

@@ -7,8 +7,10 @@ import pytest
 from dagster import AssetIn, AssetKey, MetadataValue, MonthlyPartitionsDefinition, asset, materialize
 from pyspark.sql import functions as F
 
-from medallion_assets.io_manager import DeltaIOManager, DeltaTableClient, delta_table
+from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.writers import WriterLimits
 
 pytestmark = pytest.mark.both_engines
 
@@ -26,7 +28,7 @@ def _route(merged_by: str) -> dict:
 
 def _assert_merged_by(result, node: str, merged_by: str, delta_engine: str) -> None:
     """The write's metadata names the route that committed it (on the delta-rs engine both are delta-rs' commits)."""
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
 
     by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"
     written = result.asset_materializations_for_node(node)[0].metadata
@@ -400,7 +402,7 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     days = {"n": 0}
@@ -442,7 +444,7 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
 def test_an_unchanged_small_overwrite_reuses_its_description_without_reading_the_table(spark, tmp_path, monkeypatch):
     from dagster import DagsterInstance
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
 
     @asset(key=["bronze", "numbers"])
     def numbers():
@@ -578,7 +580,7 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     schema = "id long, reason string, at timestamp"
@@ -635,7 +637,7 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets.resources import io_manager_settings
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
@@ -724,7 +726,7 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     # A small source, but no table is small enough for deltalake to rewrite, set as a deployment sets
     # it (the variable, read by Dagster when the run starts): the engine merges, and the log says why.
     monkeypatch.setenv("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "0")
-    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    caplog.set_level(logging.INFO, logger="medallion_assets.storage")
     metadata, commit = merge([(7, 1, Decimal("7.00"), at(5), False)], **io_manager_settings())
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
     assert "more than the 0 deltalake may rewrite" in caplog.text
@@ -739,7 +741,7 @@ def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_sp
 
     from medallion_assets.io_manager.spec import WriteSpec
 
-    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10))
     spec = WriteSpec(
         mode="merge",
         merge_keys=("id",),
@@ -767,7 +769,7 @@ def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_b
 
     from medallion_assets.io_manager.spec import WriteSpec
 
-    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    caplog.set_level(logging.INFO, logger="medallion_assets.storage")
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq")
     path = tmp_path / "things"
     schema = "id long, seq long, name string"
@@ -778,7 +780,7 @@ def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_b
 
     def merged_by_deltalake(max_table_bytes: int, changes: list[tuple]) -> bool:
         caplog.clear()
-        client = DeltaTableClient(spark, arrow_append_max_rows=10, arrow_merge_max_table_bytes=max_table_bytes)
+        client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10, max_merge_table_bytes=max_table_bytes))
         before = deltalake.DeltaTable(str(path)).version()
         result = client.write(spark.createDataFrame(changes, schema), str(path), spec)
         assert result.version == before + 1 and client.last_commit_info(str(path))["operation"] == "MERGE"
@@ -804,7 +806,7 @@ def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_delta
     from medallion_assets.io_manager.spec import WriteSpec
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
-    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10))
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
     path = str(tmp_path / "things")
 
@@ -837,8 +839,8 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
     import deltalake
     import pyarrow as pa
 
-    from medallion_assets.engine import DeltaSparkSqlEngine
     from medallion_assets.io_manager import WriteSpec, table_metadata
+    from medallion_assets.storage.engines import DeltaSparkSqlEngine
     from medallion_assets_tests.delta.readers import read_with_duckdb
 
     client = DeltaTableClient(spark)
@@ -1066,7 +1068,7 @@ def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_i
     """``filtered_by`` replaces the every-date default; a group-replaced table keeps its group, not its other keys."""
     from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
-    from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+    from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 
     schema = StructType(
         [
@@ -1098,10 +1100,10 @@ def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_i
 
 
 def test_a_misspelt_filter_column_fails_the_write_naming_the_table_and_creates_nothing(spark, tmp_path):
-    from medallion_assets.io_manager import WriteSpec, delta_table
+    from medallion_assets.io_manager import delta_table, write_spec_from_metadata
 
     path = str(tmp_path / "silver" / "events")
-    spec = WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["id"], filtered_by=["dya"]))
+    spec = write_spec_from_metadata(delta_table(write_mode="merge", merge_keys=["id"], filtered_by=["dya"]))
     frame = spark.createDataFrame([(1, "2024-01-01")], "id long, day string").withColumn("day", F.to_date("day"))
     with pytest.raises(ValueError, match=r"table .*events: filtered_by names column\(s\) \['dya'\]"):
         DeltaTableClient(spark).write(frame, path, spec)

@@ -87,7 +87,7 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
         if len(frames) != len(tables):
             raise TypeError("one_row: the tables are all Spark DataFrames or none is")
         return _one_row_in_spark(sql, tables)
-    from medallion_assets.delta._engine import load_datafusion
+    from medallion_assets.delta import load_datafusion
 
     datafusion = load_datafusion()
     context = datafusion.SessionContext(
