@@ -25,10 +25,10 @@ from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
-from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 from medallion_assets.resources import LakeResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.storage.engines import DeltaEngine, engine_for
+from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 
 if TYPE_CHECKING:
     from medallion_assets.kafka import KafkaResource
