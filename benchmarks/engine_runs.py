@@ -1,9 +1,8 @@
 """What the engine benchmarks share: a session per engine, one run per engine, /proc readings.
 
-Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_scaling.py``,
-``merge_deletion_vectors.py``, ``gold_from_changes.py``,
-``delta_fixed_costs.py``, ``maintenance.py``, ``materialize_all.py`` and ``small_merge.py`` import
-it (they run as scripts, so this folder is on ``sys.path``).
+Not a benchmark itself; ``delta_vs_parquet.py``, ``merge_deletion_vectors.py``,
+``gold_from_changes.py``, ``delta_fixed_costs.py``, ``materialize_all.py`` and
+``small_merge.py`` import it (they run as scripts, so this folder is on ``sys.path``).
 
 * :func:`build_session` builds the session through the project's
   :class:`~medallion_assets.resources.SparkResource`, so a benchmark gets what

@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from medallion_assets.io_manager.spec import WriteSpec
     from medallion_assets.pipelines.tpch import gold_transforms as G
-    from medallion_assets.simulate import tpch_folder
+    from medallion_assets.pipelines.tpch.simulator import tpch_folder
     from medallion_assets.storage.client import DeltaTableClient
 
     spark = delta_spark_session(parser, args, "gold-from-changes")

@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from medallion_assets.definitions import build_definitions
     from medallion_assets.delta import latest_log_version
-    from medallion_assets.simulate import land_next_batch
+    from medallion_assets.pipelines.tpch.simulator import land_next_batch
 
     if args.deletion_vectors:
         _merge_tables_with_deletion_vectors()

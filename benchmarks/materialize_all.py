@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark import SparkContext
 
         from medallion_assets.definitions import build_definitions
-        from medallion_assets.simulate import land_all
+        from medallion_assets.pipelines.tpch.simulator import land_all
 
         contexts = {"created": 0}
         original_init = SparkContext.__init__

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from medallion_assets.io_manager.spec import WriteSpec
-    from medallion_assets.simulate import tpch_folder
+    from medallion_assets.pipelines.tpch.simulator import tpch_folder
     from medallion_assets.storage.client import DeltaTableClient
 
     spark = delta_spark_session(parser, args, "merge-deletion-vectors", extra_config={"spark.ui.enabled": "true"})

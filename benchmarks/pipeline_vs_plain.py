@@ -501,17 +501,12 @@ def dagster_child(args: argparse.Namespace) -> int:
     instance = DagsterInstance.ephemeral() if args.ephemeral_instance else DagsterInstance.get()
 
     # The session is started before the timed work, as the plain script does. The
-    # definitions' resource holds EnvVars that only a run resolves, so a twin with the
-    # same settings starts it; the run's resource then gets the same session (getOrCreate).
-    from medallion_assets.resources import ENGINE_VARIABLES, SparkResource
+    # definitions' resource is configured only when a run starts, so a twin with the
+    # same engine settings starts it; the run's resource then gets the same session (getOrCreate).
+    from medallion_assets.resources import SparkResource, engine_settings
 
-    settings = {
-        field: os.environ[name]
-        for name, field in ENGINE_VARIABLES.items()
-        if os.environ.get(name) and field != "delta_spark_maven"
-    }
     started = time.time()
-    spark_resource = SparkResource(**settings)
+    spark_resource = SparkResource(**engine_settings())
     spark_resource.spark_session  # noqa: B018
     engine = spark_resource.delta_engine_in_use.name
     session_start = time.time() - started

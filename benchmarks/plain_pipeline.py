@@ -189,7 +189,7 @@ def run(spark, landing: Path, out: Path, timer: Timer) -> None:
     customer_changes.unpersist()
 
     # ---- silver: reference tables (the newest snapshot of each)
-    from medallion_assets.contract import REFERENCE_TABLES
+    from medallion_assets.pipelines.tpch.contract import REFERENCE_TABLES
 
     for table in REFERENCE_TABLES:
         newest = _newest_snapshot(landing / "reference" / table)

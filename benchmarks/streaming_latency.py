@@ -82,8 +82,8 @@ def main(argv=None) -> int:
     os.environ["MEDALLION_LAKE_ROOT"] = str(lake)
     from dagster import AssetSelection, DagsterInstance, SensorResult, build_sensor_context, materialize
 
-    from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
+    from medallion_assets.pipelines.tpch import simulator
     from medallion_assets.resources import LakeResource
 
     defs = build_definitions("local")
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in getattr(a, "keys", []))]
 
     print(f"lake: {lake}", file=sys.stderr)
-    simulate.land_next_batch(lake / "landing", scale_factor=args.scale_factor, batches=2, seed=3)
+    simulator.land_next_batch(lake / "landing", scale_factor=args.scale_factor, batches=2, seed=3)
     started = time.monotonic()
     first = materialize(assets, resources=defs.resources, instance=instance)
     assert first.success

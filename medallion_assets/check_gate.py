@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,6 +56,11 @@ BLOCKING_CHECK_FAILED = "DagsterAssetCheckFailedError"
 DEFAULT_SCALE_FACTOR = 0.01
 #: Seed of the simulated sample's noise.
 DEFAULT_SEED = 7
+
+#: The function a pipeline module defines to offer a sample landing: ``land_sample(landing,
+#: *, scale_factor, seed)`` fills the empty folder ``landing`` with files of its feeds, every
+#: batch at once (TPC-H's is the simulator's whole delivery).
+SAMPLE_HOOK = "land_sample"
 
 #: The JUnit suite that holds the run's own errors (failed steps), beside one suite per asset.
 RUN_SUITE = "dagster run"
@@ -155,23 +158,25 @@ class GateReport:
 # ---------------------------------------------------------------- the lake and the run
 
 
-def prepare_landing(lake_root: Path, *, landing: Path | None, scale_factor: float, seed: int) -> None:
-    """Fill ``<lake_root>/landing``: a copy of ``landing``, or the simulator's whole delivery in one batch.
+def prepare_landing(
+    lake_root: Path, *, landing: Path | None, scale_factor: float, seed: int, samples: Sequence[Callable]
+) -> None:
+    """Fill ``<lake_root>/landing``: a copy of ``landing``, or the pipelines' samples (the simulator's whole delivery).
 
     Args:
         lake_root: The lake being built; its ``landing`` folder must not exist yet.
         landing: A landing folder laid out as the landing contract says, copied as it is;
-            ``None`` for the simulator's sample.
+            ``None`` for the pipelines' samples.
         scale_factor: TPC-H scale factor of the simulator's sample.
         seed: Seed of the sample's noise.
+        samples: The pipelines' :data:`SAMPLE_HOOK` functions, each called when ``landing`` is ``None``.
     """
     target = lake_root / "landing"
     if landing is not None:
         shutil.copytree(landing, target)
         return
-    from medallion_assets import simulate
-
-    simulate.land_all(target, scale_factor=scale_factor, batches=1, seed=seed)
+    for land_sample in samples:
+        land_sample(target, scale_factor=scale_factor, seed=seed)
 
 
 def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetSelection:
@@ -327,21 +332,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-@contextmanager
-def _environment(**variables: str) -> Iterator[None]:
-    """Set environment variables for the block, then put back what was there."""
-    before = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def gate(
     *,
     lake_root: Path,
@@ -354,41 +344,46 @@ def gate(
 
     The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
     for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
-    the landing is filled here), built and run with ``MEDALLION_LAKE_ROOT`` set to
-    ``lake_root``.
+    the landing is filled here), built and run with the settings of the environment, ``MEDALLION_LAKE_ROOT``
+    replaced by ``lake_root``.
 
     Args:
         lake_root: An empty or missing folder for the lake; left as the run leaves it.
         select: Dagster asset selection text; everything when ``None``.
-        landing: A landing folder to copy, instead of the simulator's sample (required with
-            ``MEDALLION_DEMO=off``: the sample is TPC-H's).
+        landing: A landing folder to copy, instead of the pipelines' samples (:data:`SAMPLE_HOOK`;
+            required without one, as with ``MEDALLION_DEMO=off``: the simulator's is TPC-H's).
         scale_factor: TPC-H scale factor of the simulator's sample.
         seed: Seed of the sample's noise.
 
     Raises:
         CheckGateUsageError: ``select`` selects nothing or cannot run in one run; no ``landing``
-            with ``MEDALLION_DEMO=off``.
+            and no pipeline's sample (as with ``MEDALLION_DEMO=off``).
     """
     from medallion_assets.definitions import build_definitions
+    from medallion_assets.feeds import pipeline_hooks, pipeline_modules
     from medallion_assets.settings import read_settings
 
-    with _environment(MEDALLION_LAKE_ROOT=str(lake_root)):
-        # The settings checked as the definitions check them (SettingsError names a wrong one);
-        # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
-        settings = read_settings()
-        if landing is None and not settings.demo:
-            raise CheckGateUsageError(
-                "MEDALLION_DEMO=off leaves out TPC-H, the only feeds the simulator's sample feeds: give --landing DIR, "
-                "a landing folder your feeds' files are in"
-            )
-        definitions = build_definitions(
-            settings.deployment, simulator=False, kafka=settings.kafka, pipelines=settings.pipeline_packages
+    # The settings checked as the definitions check them (SettingsError names a wrong one);
+    # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
+    settings = read_settings(overrides={"MEDALLION_LAKE_ROOT": str(lake_root)})
+    samples = pipeline_hooks(pipeline_modules(settings.pipeline_packages), SAMPLE_HOOK)
+    if landing is None and not samples:
+        raise CheckGateUsageError(
+            f"no pipeline offers a sample landing ({SAMPLE_HOOK}(); the project's own do, and MEDALLION_DEMO=off "
+            "leaves them out): give --landing DIR, a landing folder your feeds' files are in"
         )
-        selection = resolve_selection(definitions, select=select)
-        partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
-        lake_root.mkdir(parents=True, exist_ok=True)
-        prepare_landing(lake_root, landing=landing, scale_factor=scale_factor, seed=seed)
-        return run_checks(definitions, selection=selection)
+    definitions = build_definitions(
+        settings.deployment,
+        simulator=False,
+        kafka=settings.kafka,
+        pipelines=settings.pipeline_packages,
+        settings=settings,
+    )
+    selection = resolve_selection(definitions, select=select)
+    partition_range_tags(definitions, selection=selection)  # refuse before the sample is built
+    lake_root.mkdir(parents=True, exist_ok=True)
+    prepare_landing(lake_root, landing=landing, scale_factor=scale_factor, seed=seed, samples=samples)
+    return run_checks(definitions, selection=selection)
 
 
 # ---------------------------------------------------------------- reports

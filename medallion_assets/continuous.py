@@ -12,12 +12,11 @@ Nothing here runs at import.
 """
 
 import logging
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dagster import Config, OpExecutionContext, job, op
@@ -25,7 +24,8 @@ from pydantic import Field
 
 from medallion_assets.feeds import KafkaTopic, feed_named, stream_feeds
 from medallion_assets.kafka import KafkaResource
-from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, spark_resource
+from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, lake_resource, spark_resource
+from medallion_assets.settings import LakeRoot, SettingsError, read_settings
 
 log = logging.getLogger(__name__)
 
@@ -291,13 +291,17 @@ def _stream_command(args) -> int:
     config = ContinuousStreamsConfig(
         streams=args.streams, trigger_interval=args.trigger_interval, rate_limits=limits, run_seconds=args.run_seconds
     )
-    root = args.lake_root or os.environ.get("MEDALLION_LAKE_ROOT")
-    lake = LakeResource(root=root) if root else LakeResource()
+    try:
+        settings = read_settings()
+    except SettingsError as error:
+        raise SystemExit(f"medallion-assets stream: {error}") from None
+    if args.lake_root:
+        settings = replace(settings, lake_root=LakeRoot(args.lake_root, "--lake-root"))
+    lake = lake_resource(settings)
     # The deployed resource (MEDALLION_DEPLOYMENT) with its engine choice (MEDALLION_DELTA_ENGINE,
     # DELTA_SPARK_JARS, MEDALLION_DELTA_SPARK_MAVEN); outside Dagster its EnvVars resolve here.
-    deployment = os.environ.get("MEDALLION_DEPLOYMENT", "local")
-    spark = spark_resource(deployment).process_config_and_initialize().session_by_path
-    kafka = kafka_resource(resolved=True)
+    spark = spark_resource(settings=settings).process_config_and_initialize().session_by_path
+    kafka = kafka_resource(settings, resolved=True)
     try:
         run_continuous(spark, lake, config, log_progress=lambda line: print(line, flush=True), kafka=kafka)
     finally:

@@ -7,9 +7,9 @@ environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
 ``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
 (:mod:`medallion_assets.storage.session`). ``MEDALLION_SIMULATOR=off`` leaves the demo
-feed (``landing/simulated_batch``) out; ``MEDALLION_DEMO=off`` leaves out the
-project's own pipelines too (TPC-H), so only the ``MEDALLION_PIPELINES``
-packages' feeds and assets are there. Without
+producers out (TPC-H's ``landing/simulated_batch``, :data:`PRODUCER_HOOK`);
+``MEDALLION_DEMO=off`` leaves out the project's own pipelines too (TPC-H), so
+only the ``MEDALLION_PIPELINES`` packages' feeds and assets are there. Without
 ``MEDALLION_KAFKA_BOOTSTRAP_SERVERS`` the feeds read from Kafka are left out too
 (their bronze asset, checkpoint sensor and ``stream_health`` check; a pipeline
 step that also reads them loads in its variant without them), and one INFO
@@ -37,10 +37,10 @@ from dagster import (
     load_assets_from_modules,
 )
 
-from medallion_assets.assets import landing
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.jobs import jobs, schedules
 from medallion_assets.resources import io_manager_settings, kafka_resource, lake_resource, spark_resource
+from medallion_assets.settings import Deployment, Settings, pipeline_packages, read_settings
 
 # Dagster's logger: its handler shows INFO in `dagster dev` and `dagster definitions validate`.
 log = get_dagster_logger("medallion_assets.definitions")
@@ -50,21 +50,34 @@ log = get_dagster_logger("medallion_assets.definitions")
 #: returns that module's replacements for its assets reading those bronze tables.
 VARIANT_HOOK = "assets_without"
 
+#: The function a pipeline module defines when one of its assets is a demo producer, which
+#: lands files for feeds in place of a real landing zone: ``landing_producers()`` returns
+#: ``{the asset's key: names of the feeds it lands}``. The asset is loaded from the module like
+#: its others, and kept only with ``simulator``, then drawn upstream of those feeds' bronze assets.
+PRODUCER_HOOK = "landing_producers"
 
-def resources_for(deployment: str) -> dict[str, Any]:
-    """Every resource the assets need, for one deployment."""
-    spark = spark_resource(deployment)
-    lake = lake_resource()
-    io_manager = DeltaIOManager(spark=spark, lake=lake, **io_manager_settings())
-    return {"spark": spark, "lake": lake, "kafka": kafka_resource(), "io_manager": io_manager}
+
+def resources_for(deployment: Deployment | None = None, *, settings: Settings | None = None) -> dict[str, Any]:
+    """Every resource the assets need, for one deployment, configured from ``settings``.
+
+    Args:
+        deployment: ``local``, ``cluster`` or ``connect`` (default: the settings').
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
+    """
+    settings = settings or read_settings()
+    spark = spark_resource(deployment, settings=settings)
+    lake = lake_resource(settings)
+    io_manager = DeltaIOManager(spark=spark, lake=lake, **io_manager_settings(settings))
+    return {"spark": spark, "lake": lake, "kafka": kafka_resource(settings), "io_manager": io_manager}
 
 
 def build_definitions(
-    deployment: str = "local",
+    deployment: Deployment | None = "local",
     *,
     simulator: bool | None = None,
     kafka: bool = True,
     pipelines: Sequence[str] | None = None,
+    settings: Settings | None = None,
 ) -> Definitions:
     """The project's Definitions for ``deployment``.
 
@@ -75,11 +88,12 @@ def build_definitions(
     schedules select by asset group, so they hold whatever feeds are there.
 
     Args:
-        deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`).
-        simulator: include ``landing/simulated_batch``, the demo feed, upstream of
-            the feeds it lands. No job or schedule selects it; a deployment with
-            a real landing zone leaves it out, and then nothing shows it.
-            ``None`` (the default): included when TPC-H's pipelines are.
+        deployment: ``local``, ``cluster`` or ``connect`` (:func:`resources_for`); ``None``: the settings'.
+        simulator: include the pipelines' demo producers (:data:`PRODUCER_HOOK`; TPC-H's
+            ``landing/simulated_batch``), upstream of the feeds they land. No job or
+            schedule selects them; a deployment with a real landing zone leaves them
+            out, and then nothing shows them. ``None`` (the default): included when a
+            pipeline module offers one.
         kafka: include the feeds read from Kafka (``KafkaTopic``): their bronze
             asset, checkpoint sensor and ``stream_health`` check. Without them a
             pipeline asset that reads their bronze table is swapped for its
@@ -89,41 +103,50 @@ def build_definitions(
         pipelines: the pipeline packages (default: the environment's,
             :func:`~medallion_assets.settings.pipeline_packages`). Without
             ``medallion_assets.pipelines`` (``MEDALLION_DEMO=off``) TPC-H is left
-            out, and with it the simulator, which lands TPC-H's files.
+            out, and with it its simulator, which lands TPC-H's files.
+        settings: the checked settings the resources are configured from (default:
+            :func:`~medallion_assets.settings.read_settings`'s).
 
     Raises:
-        ValueError: ``simulator`` without the project's own pipelines.
+        ValueError: ``simulator`` when no pipeline module offers a producer.
     """
     from medallion_assets.assets.bronze import bronze_assets
     from medallion_assets.assets.checks import feed_checks, freshness_sensor
     from medallion_assets.assets.silver import silver_assets
     from medallion_assets.continuous import bronze_streams_continuous
-    from medallion_assets.feeds import KafkaTopic, pipeline_modules, project_feeds
+    from medallion_assets.feeds import KafkaTopic, pipeline_hooks, pipeline_modules, project_feeds
     from medallion_assets.jobs import ingest_job
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
-    from medallion_assets.settings import PROJECT_PIPELINES, pipeline_packages
 
-    packages = tuple(pipeline_packages() if pipelines is None else pipelines)
-    if simulator is None:
-        simulator = PROJECT_PIPELINES in packages
-    if simulator and PROJECT_PIPELINES not in packages:
-        raise ValueError(
-            f"the simulator lands TPC-H's files, and the pipelines {', '.join(packages) or '(none)'} "
-            f"leave out {PROJECT_PIPELINES}, whose feeds read them: pass simulator=False"
-        )
+    if pipelines is None:
+        pipelines = settings.pipeline_packages if settings is not None else pipeline_packages()
+    packages = tuple(pipelines)
     modules = list(pipeline_modules(packages))
+    producers = {key: landed for hook in pipeline_hooks(modules, PRODUCER_HOOK) for key, landed in hook().items()}
+    if simulator is None:
+        simulator = bool(producers)
+    if simulator and not producers:
+        raise ValueError(
+            f"the simulator lands files for the pipelines that offer a producer ({PRODUCER_HOOK}()), and none of "
+            f"the pipelines {', '.join(packages) or '(none)'} does: pass simulator=False"
+        )
     declared = project_feeds(packages)
     left_out = {} if kafka else {f.bronze_key: f.name for f in declared if isinstance(f.source, KafkaTopic)}
-    pipeline_assets = _pipeline_assets(modules, left_out)
+    pipeline_assets = [
+        a for a in _pipeline_assets(modules, left_out) if simulator or not set(a.keys) & producers.keys()
+    ]
     feeds = tuple(f for f in declared if f.bronze_key not in left_out)
     if left_out:
         _say_once(
             f"Kafka feeds left out: {', '.join(left_out.values())} "
             "(set MEDALLION_KAFKA_BOOTSTRAP_SERVERS to include them)"
         )
-    landed_by = {name: [landing.simulated_batch.key] for name in landing.simulated_feeds()} if simulator else {}
+    landed_by: dict[str, list[AssetKey]] = {}
+    if simulator:
+        for key, landed in producers.items():
+            for name in landed:
+                landed_by.setdefault(name, []).append(key)
     assets = [
-        *([landing.simulated_batch] if simulator else []),
         *bronze_assets(feeds, landed_by=landed_by),
         *silver_assets(feeds),
         *pipeline_assets,
@@ -146,7 +169,7 @@ def build_definitions(
             build_landing_sensor(ingest_job, feeds=feeds),
             freshness_sensor(checks),
         ],
-        resources=resources_for(deployment),
+        resources=resources_for(deployment, settings=settings),
         # One process for the whole run: every asset shares one SparkSession (one JVM)
         # instead of a JVM per asset, which is what the multiprocess executor would cost.
         executor=in_process_executor,
@@ -208,9 +231,11 @@ def defs() -> Definitions:
     a wrong one stops the load with a :class:`~medallion_assets.settings.SettingsError`
     naming the variable, before any resource or session exists.
     """
-    from medallion_assets.settings import read_settings
-
     settings = read_settings()
     return build_definitions(
-        settings.deployment, simulator=settings.simulator, kafka=settings.kafka, pipelines=settings.pipeline_packages
+        None,
+        simulator=settings.simulator,
+        kafka=settings.kafka,
+        pipelines=settings.pipeline_packages,
+        settings=settings,
     )

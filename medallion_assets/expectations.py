@@ -330,7 +330,8 @@ def cache_rows(frame: DataFrame, *, no_rows: bool) -> DataFrame:
 
     No query reads an empty input's frames (their counts are answered on the
     driver), and uncaching a frame makes Spark re-plan every cached frame built
-    on it that was never computed: 1.1 s for three in a run with nothing new.
+    on it that was never computed, a cost a run with nothing new would pay in
+    every step (docs/decisions/0008-skip-unchanged-inputs.md).
     """
     return frame if no_rows else frame.cache()
 
@@ -339,8 +340,9 @@ def step_output(frame: DataFrame, *, no_rows: bool) -> DataFrame:
     """What a step hands the IO manager: ``frame``, or an empty relation when its input had no rows.
 
     A step's outputs sit on observed inputs and cached frames, which Spark's
-    optimizer cannot see through, so their emptiness takes a job of its own
-    (about 0.7 s per output, five outputs in a run with nothing new). A
+    optimizer cannot see through, so their emptiness takes a job of its own,
+    one per output in a run with nothing new
+    (docs/decisions/0008-skip-unchanged-inputs.md). A
     ``limit(0)`` is answered on the driver: every output of a step is computed
     from its input, so no rows in means none out.
     """

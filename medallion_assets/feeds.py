@@ -200,9 +200,8 @@ class ApplyChanges:
             1: ERROR for a file rejected whole only; None: never ERROR (WARN only).
         deletion_vectors: create the silver table with deletion vectors, so that a
             MERGE marks the rows it replaces instead of rewriting every file that
-            holds one (delta-spark only). A batch that restates 1% of SF 1's orders
-            merged into ``lineitem`` in 19.5 s instead of 30.8 s
-            (``benchmarks/merge_deletion_vectors.py``). The cost: delta-rs 1.6 cannot
+            holds one (delta-spark only; docs/decisions/0006-deletion-vectors-off.md
+            says why it is off by default). The cost: delta-rs 1.6 cannot
             read such a table, so the delta-rs engine refuses to create it and
             pandas/Arrow loads of it fail; Spark and DuckDB's delta extension read it.
             Applies when the table is created (an existing one: ``ALTER TABLE ... SET
@@ -575,6 +574,16 @@ def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType,
         for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=f"{package}."):
             modules.append(importlib.import_module(info.name))
     return tuple(modules)
+
+
+def pipeline_hooks(modules: Iterable[ModuleType], name: str) -> tuple[Callable, ...]:
+    """The functions called ``name`` that ``modules`` define, each once.
+
+    A hook is how the machinery asks the pipelines for something it must not
+    name itself (a demo producer, a sample landing); a package that re-exports
+    a module's hook still offers it once.
+    """
+    return tuple(dict.fromkeys(hook for module in modules if callable(hook := getattr(module, name, None))))
 
 
 def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:

@@ -21,7 +21,18 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
-from medallion_assets.settings import SIZE_LIMITS
+from medallion_assets.settings import (
+    DEFAULT_LAKE_ROOT,
+    DELTA_ENGINES,
+    DEPLOYMENTS,
+    Deployment,
+    LakeRoot,
+    Settings,
+    SettingsError,
+    one_of,
+    read_settings,
+    variables_feeding,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -213,9 +224,9 @@ class SparkResource(LazyPySparkResource):
     @classmethod
     def _known_engine(cls, value: str) -> str:
         # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
-        if type(value) is str and value not in ("auto", "delta-spark", "delta-rs"):
+        if type(value) is str and value not in DELTA_ENGINES:
             raise ValueError(
-                f"SparkResource.delta_engine={value!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+                f"SparkResource.delta_engine={value!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
                 "(MEDALLION_DELTA_ENGINE sets it in the deployed definitions)"
             )
         return value
@@ -478,8 +489,13 @@ class LakeResource(ConfigurableResource):
     """
 
     root: str = Field(
-        default="./lakehouse",
+        default=DEFAULT_LAKE_ROOT,
         description="Lake root: a local folder (relative to the working directory) or an object-store URI.",
+    )
+    root_variable: str | None = Field(
+        default=None,
+        description="The environment variable root came from (MEDALLION_LAKE_ROOT), named in errors; "
+        "unset: root was given directly or is the default.",
     )
 
     @field_validator("root")
@@ -597,7 +613,7 @@ class LakeResource(ConfigurableResource):
             raise LakeRootError(problem)
 
     def write_problem(self) -> str | None:
-        """Why the lake root cannot be written, naming ``MEDALLION_LAKE_ROOT`` when it came from there; else ``None``.
+        """Why the lake root cannot be written, naming :attr:`root_variable` when it came from there; else ``None``.
 
         A local root is created when missing (with its parents), then written to: a
         temporary file is written and removed in it. Whether that works decides, not
@@ -608,12 +624,10 @@ class LakeResource(ConfigurableResource):
         """
         import tempfile
 
-        from medallion_assets.settings import lake_root_problem
-
         if "://" in self.root:
             return None
-        variable = "MEDALLION_LAKE_ROOT" if os.environ.get("MEDALLION_LAKE_ROOT") == self.root else None
-        problem = lake_root_problem(self.root, variable=variable)
+        variable = self.root_variable
+        problem = LakeRoot(self.root, variable).problem()
         if problem:
             return problem
         path = Path(self.root).expanduser().absolute()
@@ -639,138 +653,129 @@ class LakeRootError(OSError):
 # ---------------------------------------------------------------- per deployment
 
 
-def lake_resource() -> LakeResource:
-    """The lake at ``$MEDALLION_LAKE_ROOT``, or ``./lakehouse`` when it is not set."""
-    if os.environ.get("MEDALLION_LAKE_ROOT"):
-        return LakeResource(root=EnvVar("MEDALLION_LAKE_ROOT"))
-    return LakeResource()
+def lake_resource(settings: Settings | None = None) -> LakeResource:
+    """The lake at the settings' root (``MEDALLION_LAKE_ROOT``, or ``./lakehouse`` when it is not set).
+
+    Args:
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
+    """
+    root = (settings or read_settings()).lake_root
+    return LakeResource(root=root.location, root_variable=root.variable)
 
 
 #: Environment variables of the Delta engine choice and the connectors' jars -> SparkResource fields.
 ENGINE_VARIABLES = {
-    "MEDALLION_DELTA_ENGINE": "delta_engine",
-    "DELTA_SPARK_JARS": "delta_spark_jars",
-    "MEDALLION_DELTA_SPARK_MAVEN": "delta_spark_maven",
-    "KAFKA_SPARK_JARS": "kafka_connector_jars",
-    "MEDALLION_KAFKA_MAVEN": "kafka_connector_maven",
+    name: field for name, field in variables_feeding("SparkResource").items() if field not in ("master", "remote")
 }
-#: The switches among them: booleans, which ``EnvVar`` cannot carry.
-_SWITCHES = ("delta_spark_maven", "kafka_connector_maven")
-_UNSET_MEANS = {"delta_spark_maven": "to probe Maven under auto", "kafka_connector_maven": "for false"}
 
 
-def engine_settings() -> dict[str, Any]:
+def engine_settings(settings: Settings | None = None) -> dict[str, Any]:
     """The engine and connector fields of the Spark resource, from the variables that are set.
 
     Unset variables keep the resource's defaults (``auto``, no jars, Maven probed
-    for delta-spark, not used for Kafka's connector). The Maven switches are
-    booleans, which ``EnvVar`` cannot carry: they are read when the definitions
-    are built. Kafka's connector is put on the session only where the Kafka
-    feeds are in the definitions (``MEDALLION_KAFKA_BOOTSTRAP_SERVERS`` set):
-    a session that reads no topic does not resolve or load it.
+    for delta-spark, not used for Kafka's connector). Kafka's connector is put on
+    the session only where the Kafka feeds are in the definitions
+    (``MEDALLION_KAFKA_BOOTSTRAP_SERVERS`` set): a session that reads no topic does
+    not resolve or load it.
+
+    Args:
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
 
     Raises:
-        SettingsError: a switch is spelled as neither true nor false (``ture``), named.
+        SettingsError: without ``settings``, a variable the project cannot use (a switch spelled ``ture``), named.
     """
-    from medallion_assets.settings import switch
-
-    settings: dict[str, Any] = {}
-    kafka = bool(os.environ.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
-    for name, field in ENGINE_VARIABLES.items():
-        value = os.environ.get(name)
-        if not value or (field.startswith("kafka_") and not kafka):
-            continue
-        if field not in _SWITCHES:
-            settings[field] = EnvVar(name)
-        elif switch(name, unset=None, unset_means=_UNSET_MEANS[field]) is not None:
-            settings[field] = switch(name, unset=None)
-    return settings
+    settings = settings or read_settings()
+    fields = settings.fields_of("SparkResource")
+    if not settings.kafka:
+        fields = {name: value for name, value in fields.items() if not name.startswith("kafka_")}
+    return fields
 
 
 #: Environment variables of the IO manager's size limits -> DeltaIOManager fields (whole numbers): each
 #: field is its variable's name without the prefix, in lower case (``arrow_merge_max_table_mb``).
-IO_MANAGER_VARIABLES = {name: name.removeprefix("MEDALLION_").lower() for name in SIZE_LIMITS}
+IO_MANAGER_VARIABLES = variables_feeding("DeltaIOManager")
 
 
-def io_manager_settings() -> dict[str, Any]:
-    """The IO manager's size limits from the variables that are set, as ``EnvVar.int``; unset ones keep the defaults.
+def io_manager_settings(settings: Settings | None = None) -> dict[str, Any]:
+    """The IO manager's size limits from the variables that are set; unset ones keep the defaults.
 
-    Dagster reads the values when a run starts and validates the resource
-    then; :func:`~medallion_assets.settings.read_settings` has refused a value
-    that is not a whole number before, naming the variable.
+    Args:
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
     """
-    return {field: EnvVar.int(name) for name, field in IO_MANAGER_VARIABLES.items() if os.environ.get(name, "").strip()}
+    return (settings or read_settings()).fields_of("DeltaIOManager")
 
 
 #: Environment variables of the Kafka source -> KafkaResource fields (all strings).
-KAFKA_VARIABLES = {
-    "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "bootstrap_servers",
-    "MEDALLION_KAFKA_TOPIC": "topic",
-    "MEDALLION_KAFKA_SECURITY_PROTOCOL": "security_protocol",
-    "MEDALLION_KAFKA_SASL_MECHANISM": "sasl_mechanism",
-    "MEDALLION_KAFKA_SASL_USERNAME": "sasl_username",
-    "MEDALLION_KAFKA_SASL_PASSWORD": "sasl_password",
-    "MEDALLION_KAFKA_SSL_CA_LOCATION": "ssl_ca_location",
-    "MEDALLION_KAFKA_STARTING_OFFSETS": "starting_offsets",
-}
+KAFKA_VARIABLES = variables_feeding("KafkaResource")
 
 
-def kafka_resource(*, resolved: bool = False):
+def _credentials(settings: Settings, resource: str, *, resolved: bool = False) -> dict[str, Any]:
+    """The credential fields of ``resource`` whose variables are set, as ``EnvVar``: Dagster reads them when a
+    run starts and keeps their values out of its UI; ``resolved``: their values, for a process outside Dagster."""
+    return {
+        field: EnvVar(name).get_value() if resolved else EnvVar(name)
+        for name, field in variables_feeding(resource).items()
+        if name in settings.credentials
+    }
+
+
+def kafka_resource(settings: Settings | None = None, *, resolved: bool = False):
     """The Kafka source of the deployment: fields from the ``MEDALLION_KAFKA_*`` variables that are set.
 
     With none set the resource is unconfigured and the Kafka bronze table stays empty.
 
     Args:
-        resolved: read the values now, for a process outside Dagster (the CLI), instead of
-            naming them with ``EnvVar`` for Dagster to resolve (and to keep out of the UI).
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
+        resolved: read the SASL password now, for a process outside Dagster (the CLI), instead of
+            naming it with ``EnvVar`` for Dagster to resolve (and to keep out of the UI).
     """
     from medallion_assets.kafka import KafkaResource
 
+    settings = settings or read_settings()
     return KafkaResource(
-        **{
-            field: os.environ[name] if resolved else EnvVar(name)
-            for name, field in KAFKA_VARIABLES.items()
-            if os.environ.get(name)
-        }
+        **settings.fields_of("KafkaResource"), **_credentials(settings, "KafkaResource", resolved=resolved)
     )
 
 
 #: Environment variables of the catalog -> LakeCatalog fields (all strings).
-CATALOG_VARIABLES = {
-    "MEDALLION_CATALOG": "kind",
-    "MEDALLION_CATALOG_DATABASE_PREFIX": "database_prefix",
-    "MEDALLION_METASTORE_URL": "metastore_url",
-    "MEDALLION_METASTORE_USER": "metastore_user",
-    "MEDALLION_METASTORE_PASSWORD": "metastore_password",
-    "MEDALLION_METASTORE_DRIVER": "metastore_driver",
-    "MEDALLION_METASTORE_JARS": "metastore_jars",
-    "MEDALLION_METASTORE_URIS": "metastore_uris",
-    "MEDALLION_WAREHOUSE_DIR": "warehouse_dir",
-}
+CATALOG_VARIABLES = variables_feeding("LakeCatalog")
 
 
-def lake_catalog() -> LakeCatalog:
+def lake_catalog(settings: Settings | None = None) -> LakeCatalog:
     """The catalog of the deployment: the ``MEDALLION_CATALOG*``/``MEDALLION_METASTORE_*`` variables that are set,
-    over the lake of ``MEDALLION_LAKE_ROOT`` (or ``./lakehouse``). Unset: the session catalog."""
-    fields: dict[str, Any] = {field: EnvVar(name) for name, field in CATALOG_VARIABLES.items() if os.environ.get(name)}
-    return LakeCatalog(lake_root=lake_resource().root, **fields)
+    over the lake of ``MEDALLION_LAKE_ROOT`` (or ``./lakehouse``). Unset: the session catalog.
+
+    Args:
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
+    """
+    settings = settings or read_settings()
+    return LakeCatalog(
+        lake_root=settings.lake_root.location,
+        **settings.fields_of("LakeCatalog"),
+        **_credentials(settings, "LakeCatalog"),
+    )
 
 
-def spark_resource(deployment: str) -> SparkResource:
+def spark_resource(deployment: Deployment | None = None, *, settings: Settings | None = None) -> SparkResource:
     """The Spark resource of a deployment: ``local``, ``cluster`` or ``connect``.
 
-    Outside Dagster (a notebook, a script), ``spark_resource("local").process_config_and_initialize()``
+    Outside Dagster (a notebook, a script), ``spark_resource().process_config_and_initialize()``
     resolves its settings; its ``spark_session`` then finds the lake's tables by name.
+
+    Args:
+        deployment: the deployment (default: the settings', ``MEDALLION_DEPLOYMENT``).
+        settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
     """
-    engine = {**engine_settings(), "catalog": lake_catalog()}
+    settings = settings or read_settings()
+    deployment = deployment or settings.deployment
+    engine = {**engine_settings(settings), "catalog": lake_catalog(settings)}
+    # The endpoints may carry credentials (a Connect token, a master's user:password@): named, read at run start.
     if deployment == "local":
         return SparkResource(**engine)
     if deployment == "cluster":
         return SparkResource(master=EnvVar("SPARK_MASTER_URL"), python_workers_use_driver_interpreter=False, **engine)
     if deployment == "connect":
         return SparkResource(master=None, remote=EnvVar("SPARK_REMOTE"), **engine)
-    from medallion_assets.settings import SettingsError
-
     raise SettingsError(
-        f"MEDALLION_DEPLOYMENT={deployment!r} is not a deployment: use local, cluster or connect (or unset it for local)"
+        f"MEDALLION_DEPLOYMENT={deployment!r} is not a deployment: use {one_of(DEPLOYMENTS)} (or unset it for local)"
     )

@@ -24,8 +24,25 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, cast, get_args
+
+#: Where Spark runs: embedded, on a cluster (``SPARK_MASTER_URL``), or through Spark Connect (``SPARK_REMOTE``).
+Deployment = Literal["local", "cluster", "connect"]
+#: The Delta engine a session is asked for (``auto``: delta-spark where it can be had, else delta-rs).
+EngineSetting = Literal["auto", "delta-spark", "delta-rs"]
+#: Where the lake's tables are registered by name.
+CatalogKind = Literal["session", "hive", "none"]
+DEPLOYMENTS: tuple[Deployment, ...] = get_args(Deployment)
+DELTA_ENGINES: tuple[EngineSetting, ...] = get_args(EngineSetting)
+CATALOGS: tuple[CatalogKind, ...] = get_args(CatalogKind)
+DEFAULT_LAKE_ROOT = "./lakehouse"
+
+
+def one_of(allowed: tuple[str, ...]) -> str:
+    """The allowed values in words, for an error: ``auto, delta-spark or delta-rs``."""
+    return f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
 
 
 class SettingsError(ValueError):
@@ -41,12 +58,20 @@ class Variable:
         does: what it sets.
         allowed: the values it may take.
         default: what an unset variable means.
+        setting: the :class:`Settings` field holding its checked, typed value (``None``: a credential).
+        feeds: the resource field it configures, ``Resource.field`` (``None``: it shapes the definitions).
+        credential: it may carry a password or token: :func:`read_settings` checks it but keeps only
+            whether it is set (:attr:`Settings.credentials`); the resources name it with Dagster's
+            ``EnvVar``, so its value is read when a run starts and never shown or logged.
     """
 
     name: str
     does: str
     allowed: str
     default: str
+    setting: str | None = None
+    feeds: str | None = None
+    credential: bool = False
 
 
 #: Every environment variable the project reads (docs/settings.md is this table).
@@ -54,27 +79,41 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "MEDALLION_DEPLOYMENT",
         "Where Spark runs: embedded, on a cluster, or through Spark Connect.",
-        "local, cluster, connect",
+        ", ".join(DEPLOYMENTS),
         "local",
+        setting="deployment",
     ),
     Variable(
         "SPARK_MASTER_URL",
         "The cluster's master, with MEDALLION_DEPLOYMENT=cluster (required there).",
         "spark://host:port, k8s://https://host:port, yarn, mesos://host:port, local[N]",
         "none",
+        feeds="SparkResource.master",
+        credential=True,
     ),
     Variable(
         "SPARK_REMOTE",
         "The Spark Connect endpoint, with MEDALLION_DEPLOYMENT=connect (required there).",
         "sc://host[:port][/;params]",
         "none",
+        feeds="SparkResource.remote",
+        credential=True,
     ),
-    Variable("MEDALLION_DELTA_ENGINE", "Which Delta engine the session runs.", "auto, delta-spark, delta-rs", "auto"),
+    Variable(
+        "MEDALLION_DELTA_ENGINE",
+        "Which Delta engine the session runs.",
+        ", ".join(DELTA_ENGINES),
+        "auto",
+        setting="delta_engine",
+        feeds="SparkResource.delta_engine",
+    ),
     Variable(
         "DELTA_SPARK_JARS",
         "Local delta-spark jars (machines without Maven).",
         "a folder of .jar files, or a comma list of .jar files",
         "none",
+        setting="delta_spark_jars",
+        feeds="SparkResource.delta_spark_jars",
     ),
     Variable(
         "MEDALLION_DELTA_SPARK_MAVEN",
@@ -82,24 +121,32 @@ VARIABLES: tuple[Variable, ...] = (
         "(and delta-spark), true fetches without probing, false never fetches.",
         "true/false (also yes/no, on/off, 1/0)",
         "unset: probe",
+        setting="delta_spark_maven",
+        feeds="SparkResource.delta_spark_maven",
     ),
     Variable(
         "KAFKA_SPARK_JARS",
         "Local jars of Spark's Kafka connector, for the Kafka bronze stream.",
         "a folder of .jar files, or a comma list of .jar files",
         "none",
+        setting="kafka_connector_jars",
+        feeds="SparkResource.kafka_connector_jars",
     ),
     Variable(
         "MEDALLION_KAFKA_MAVEN",
         "Fetch Spark's Kafka connector from Maven when KAFKA_SPARK_JARS is not set.",
         "true/false (also yes/no, on/off, 1/0)",
         "false",
+        setting="kafka_maven",
+        feeds="SparkResource.kafka_connector_maven",
     ),
     Variable(
         "MEDALLION_LAKE_ROOT",
         "The lake's root folder (landing, layers, checkpoints); must be writable.",
         "a local folder (relative: to the working directory) or an object-store URI (s3://...)",
-        "./lakehouse",
+        DEFAULT_LAKE_ROOT,
+        setting="lake_root",
+        feeds="LakeResource.root",
     ),
     Variable(
         "MEDALLION_DEMO",
@@ -107,68 +154,94 @@ VARIABLES: tuple[Variable, ...] = (
         "simulator; off: only the MEDALLION_PIPELINES packages (which it then requires).",
         "on/off (also true/false, yes/no, 1/0)",
         "on",
+        setting="demo",
     ),
     Variable(
         "MEDALLION_SIMULATOR",
         "Include the demo feed landing/simulated_batch.",
         "on/off (also true/false, yes/no, 1/0)",
         "on (off with MEDALLION_DEMO=off)",
+        setting="simulator",
     ),
     Variable(
         "MEDALLION_PIPELINES",
         "Pipeline packages besides medallion_assets.pipelines (instead of it with MEDALLION_DEMO=off).",
         "a comma list of importable Python packages",
         "none",
+        setting="pipelines",
     ),
     Variable(
         "MEDALLION_CATALOG",
         "Where the lake's tables are registered by name: the session's own catalog "
         "(filled from the lake when a session starts), a shared Hive metastore, or nowhere.",
-        "session, hive, none",
+        ", ".join(CATALOGS),
         "session",
+        setting="catalog",
+        feeds="LakeCatalog.kind",
     ),
     Variable(
         "MEDALLION_CATALOG_DATABASE_PREFIX",
         "Prefix of the layer databases (team_ gives team_gold.<table>).",
         "letters, digits and _, starting with a letter or _",
         "none",
+        setting="catalog_database_prefix",
+        feeds="LakeCatalog.database_prefix",
     ),
     Variable(
         "MEDALLION_METASTORE_URL",
         "JDBC URL of the Hive metastore's database, with MEDALLION_CATALOG=hive.",
         "jdbc:postgresql://host:port/db (or another JDBC URL)",
         "none",
+        setting="metastore_url",
+        feeds="LakeCatalog.metastore_url",
     ),
-    Variable("MEDALLION_METASTORE_USER", "User of the metastore database.", "any text", "none"),
+    Variable(
+        "MEDALLION_METASTORE_USER",
+        "User of the metastore database.",
+        "any text",
+        "none",
+        feeds="LakeCatalog.metastore_user",
+        credential=True,
+    ),
     Variable(
         "MEDALLION_METASTORE_PASSWORD",
         "Password of the metastore database (never logged or shown).",
         "any text",
         "none",
+        feeds="LakeCatalog.metastore_password",
+        credential=True,
     ),
     Variable(
         "MEDALLION_METASTORE_DRIVER",
         "JDBC driver class of the metastore database.",
         "a Java class name",
         "org.postgresql.Driver",
+        setting="metastore_driver",
+        feeds="LakeCatalog.metastore_driver",
     ),
     Variable(
         "MEDALLION_METASTORE_JARS",
         "The metastore database's JDBC driver jar(s).",
         "a jar file, a folder of .jar files, or a comma list of .jar files",
         "none",
+        setting="metastore_jars",
+        feeds="LakeCatalog.metastore_jars",
     ),
     Variable(
         "MEDALLION_METASTORE_URIS",
         "A Hive metastore service, instead of MEDALLION_METASTORE_URL.",
         "thrift://host:port[,thrift://host:port]",
         "none",
+        setting="metastore_uris",
+        feeds="LakeCatalog.metastore_uris",
     ),
     Variable(
         "MEDALLION_WAREHOUSE_DIR",
         "Spark's warehouse folder (managed tables; the lake's are all external).",
         "a folder or URI",
         "<lake root>/_warehouse",
+        setting="warehouse_dir",
+        feeds="LakeCatalog.warehouse_dir",
     ),
     Variable(
         "MEDALLION_ARROW_READ_MAX_ROWS",
@@ -176,6 +249,8 @@ VARIABLES: tuple[Variable, ...] = (
         "without Spark (larger ones are counted by DataFusion over delta-rs' read). 0: always Spark.",
         "a whole number of rows, 0 or more",
         "1000000",
+        setting="arrow_read_max_rows",
+        feeds="DeltaIOManager.arrow_read_max_rows",
     ),
     Variable(
         "MEDALLION_ARROW_WRITE_MAX_ROWS",
@@ -183,6 +258,8 @@ VARIABLES: tuple[Variable, ...] = (
         "committed by deltalake in the Dagster process instead of by Spark's jobs. 0: always Spark.",
         "a whole number of rows, 0 or more",
         "250000",
+        setting="arrow_write_max_rows",
+        feeds="DeltaIOManager.arrow_write_max_rows",
     ),
     Variable(
         "MEDALLION_ARROW_MERGE_MAX_TABLE_MB",
@@ -191,33 +268,57 @@ VARIABLES: tuple[Variable, ...] = (
         "tables are merged by Spark. 0: always Spark.",
         "a whole number of MiB, 0 or more",
         "1024",
+        setting="arrow_merge_max_table_mb",
+        feeds="DeltaIOManager.arrow_merge_max_table_mb",
     ),
     Variable(
         "MEDALLION_KAFKA_BOOTSTRAP_SERVERS",
         "The Kafka broker; unset leaves the Kafka feeds out of the definitions.",
         "host:port[,host:port]",
         "unset: no Kafka feeds",
+        setting="kafka_bootstrap_servers",
+        feeds="KafkaResource.bootstrap_servers",
     ),
     Variable(
         "MEDALLION_KAFKA_TOPIC",
         "The topic to read instead of the one the Kafka feed declares.",
         "a Kafka topic name (letters, digits, . _ -; at most 249)",
         "the feed's",
+        setting="kafka_topic",
+        feeds="KafkaResource.topic",
     ),
     Variable(
         "MEDALLION_KAFKA_SECURITY_PROTOCOL",
         "Kafka security.protocol.",
         "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
         "PLAINTEXT",
+        setting="kafka_security_protocol",
+        feeds="KafkaResource.security_protocol",
     ),
     Variable(
         "MEDALLION_KAFKA_SASL_MECHANISM",
         "SASL mechanism, with SASL_PLAINTEXT or SASL_SSL.",
         "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
         "none",
+        setting="kafka_sasl_mechanism",
+        feeds="KafkaResource.sasl_mechanism",
     ),
-    Variable("MEDALLION_KAFKA_SASL_USERNAME", "SASL user name.", "any text", "none"),
-    Variable("MEDALLION_KAFKA_SASL_PASSWORD", "SASL password (never logged or shown).", "any text", "none"),
+    Variable(
+        "MEDALLION_KAFKA_SASL_USERNAME",
+        "SASL user name.",
+        "any text",
+        "none",
+        feeds="KafkaResource.sasl_username",
+        credential=True,
+    ),
+    Variable(
+        "MEDALLION_KAFKA_SASL_PASSWORD",
+        "SASL password (never logged or shown).",
+        "any text",
+        "none",
+        feeds="KafkaResource.sasl_password",
+        credential=True,
+    ),
     Variable(
         "MEDALLION_KAFKA_SSL_CA_LOCATION",
         "The PEM file of the certificates that signed the broker's, with "
@@ -225,12 +326,16 @@ VARIABLES: tuple[Variable, ...] = (
         "publishing) as ssl.ca.location.",
         "a readable PEM file of certificates",
         "none: the JVM's and the system's default trust",
+        setting="kafka_ssl_ca_location",
+        feeds="KafkaResource.ssl_ca_location",
     ),
     Variable(
         "MEDALLION_KAFKA_STARTING_OFFSETS",
         "Where a new Kafka checkpoint starts.",
         "earliest, latest, or Spark's per-partition JSON",
         "earliest",
+        setting="kafka_starting_offsets",
+        feeds="KafkaResource.starting_offsets",
     ),
 )
 
@@ -242,12 +347,8 @@ SIZE_LIMITS = {
 }
 _WHOLE_NUMBER = re.compile(r"^\s*\d+\s*$")
 
-DEPLOYMENTS = ("local", "cluster", "connect")
-CATALOGS = ("session", "hive", "none")
-DELTA_ENGINES = ("auto", "delta-spark", "delta-rs")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-DEFAULT_LAKE_ROOT = "./lakehouse"
 
 #: The project's own pipelines (TPC-H, the demo), read unless ``MEDALLION_DEMO=off``.
 PROJECT_PIPELINES = "medallion_assets.pipelines"
@@ -263,33 +364,108 @@ _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The environment's settings, checked.
+class LakeRoot:
+    """The lake's root: a local folder (relative: to the working directory) or an object-store URI.
 
     Attributes:
-        deployment: ``local``, ``cluster`` or ``connect``.
-        delta_engine: ``auto``, ``delta-spark`` or ``delta-rs``.
-        delta_spark_maven: ``True`` fetch, ``False`` never, ``None`` probe Maven.
-        kafka_maven: fetch Spark's Kafka connector from Maven.
-        simulator: include the demo feed.
-        kafka: a Kafka broker is configured (the Kafka feeds are in the definitions).
-        pipelines: the packages ``MEDALLION_PIPELINES`` names.
-        demo: include the project's own pipelines (:data:`PROJECT_PIPELINES`, TPC-H).
+        location: the folder or URI, as configured.
+        variable: the environment variable it came from (``MEDALLION_LAKE_ROOT``), named in
+            errors; ``None`` for the default, or a root given directly.
     """
 
-    deployment: str = "local"
-    delta_engine: str = "auto"
+    location: str = DEFAULT_LAKE_ROOT
+    variable: str | None = None
+
+    def problem(self) -> str | None:
+        """Why the root cannot be written, naming where it came from (:func:`lake_root_problem`); ``None`` if it can."""
+        return lake_root_problem(self.location, variable=self.variable)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The environment's settings, checked and typed: what every resource and command takes its values from.
+
+    Each field holds the value of the :data:`VARIABLES` row whose ``setting`` names it;
+    ``None`` is an unset variable (the resource's default applies). Credentials are not
+    held, only whether they are set (:attr:`credentials`).
+
+    Attributes:
+        deployment: where Spark runs.
+        delta_engine: the Delta engine asked for.
+        delta_spark_jars: ``DELTA_SPARK_JARS`` as given.
+        delta_spark_maven: ``True`` fetch, ``False`` never, ``None`` probe Maven.
+        kafka_connector_jars: ``KAFKA_SPARK_JARS`` as given.
+        kafka_maven: fetch Spark's Kafka connector from Maven.
+        lake_root: the lake's root, and whether ``MEDALLION_LAKE_ROOT`` set it.
+        simulator: include the demo feed.
+        pipelines: the packages ``MEDALLION_PIPELINES`` names.
+        demo: include the project's own pipelines (:data:`PROJECT_PIPELINES`, TPC-H).
+        catalog: where the lake's tables are registered by name.
+        catalog_database_prefix, metastore_url, metastore_driver, metastore_jars,
+            metastore_uris, warehouse_dir: the catalog's ``MEDALLION_*`` variables as given.
+        arrow_read_max_rows, arrow_write_max_rows, arrow_merge_max_table_mb: the IO manager's size limits.
+        kafka_bootstrap_servers, kafka_topic, kafka_security_protocol, kafka_sasl_mechanism,
+            kafka_ssl_ca_location, kafka_starting_offsets: the Kafka source's
+            ``MEDALLION_KAFKA_*`` variables as given.
+        credentials: the names of the credential variables that are set (:attr:`Variable.credential`).
+    """
+
+    deployment: Deployment = "local"
+    delta_engine: EngineSetting = "auto"
+    delta_spark_jars: str | None = None
     delta_spark_maven: bool | None = None
+    kafka_connector_jars: str | None = None
     kafka_maven: bool = False
+    lake_root: LakeRoot = field(default_factory=LakeRoot)
     simulator: bool = True
-    kafka: bool = False
     pipelines: tuple[str, ...] = ()
     demo: bool = True
+    catalog: CatalogKind = "session"
+    catalog_database_prefix: str | None = None
+    metastore_url: str | None = None
+    metastore_driver: str | None = None
+    metastore_jars: str | None = None
+    metastore_uris: str | None = None
+    warehouse_dir: str | None = None
+    arrow_read_max_rows: int | None = None
+    arrow_write_max_rows: int | None = None
+    arrow_merge_max_table_mb: int | None = None
+    kafka_bootstrap_servers: str | None = None
+    kafka_topic: str | None = None
+    kafka_security_protocol: str | None = None
+    kafka_sasl_mechanism: str | None = None
+    kafka_ssl_ca_location: str | None = None
+    kafka_starting_offsets: str | None = None
+    credentials: frozenset[str] = frozenset()
+
+    @property
+    def kafka(self) -> bool:
+        """A Kafka broker is configured: the Kafka feeds are in the definitions."""
+        return self.kafka_bootstrap_servers is not None
 
     @property
     def pipeline_packages(self) -> tuple[str, ...]:
         """The packages whose modules declare the deployment's feeds and assets (:func:`pipeline_packages`)."""
         return ((PROJECT_PIPELINES,) if self.demo else ()) + tuple(p for p in self.pipelines if p != PROJECT_PIPELINES)
+
+    def fields_of(self, resource: str) -> dict[str, object]:
+        """The fields of ``resource`` (``KafkaResource``) set by non-credential variables: field -> value."""
+        fed = {}
+        for variable in VARIABLES:
+            if variable.setting and variable.feeds and variable.feeds.split(".")[0] == resource:
+                value = getattr(self, variable.setting)
+                if value is not None:
+                    fed[variable.feeds.split(".", 1)[1]] = value
+        return fed
+
+
+def variables_feeding(resource: str) -> dict[str, str]:
+    """The variables that configure ``resource`` (``KafkaResource``), credentials too: variable -> field."""
+    return {
+        variable.name: variable.feeds.split(".", 1)[1]
+        for variable in VARIABLES
+        if variable.feeds and variable.feeds.split(".")[0] == resource
+    }
 
 
 def switch(
@@ -377,16 +553,21 @@ def _why_not_writable(path: Path) -> str:
     return "permission denied"
 
 
-def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
+def read_settings(environ: Mapping[str, str] | None = None, *, overrides: Mapping[str, str] | None = None) -> Settings:
     """Every setting of the environment, checked: all wrong values reported together.
+
+    The one place the project reads its variables: the definitions, the resources
+    (:mod:`medallion_assets.resources`) and the commands take their values from the result.
 
     Args:
         environ: the environment (default: the process's).
+        overrides: variables that take the place of the environment's, checked as they are
+            (a command's option, such as ``medallion-assets check``'s lake).
 
     Raises:
         SettingsError: one line per wrong variable, naming it, its value, what it may be and the fix.
     """
-    env = os.environ if environ is None else environ
+    env: Mapping[str, str] = {**(os.environ if environ is None else environ), **(overrides or {})}
     problems: list[str] = []
 
     def choice(name: str, allowed: tuple[str, ...], default: str, what: str) -> str:
@@ -395,7 +576,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             return default
         if raw not in allowed:
             problems.append(
-                f"{name}={raw!r} is not {what}: use {', '.join(allowed[:-1])} or {allowed[-1]}"
+                f"{name}={raw!r} is not {what}: use {one_of(allowed)}"
                 + (f" (or unset it for {default})" if default else "")
             )
         return raw
@@ -456,6 +637,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             if problem:
                 problems.append(problem)
 
+    lake_root = LakeRoot()
     root = env.get("MEDALLION_LAKE_ROOT")
     if root is not None and root != "":
         if not root.strip():
@@ -464,7 +646,8 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
                 f"for {DEFAULT_LAKE_ROOT}"
             )
         else:
-            problem = lake_root_problem(root, variable="MEDALLION_LAKE_ROOT")
+            lake_root = LakeRoot(root, "MEDALLION_LAKE_ROOT")
+            problem = lake_root.problem()
             if problem:
                 problems.append(problem)
 
@@ -481,9 +664,14 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
             problems.append(f"MEDALLION_PIPELINES={env['MEDALLION_PIPELINES']!r} names {package!r}, {problem}")
 
     defaults = {variable.name: variable.default for variable in VARIABLES}
+    limits: dict[str, int] = {}
     for name, unit in SIZE_LIMITS.items():
         raw = env.get(name)
-        if raw is not None and raw.strip() and not _WHOLE_NUMBER.match(raw):
+        if raw is None or not raw.strip():
+            continue
+        if _WHOLE_NUMBER.match(raw):
+            limits[name] = int(raw)
+        else:
             problems.append(
                 f"{name}={raw!r} is not a whole number of {unit}: use 0 or more (0: always Spark), "
                 f"or unset it for {defaults[name]}"
@@ -492,21 +680,44 @@ def read_settings(environ: Mapping[str, str] | None = None) -> Settings:
     catalog = choice("MEDALLION_CATALOG", CATALOGS, "session", "a catalog")
     problems.extend(_catalog_problems(env, catalog))
 
-    kafka = bool(env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip())
     problems.extend(_kafka_problems(env))
     problems.extend(_unknown_names(env))
 
     if problems:
         raise SettingsError("\n".join(problems))
+
+    def given(name: str) -> str | None:
+        # Set to an empty string: unset, as the resources have always read it.
+        return env.get(name) or None
+
     return Settings(
-        deployment=deployment,
-        delta_engine=engine,
+        deployment=cast(Deployment, deployment),
+        delta_engine=cast(EngineSetting, engine),
+        delta_spark_jars=given("DELTA_SPARK_JARS"),
         delta_spark_maven=maven,
+        kafka_connector_jars=given("KAFKA_SPARK_JARS"),
         kafka_maven=bool(kafka_maven),
+        lake_root=lake_root,
         simulator=bool(simulator),
-        kafka=kafka,
         pipelines=pipelines,
         demo=demo is not False,
+        catalog=cast(CatalogKind, catalog),
+        catalog_database_prefix=given("MEDALLION_CATALOG_DATABASE_PREFIX"),
+        metastore_url=given("MEDALLION_METASTORE_URL"),
+        metastore_driver=given("MEDALLION_METASTORE_DRIVER"),
+        metastore_jars=given("MEDALLION_METASTORE_JARS"),
+        metastore_uris=given("MEDALLION_METASTORE_URIS"),
+        warehouse_dir=given("MEDALLION_WAREHOUSE_DIR"),
+        arrow_read_max_rows=limits.get("MEDALLION_ARROW_READ_MAX_ROWS"),
+        arrow_write_max_rows=limits.get("MEDALLION_ARROW_WRITE_MAX_ROWS"),
+        arrow_merge_max_table_mb=limits.get("MEDALLION_ARROW_MERGE_MAX_TABLE_MB"),
+        kafka_bootstrap_servers=env.get("MEDALLION_KAFKA_BOOTSTRAP_SERVERS", "").strip() or None,
+        kafka_topic=given("MEDALLION_KAFKA_TOPIC"),
+        kafka_security_protocol=given("MEDALLION_KAFKA_SECURITY_PROTOCOL"),
+        kafka_sasl_mechanism=given("MEDALLION_KAFKA_SASL_MECHANISM"),
+        kafka_ssl_ca_location=given("MEDALLION_KAFKA_SSL_CA_LOCATION"),
+        kafka_starting_offsets=given("MEDALLION_KAFKA_STARTING_OFFSETS"),
+        credentials=frozenset(v.name for v in VARIABLES if v.credential and given(v.name)),
     )
 
 
@@ -650,9 +861,7 @@ def _kafka_problems(env: Mapping[str, str]) -> list[str]:
     ):
         value = env.get(name, "")
         if value and value not in allowed:
-            problems.append(
-                f"{name}={value!r} is not one Kafka knows: use {', '.join(allowed[:-1])} or {allowed[-1]} (upper case)"
-            )
+            problems.append(f"{name}={value!r} is not one Kafka knows: use {one_of(allowed)} (upper case)")
     ca = env.get("MEDALLION_KAFKA_SSL_CA_LOCATION", "")
     if ca and not _is_pem_certificates(ca):
         problems.append(

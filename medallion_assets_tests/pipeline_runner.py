@@ -88,13 +88,13 @@ def main(argv: list[str]) -> int:
     scale_factor, batches, seed = float(argv[0]), int(argv[1]), int(argv[2])
     from dagster import AssetCheckSeverity, DagsterInstance
 
-    from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
     from medallion_assets.io_manager.metadata import ENGINE_NAME
+    from medallion_assets.pipelines.tpch import simulator
     from medallion_assets_tests.test_end_to_end import materialize_everything
 
     lake = Path(os.environ["MEDALLION_LAKE_ROOT"])
-    simulate.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)
+    simulator.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)
     with DagsterInstance.get() as instance:
         result = materialize_everything(build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local")), instance)
         # Tables of pandas/polars/Arrow assets are written by deltalake whatever the session runs.

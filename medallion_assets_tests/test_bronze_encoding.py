@@ -20,9 +20,9 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.ingest import start_bronze_stream
 from medallion_assets.pipelines.tpch import transforms as silver
+from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
 from medallion_assets.resources import LakeResource
 from medallion_assets_tests import contract_reference

@@ -103,7 +103,7 @@ def test_delta_table_stores_descriptions_and_refuses_empty_ones():
 
 
 def _silver_frame(spark, key: AssetKey):
-    from medallion_assets.contract import TPCH_SCHEMAS
+    from medallion_assets.pipelines.tpch.contract import TPCH_SCHEMAS
 
     table = {"customers": "customer"}.get(key.path[-1], key.path[-1])
     return spark.createDataFrame([], from_arrow_schema(TPCH_SCHEMAS[table], prefer_timestamp_ntz=False))

@@ -197,10 +197,10 @@ def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, mo
         with build_schedule_context(repository_def=repo) as context:
             assert repo.get_schedule_def("refresh_daily").evaluate_tick(context).run_requests
         assert ContinuousStreamsConfig().streams == ["subscriptions_raw"]
-        # Built directly, the simulator follows TPC-H's pipelines, and is refused without them.
+        # Built directly, the simulator follows the pipelines that offer a producer (TPC-H's), and is refused without.
         direct = build_definitions("local", pipelines=("team_feeds",)).resolve_asset_graph()
         assert {k.to_user_string() for k in direct.get_all_asset_keys()} == feed_assets
-        with pytest.raises(ValueError, match="the simulator lands TPC-H's files"):
+        with pytest.raises(ValueError, match="none of the pipelines team_feeds does: pass simulator=False"):
             build_definitions("local", simulator=True, pipelines=("team_feeds",))
         # The check gate's default sample is TPC-H's: without the demo it asks for the team's landing.
         with pytest.raises(CheckGateUsageError, match="MEDALLION_DEMO=off .* give --landing DIR"):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, materialize
 
-from medallion_assets import simulate
 from medallion_assets.io_manager.manager import REUSED_FROM_RUN
+from medallion_assets.pipelines.tpch import simulator
 from medallion_assets.pipelines.tpch.gold import gold_assets
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets_tests import contract_reference
@@ -247,7 +247,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     land = dict(scale_factor=SCALE_FACTOR, batches=BATCHES, seed=SEED)
 
     # ---- batch 1
-    batch1 = simulate.land_next_batch(lake / "landing", **land)
+    batch1 = simulator.land_next_batch(lake / "landing", **land)
     cached_before = cached_rdds(spark)
     started = time.monotonic()
     run1 = materialize_everything(defs, instance)
@@ -281,7 +281,7 @@ def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
     assert consumed1 == bronze_v1
 
     # ---- batch 2
-    batch2 = simulate.land_next_batch(lake / "landing", **land)
+    batch2 = simulator.land_next_batch(lake / "landing", **land)
     started = time.monotonic()
     run2 = materialize_everything(defs, instance)
     timings["run 2"] = time.monotonic() - started

@@ -19,11 +19,12 @@ from medallion_assets.feeds import (
     LandingSnapshots,
     Replace,
     feeds_in,
+    pipeline_hooks,
 )
 
 PACKAGE = Path(medallion_assets.__file__).parent
-#: What is not machinery: the pipelines, the TPC-H landing contract and its simulated producer (the demo).
-NOT_MACHINERY = ("pipelines/", "contract.py", "simulate.py", "assets/landing.py")
+#: What is not machinery: the pipelines (TPC-H's with its landing contract, demo landing and simulator).
+NOT_MACHINERY = ("pipelines/",)
 
 
 def machinery_modules() -> list[Path]:
@@ -82,13 +83,24 @@ def test_no_machinery_module_names_a_tpch_feed_or_imports_tpch():
         hits = (
             sorted(strings & tpch)
             + sorted(identifiers & {n for n in tpch if "_" in n})
-            + sorted(
-                n for n in identifiers if n.startswith(("medallion_assets.pipelines.tpch", "medallion_assets.contract"))
-            )
+            + sorted(n for n in identifiers if n.startswith("medallion_assets.pipelines.tpch"))
         )
         if hits:
             offenders[str(path.relative_to(PACKAGE))] = hits
     assert not offenders, f"machinery that names TPC-H: {offenders}"
+
+
+def test_a_hook_re_exported_by_its_package_is_found_once():
+    import types
+
+    def land_sample(landing, *, scale_factor, seed):
+        return None
+
+    package, module, other = types.ModuleType("p"), types.ModuleType("p.m"), types.ModuleType("p.o")
+    package.land_sample = module.land_sample = land_sample
+    other.land_sample = "not a function"
+    assert pipeline_hooks([package, module, other], "land_sample") == (land_sample,)
+    assert pipeline_hooks([other], "land_sample") == ()
 
 
 def test_the_scan_would_see_a_feed_name():

@@ -351,8 +351,8 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
 
 @pytest.mark.slow
 def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypatch):
-    from medallion_assets import simulate
     from medallion_assets.definitions import build_definitions
+    from medallion_assets.pipelines.tpch import simulator
     from medallion_assets_tests.test_end_to_end import (
         assert_gold_matches_duckdb,
         assert_no_check_errs,
@@ -380,13 +380,13 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     contract_view.mkdir()
     (lake / "landing").mkdir(parents=True, exist_ok=True)
     for name, target in (
-        ("orders", lake / "landing" / simulate.PUBLISHED_FOLDER / "orders"),
+        ("orders", lake / "landing" / simulator.PUBLISHED_FOLDER / "orders"),
         ("customers", lake / "landing" / "customers"),
         ("reference", lake / "landing" / "reference"),
     ):
         (contract_view / name).symlink_to(target, target_is_directory=True)
 
-    batch1 = simulate.land_next_batch(lake / "landing", **land)
+    batch1 = simulator.land_next_batch(lake / "landing", **land)
     assert not list((lake / "landing" / "orders").glob("*.json")) if (lake / "landing" / "orders").exists() else True
     run1 = materialize_everything(defs, instance)
     assert_no_check_errs(run1)
@@ -395,7 +395,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     first_version = deltalake.DeltaTable(table).version()
     ends_after_1 = kafka_lag(LakeResource(root=str(lake)), kafka).committed
 
-    batch2 = simulate.land_next_batch(lake / "landing", **land)
+    batch2 = simulator.land_next_batch(lake / "landing", **land)
     run2 = materialize_everything(defs, instance)
     assert_no_check_errs(run2)
     assert_silver_matches_contract(lake, landing=contract_view)

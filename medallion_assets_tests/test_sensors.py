@@ -312,8 +312,8 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
 
 def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, instance):
     """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
-    from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
     from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
     from medallion_assets_tests.delta.readers import read_with_deltalake
 
     orders = Path(lake.landing_folder("orders_raw"))

@@ -7,8 +7,10 @@ names the variable, the value and the fix, and no SparkContext starts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.server
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -17,11 +19,14 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, asset, materialize
+from dagster import DagsterInstance, EnvVar, asset, materialize
 
-from medallion_assets.definitions import defs
-from medallion_assets.resources import LakeResource, SparkResource, engine_settings
-from medallion_assets.settings import VARIABLES, SettingsError, read_settings
+from medallion_assets.catalog import LakeCatalog
+from medallion_assets.definitions import defs, resources_for
+from medallion_assets.io_manager import DeltaIOManager
+from medallion_assets.kafka import KafkaResource
+from medallion_assets.resources import LakeResource, SparkResource, engine_settings, lake_resource
+from medallion_assets.settings import VARIABLES, Settings, SettingsError, read_settings
 from medallion_assets.storage.session import MAVEN_CENTRAL, maven_reachable, plan_engine
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,10 +198,7 @@ def test_a_size_limit_that_is_not_a_whole_number_is_named_with_its_unit_and_defa
 
 
 def test_the_size_limits_reach_the_io_manager_with_the_defaults_the_page_states(monkeypatch):
-    from dagster import EnvVar
-
     from medallion_assets.definitions import resources_for
-    from medallion_assets.io_manager import DeltaIOManager
     from medallion_assets.resources import IO_MANAGER_VARIABLES
 
     documented = {variable.name: variable.default for variable in VARIABLES}
@@ -206,12 +208,72 @@ def test_the_size_limits_reach_the_io_manager_with_the_defaults_the_page_states(
     }
     assert resources_for("local")["io_manager"].arrow_write_max_rows == fields["arrow_write_max_rows"].default
     monkeypatch.setenv("MEDALLION_ARROW_WRITE_MAX_ROWS", "0")
-    assert resources_for("local")["io_manager"].arrow_write_max_rows == EnvVar.int("MEDALLION_ARROW_WRITE_MAX_ROWS")
+    assert resources_for("local")["io_manager"].arrow_write_max_rows == 0
 
 
 def test_the_settings_page_lists_every_variable():
     page = (REPO / "docs" / "settings.md").read_text()
     assert [name for name in SETTING_NAMES if f"`{name}`" not in page] == []
+
+
+def test_the_settings_page_shows_where_each_variable_goes():
+    rows = [
+        f"| `{v.name}` | {f'`{v.setting}`' if v.setting else '(credential: whether it is set)'} | "
+        f"{f'`{v.feeds}`' if v.feeds else 'the definitions'} |"
+        for v in VARIABLES
+    ]
+    page = (REPO / "docs" / "settings.md").read_text()
+    assert "\n".join(["| Variable | `Settings` field | Configures |", "|---|---|---|", *rows]) in page
+
+
+def test_every_variable_has_one_holder_and_feeds_a_real_field():
+    from medallion_assets.io_manager import DeltaIOManager
+
+    resources = {cls.__name__: cls for cls in (SparkResource, LakeResource, LakeCatalog, DeltaIOManager, KafkaResource)}
+    held = [field.name for field in dataclasses.fields(Settings) if field.name != "credentials"]
+    # Each value-holding field of Settings is one variable's, and a credential has none.
+    assert sorted(v.setting for v in VARIABLES if v.setting) == sorted(held)
+    assert [v.name for v in VARIABLES if v.credential and v.setting] == []
+    for variable in VARIABLES:
+        if variable.feeds:
+            resource, field = variable.feeds.split(".")
+            assert field in resources[resource].model_fields, variable
+
+
+def test_credentials_reach_the_resources_by_name_only(monkeypatch):
+    for name, value in {
+        "MEDALLION_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "MEDALLION_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "MEDALLION_KAFKA_SASL_MECHANISM": "PLAIN",
+        "MEDALLION_KAFKA_SASL_USERNAME": "reader",
+        "MEDALLION_KAFKA_SASL_PASSWORD": "s3cret-kafka",
+        "MEDALLION_CATALOG": "hive",
+        "MEDALLION_METASTORE_URL": "jdbc:postgresql://db:5432/metastore",
+        "MEDALLION_METASTORE_PASSWORD": "s3cret-db",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings = read_settings()
+    assert "s3cret" not in repr(settings)
+    resources = resources_for(settings=settings)
+    kafka, catalog = resources["kafka"], resources["spark"].catalog
+    assert kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert kafka.sasl_password == EnvVar("MEDALLION_KAFKA_SASL_PASSWORD")
+    assert kafka.sasl_username == EnvVar("MEDALLION_KAFKA_SASL_USERNAME")
+    assert catalog.metastore_password == EnvVar("MEDALLION_METASTORE_PASSWORD")
+    assert "s3cret" not in repr(kafka) + repr(catalog)
+
+
+def test_no_module_but_settings_reads_a_projects_variable():
+    names = "|".join(SETTING_NAMES)
+    reads = re.compile(rf"(os\.environ|getenv)[^\n]*\b({names})\b")
+    package = REPO / "medallion_assets"
+    found = [
+        f"{path.relative_to(REPO)}: {match.group(0)}"
+        for path in sorted(package.rglob("*.py"))
+        if path != package / "settings.py"
+        for match in reads.finditer(path.read_text())
+    ]
+    assert found == []
 
 
 # ---------------------------------------------------------------- the lake root
@@ -228,17 +290,19 @@ def test_a_lake_root_under_a_file_is_refused_at_load_and_at_run_start(monkeypatc
         "set MEDALLION_LAKE_ROOT to a folder this user can write"
     )
     _assert_run_stops_before_spark(
-        monkeypatch, LakeResource(root=root), f"MEDALLION_LAKE_ROOT={root!r} cannot be created"
+        monkeypatch,
+        LakeResource(root=root, root_variable="MEDALLION_LAKE_ROOT"),
+        f"MEDALLION_LAKE_ROOT={root!r} cannot be created",
     )
 
 
 def test_a_lake_root_that_cannot_be_created_stops_the_run_before_spark_whatever_the_mode_bits_say(monkeypatch):
     # /proc's mode bits let root (and os.access) write, and the definitions load; no folder can be made there.
     root = f"/proc/medallion-lake-{os.getpid()}/lake"
-    assert read_settings({"MEDALLION_LAKE_ROOT": root}) is not None  # the look-only check at load passes
+    settings = read_settings({"MEDALLION_LAKE_ROOT": root})  # the look-only check at load passes
     _assert_run_stops_before_spark(
         monkeypatch,
-        LakeResource(root=root),
+        lake_resource(settings),
         f"MEDALLION_LAKE_ROOT={root!r} cannot be created ({root}: No such file or directory): "
         "point MEDALLION_LAKE_ROOT at a folder this user can write, or create it",
     )
@@ -306,7 +370,9 @@ def test_a_read_only_lake_root_is_refused_at_load_and_at_run_start(monkeypatch, 
         line = _load_error(monkeypatch, MEDALLION_LAKE_ROOT=str(root))
         assert line.startswith(f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable ({root}: permission denied)")
         _assert_run_stops_before_spark(
-            monkeypatch, LakeResource(root=str(root)), f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable"
+            monkeypatch,
+            LakeResource(root=str(root), root_variable="MEDALLION_LAKE_ROOT"),
+            f"MEDALLION_LAKE_ROOT={str(root)!r} is not writable",
         )
     finally:
         root.chmod(0o755)
@@ -320,7 +386,6 @@ def _assert_run_stops_before_spark(monkeypatch, lake: LakeResource, expected: st
         spark.spark_session.range(1).count()
 
     had_spark = SparkContext._active_spark_context is not None
-    monkeypatch.setenv("MEDALLION_LAKE_ROOT", lake.root)  # as a deployment sets it
     result = materialize(
         [touches_spark],
         resources={"spark": SparkResource(delta_engine="delta-rs"), "lake": lake},

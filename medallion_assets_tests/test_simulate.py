@@ -14,7 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from medallion_assets import simulate
+from medallion_assets.pipelines.tpch import simulator
+from medallion_assets.pipelines.tpch.contract import TPCH_SCHEMAS
+from medallion_assets.pipelines.tpch.simulator import delivery
 from medallion_assets_tests import contract_reference
 
 SMALL_SCALE = 0.001
@@ -27,7 +29,7 @@ def _sorted(table: pa.Table, *keys: str) -> pa.Table:
 @pytest.fixture(scope="module")
 def small_landing(tmp_path_factory) -> Path:
     landing = tmp_path_factory.mktemp("small") / "landing"
-    simulate.land_all(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    simulator.land_all(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
     return landing
 
 
@@ -45,8 +47,8 @@ def _events(landing: Path) -> list[tuple[str, int, dict]]:
 
 def test_batches_land_one_per_call_then_stop(tmp_path):
     landing = tmp_path / "landing"
-    first = simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
-    second = simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    first = simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    second = simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
 
     assert (first.batch, second.batch, second.is_last) == (1, 2, True)
     assert sorted(p.relative_to(landing).as_posix() for p in first.files) == [
@@ -56,23 +58,23 @@ def test_batches_land_one_per_call_then_stop(tmp_path):
         *(f"reference/{table}/batch-00001.parquet" for table in sorted(contract_reference.REFERENCE_COLUMNS)),
     ]
     assert all(path.exists() for path in first.files + second.files)
-    with pytest.raises(simulate.AllBatchesLandedError):
-        simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
-    assert simulate.land_all(landing, scale_factor=SMALL_SCALE, batches=2, seed=1) == []
+    with pytest.raises(simulator.AllBatchesLandedError):
+        simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    assert simulator.land_all(landing, scale_factor=SMALL_SCALE, batches=2, seed=1) == []
     # Files are renamed into place: nothing half-written stays behind.
     assert not [p for p in landing.rglob(".*")]
 
 
 def test_a_different_plan_in_the_same_folder_is_refused(tmp_path):
     landing = tmp_path / "landing"
-    simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
+    simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=1)
     with pytest.raises(ValueError, match="plan"):
-        simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=2)
+        simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=2, seed=2)
 
 
 def test_same_seed_lands_the_same_bytes(tmp_path, small_landing):
     again = tmp_path / "landing"
-    simulate.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    simulator.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
     files = sorted(p.relative_to(small_landing) for p in small_landing.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     for relative in files:
@@ -80,16 +82,16 @@ def test_same_seed_lands_the_same_bytes(tmp_path, small_landing):
 
 
 def test_tpch_tables_have_the_contract_types():
-    tables = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    tables = simulator.tpch_tables(scale_factor=SMALL_SCALE)
     for name, table in tables.items():
-        assert table.schema.equals(simulate.TPCH_SCHEMAS[name]), name
+        assert table.schema.equals(TPCH_SCHEMAS[name]), name
     assert tables["orders"].num_rows == 1500
     assert tables["lineitem"].schema.field("l_quantity").type == pa.decimal128(15, 2)
     assert tables["part"].schema.field("p_size").type == pa.int32()
 
 
 def test_full_small_delivery_is_exactly_tpch(small_landing):
-    expected = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    expected = simulator.tpch_tables(scale_factor=SMALL_SCALE)
     state = contract_reference.expected_silver_state(small_landing)
 
     assert state["orders"].equals(_sorted(expected["orders"], "o_orderkey"))
@@ -102,8 +104,8 @@ def test_full_small_delivery_is_exactly_tpch(small_landing):
 @pytest.mark.slow
 def test_full_delivery_at_scale_factor_0_01_is_exactly_tpch(tmp_path):
     landing = tmp_path / "landing"
-    simulate.land_all(landing, scale_factor=0.01, batches=2, seed=7)
-    expected = simulate.tpch_tables(scale_factor=0.01)
+    simulator.land_all(landing, scale_factor=0.01, batches=2, seed=7)
+    expected = simulator.tpch_tables(scale_factor=0.01)
     state = contract_reference.expected_silver_state(landing)
 
     assert state["orders"].num_rows == 15_000
@@ -116,8 +118,8 @@ def test_full_delivery_at_scale_factor_0_01_is_exactly_tpch(tmp_path):
 
 def test_batch_one_alone_is_a_consistent_partial_state(tmp_path):
     landing = tmp_path / "landing"
-    simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
-    tpch = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    tpch = simulator.tpch_tables(scale_factor=SMALL_SCALE)
     state = contract_reference.expected_silver_state(landing)
 
     customer_keys = set(state["customers"]["c_custkey"].to_pylist())
@@ -131,7 +133,7 @@ def test_batch_one_alone_is_a_consistent_partial_state(tmp_path):
 
 def test_delivery_carries_every_kind_of_noise(small_landing):
     events = _events(small_landing)
-    tpch_keys = set(simulate.tpch_tables(scale_factor=SMALL_SCALE)["orders"]["o_orderkey"].to_pylist())
+    tpch_keys = set(simulator.tpch_tables(scale_factor=SMALL_SCALE)["orders"]["o_orderkey"].to_pylist())
 
     places_by_id = defaultdict(list)
     for file_name, _, event in events:
@@ -162,7 +164,7 @@ def test_delivery_carries_every_kind_of_noise(small_landing):
         if event["op"] == "upsert" and isinstance(event["order"].get("o_orderkey"), int)
     }
     dropped = {
-        key for key, status in statuses.items() if key not in tpch_keys and status == simulate.DROPPED_ORDER_STATUS
+        key for key, status in statuses.items() if key not in tpch_keys and status == simulator.DROPPED_ORDER_STATUS
     }
     phantoms = {key: {op for _, _, op in seen} for key, seen in by_key.items() if key not in tpch_keys | dropped}
     assert phantoms and all(ops == {"upsert", "delete"} for ops in phantoms.values())
@@ -204,20 +206,27 @@ def test_customer_files_are_rfc4180_with_the_contract_header(small_landing):
     for path in sorted((small_landing / "customers").glob("*.csv")):
         with path.open(encoding="utf-8", newline="") as handle:
             rows = list(csv.reader(handle))
-        assert rows[0] == list(simulate.CUSTOMER_CSV_HEADER)
+        assert rows[0] == list(simulator.CUSTOMER_CSV_HEADER)
         assert {row[0] for row in rows[1:] if len(row) == 10} <= {"I", "U", "D", "X"}
         segments |= {row[7] for row in rows[1:] if len(row) == 10 and row[0] == "I"}
-    assert simulate.DROPPED_CUSTOMER_SEGMENT in segments, "no customer that silver's expectation drops"
+    assert simulator.DROPPED_CUSTOMER_SEGMENT in segments, "no customer that silver's expectation drops"
+
+
+def test_the_command_gets_simulate_from_the_pipelines_hook():
+    from medallion_assets.cli import build_parser
+
+    args = build_parser().parse_args(["simulate", "--all", "--seed", "3"])
+    assert args.func is simulator.simulate_command and args.all and args.seed == 3
 
 
 def test_simulate_command_lands_under_the_lake_root(tmp_path, capsys):
-    code = simulate.main(
+    code = simulator.main(
         ["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE), "--batches", "2", "--all"]
     )
     assert code == 0
-    assert json.loads((tmp_path / "landing" / simulate.STATE_FILE_NAME).read_text())["landed_batches"] == 2
+    assert json.loads((tmp_path / "landing" / simulator.STATE_FILE_NAME).read_text())["landed_batches"] == 2
     assert "landed batch 2/2" in capsys.readouterr().out
-    assert simulate.main(["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE)]) == 1
+    assert simulator.main(["simulate", "--lake-root", str(tmp_path), "--scale-factor", str(SMALL_SCALE)]) == 1
 
 
 def _landed_files(landing: Path, batch: int) -> list[Path]:
@@ -236,7 +245,9 @@ def test_another_process_lands_the_same_batch_byte_for_byte(tmp_path, small_land
     lake = tmp_path / "lake"
     command = ["simulate", "--lake-root", str(lake), "--scale-factor", str(SMALL_SCALE)]
     command += ["--batches", "3", "--seed", "3"]
-    _run_python(f"from medallion_assets import simulate; simulate.main({command!r})", hash_seed="12345")
+    _run_python(
+        f"from medallion_assets.pipelines.tpch import simulator; simulator.main({command!r})", hash_seed="12345"
+    )
 
     files = _landed_files(lake / "landing", 1)
     assert files == _landed_files(small_landing, 1) and files
@@ -246,9 +257,9 @@ def test_another_process_lands_the_same_batch_byte_for_byte(tmp_path, small_land
 
 def test_rendering_in_slices_changes_no_byte(tmp_path, small_landing, monkeypatch):
     # A prime slice size puts slice ends everywhere in the files.
-    monkeypatch.setattr(simulate, "_RENDER_LINES", 97)
+    monkeypatch.setattr(delivery, "_RENDER_LINES", 97)
     again = tmp_path / "landing"
-    simulate.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
+    simulator.land_all(again, scale_factor=SMALL_SCALE, batches=3, seed=3)
     for relative in _landed_files(small_landing, 1) + _landed_files(small_landing, 2) + _landed_files(small_landing, 3):
         assert (again / relative).read_bytes() == (small_landing / relative).read_bytes(), relative
 
@@ -256,18 +267,18 @@ def test_rendering_in_slices_changes_no_byte(tmp_path, small_landing, monkeypatc
 def test_a_delivery_planned_in_many_chunks_is_exactly_tpch(tmp_path, monkeypatch):
     # 1,500 orders and 6,005 line items in chunks of 256: chunk edges cut
     # through the line items of orders, and every chunk has its own phantoms.
-    monkeypatch.setattr(simulate, "CHUNK_ROWS", 256)
+    monkeypatch.setattr(delivery, "CHUNK_ROWS", 256)
     landing = tmp_path / "landing"
-    expected = simulate.tpch_tables(scale_factor=SMALL_SCALE)
+    expected = simulator.tpch_tables(scale_factor=SMALL_SCALE)
 
-    simulate.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=3, seed=11)
+    simulator.land_next_batch(landing, scale_factor=SMALL_SCALE, batches=3, seed=11)
     state = contract_reference.expected_silver_state(landing)
     customer_keys = set(state["customers"]["c_custkey"].to_pylist())
     assert set(expected["customer"]["c_custkey"].to_pylist()) <= customer_keys
     assert set(state["orders"]["o_custkey"].to_pylist()) <= customer_keys
     assert set(state["lineitem"]["l_orderkey"].to_pylist()) == set(state["orders"]["o_orderkey"].to_pylist())
 
-    simulate.land_all(landing, scale_factor=SMALL_SCALE, batches=3, seed=11)
+    simulator.land_all(landing, scale_factor=SMALL_SCALE, batches=3, seed=11)
     state = contract_reference.expected_silver_state(landing)
     assert state["orders"].equals(_sorted(expected["orders"], "o_orderkey"))
     assert state["lineitem"].equals(_sorted(expected["lineitem"], "l_orderkey", "l_linenumber"))
@@ -287,15 +298,16 @@ def test_a_delivery_planned_in_many_chunks_is_exactly_tpch(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_memory_is_bounded_by_the_chunk_not_the_scale_factor():
     scale = 0.1
-    folder = simulate.tpch_folder(scale_factor=scale)
+    folder = simulator.tpch_folder(scale_factor=scale)
     table_bytes = sum(pq.read_table(folder / f"{name}.parquet").nbytes for name in ("orders", "lineitem"))
     code = f"""
 import tempfile
 import pyarrow as pa
-from medallion_assets import simulate
-simulate.CHUNK_ROWS = 4096
+from medallion_assets.pipelines.tpch import simulator
+from medallion_assets.pipelines.tpch.simulator import delivery
+delivery.CHUNK_ROWS = 4096
 with tempfile.TemporaryDirectory() as landing:
-    simulate.land_next_batch(landing, scale_factor={scale}, batches=2, seed=7)
+    simulator.land_next_batch(landing, scale_factor={scale}, batches=2, seed=7)
 print(pa.default_memory_pool().max_memory())
 """
     peak = int(_run_python(code, hash_seed="0").strip().splitlines()[-1])

@@ -50,9 +50,8 @@ COMPUTED_WITH = "computed_with"
 
 #: The memory DataFusion may take for one check's count, in the driver's process. Its aggregations spill
 #: to disk past it, so the key and reference checks stay within it at any size; a join's build side
-#: cannot spill, so a reconciliation that needs more is handed to Spark, whose heap is bounded too. 128 MiB,
-#: not more: at 512 MiB the driver's peak grew with the data (621, 773, 918 MB at SF 0.3, 1 and 3), and
-#: SF 1's counts took no longer within 128 (docs/performance-record.md, "DataFusion's memory bound").
+#: cannot spill, so a reconciliation that needs more is handed to Spark, whose heap is bounded too. Why
+#: this size and not more: docs/decisions/0005-driver-memory-bounds.md.
 DATAFUSION_MEMORY_BYTES = 128 * 1024 * 1024
 
 #: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a table delta-rs opened).
@@ -95,10 +94,8 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
         .set("datafusion.sql_parser.enable_ident_normalization", "false")
         # One partition. Under a memory bound, DataFusion's repartitioning between two or more partitions
         # can deadlock once it spills (apache/datafusion#24883, delta-io/delta-rs#4614): the query neither
-        # returns nor fails, and the check's step never ends. Here a join near the bound hung in 4 of 28
-        # tries on two partitions, none of 52 on one, which also needs less memory for it. The key count of
-        # SF 1's line items takes 0.7 s longer on one core; a 1% batch's check and gold steps took 23.3 s
-        # as before (docs/performance-record.md, "Checks that never returned").
+        # returns nor fails, and the check's step never ends. One partition also needs less memory
+        # (docs/decisions/0002-checks-counted-by-datafusion.md).
         .with_target_partitions(1),
         datafusion.RuntimeEnvBuilder().with_disk_manager_os().with_fair_spill_pool(DATAFUSION_MEMORY_BYTES),
     )

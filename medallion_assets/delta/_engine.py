@@ -38,10 +38,9 @@ def load_datafusion() -> ModuleType:
     allocation. Between two queries of a driver (the table checks, between
     Spark steps) those threads idle, so the process grew query after query
     with the largest peaks. ``MIMALLOC_PURGE_DELAY=0`` makes mimalloc give
-    freed pages back to the system at once: the checks' queries over an SF 3
-    lake, in a row, peaked at 538 to 546 MB with it and 661 to 719 MB
-    without, for about 1.7 s more over the eight (docs/performance-record.md,
-    "DataFusion's allocator told to give back"). mimalloc reads it once, when
+    freed pages back to the system at once, which keeps the driver from
+    growing between steps for a little time per query
+    (docs/decisions/0005-driver-memory-bounds.md). mimalloc reads it once, when
     the library loads, so it is set before the first import, and only when
     unset: a value the user exported is kept.
     """

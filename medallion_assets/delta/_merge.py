@@ -328,9 +328,8 @@ class DeltaMergeBuilder:
                 add_assigned_fields(table, source.schema, assigned)
             source = conform_source(source, pa.schema(table.schema().to_arrow()), path)
             # No spill bound (max_spill_size): delta-rs cannot spill a hash join's input, so a bound fails
-            # a large source ("Resources exhausted"; at SF 1's lineitem a 135 MB source failed under
-            # 256 MB, benchmarks/merge_memory_pool.py), and near it the MERGE can deadlock
-            # (delta-io/delta-rs#4614).
+            # a large source ("Resources exhausted"), and near it the MERGE can deadlock
+            # (delta-io/delta-rs#4614; docs/decisions/0005-driver-memory-bounds.md).
             merger = table.merge(
                 source,
                 self._condition,

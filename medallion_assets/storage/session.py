@@ -33,12 +33,10 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from medallion_assets.delta import enable_delta, has_native_delta
-from medallion_assets.settings import jar_location_problem
+from medallion_assets.settings import DELTA_ENGINES, EngineSetting, jar_location_problem, one_of
 from medallion_assets.storage.engines import DeltaEngine, DeltaRsEngine, delta_spark_engine
 
 log = logging.getLogger(__name__)
-
-EngineSetting = Literal["auto", "delta-spark", "delta-rs"]
 
 #: What a session needs to run delta-spark, whatever delivers the jars.
 DELTA_SPARK_SESSION_CONFIG: dict[str, str] = {
@@ -165,9 +163,9 @@ def plan_engine(
         >>> plan_engine("delta-rs").spark_config
         {}
     """
-    if setting not in ("auto", "delta-spark", "delta-rs"):
+    if setting not in DELTA_ENGINES:
         raise ValueError(
-            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use auto, delta-spark or delta-rs "
+            f"MEDALLION_DELTA_ENGINE={setting!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
             "(or unset it for auto)"
         )
     if setting == "delta-rs":

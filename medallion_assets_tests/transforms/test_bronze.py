@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, TimestampType
 
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.pipelines.tpch import transforms as tpch
+from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.transforms import bronze
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets import simulate
 from medallion_assets.pipelines.tpch import gold_transforms as gold
+from medallion_assets.pipelines.tpch import simulator
 from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets.pipelines.tpch import transforms as tpch
 from medallion_assets.transforms import bronze
@@ -29,7 +29,7 @@ def _tpch_extension_file() -> Path:
 
 @pytest.fixture(scope="module")
 def tpch_arrow():
-    return simulate.tpch_tables(scale_factor=SCALE_FACTOR)
+    return simulator.tpch_tables(scale_factor=SCALE_FACTOR)
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +238,7 @@ def test_gold_on_tpch_equals_the_published_answers(duck, tables):
 @pytest.mark.slow
 def test_gold_on_silver_of_a_noisy_delivery_equals_the_published_answers(spark, duck, tmp_path):
     landing = tmp_path / "landing"
-    simulate.land_all(landing, scale_factor=SCALE_FACTOR, batches=2, seed=7)
+    simulator.land_all(landing, scale_factor=SCALE_FACTOR, batches=2, seed=7)
 
     from medallion_assets.expectations import meets_dropping_expectations
     from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_EXPECTATIONS

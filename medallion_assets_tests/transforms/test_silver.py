@@ -14,11 +14,11 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from medallion_assets import simulate
-from medallion_assets.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
 from medallion_assets.expectations import ObservedInput
+from medallion_assets.pipelines.tpch import simulator
 from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets.pipelines.tpch import transforms as tpch
+from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
 from medallion_assets.transforms import bronze
 from medallion_assets_tests import contract_reference
 
@@ -28,7 +28,7 @@ UTC = dt.UTC
 @pytest.fixture(scope="module")
 def landing(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("silver") / "landing"
-    simulate.land_all(folder, scale_factor=0.001, batches=2, seed=5)
+    simulator.land_all(folder, scale_factor=0.001, batches=2, seed=5)
     return folder
 
 

@@ -12,13 +12,6 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import TimestampType
 
-from medallion_assets.contract import (
-    CUSTOMER_CSV_COLUMNS,
-    LANDING_STREAMS,
-    REFERENCE_TABLES,
-    TPCH_SCHEMAS,
-    unknown_order_fields,
-)
 from medallion_assets.expectations import expect, expect_or_drop, expect_or_fail
 from medallion_assets.feeds import (
     ApplyChanges,
@@ -29,6 +22,13 @@ from medallion_assets.feeds import (
     LandingSnapshots,
     MaskDigits,
     Replace,
+)
+from medallion_assets.pipelines.tpch.contract import (
+    CUSTOMER_CSV_COLUMNS,
+    LANDING_STREAMS,
+    REFERENCE_TABLES,
+    TPCH_SCHEMAS,
+    unknown_order_fields,
 )
 
 #: What each TPC-H column holds (TPC-H specification, clause 1.4), shown in the UI's column schema.

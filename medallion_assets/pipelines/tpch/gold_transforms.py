@@ -39,8 +39,8 @@ def pricing_summary(lineitem: DataFrame, delta_days: int = 90) -> DataFrame:
     shipped = lineitem.where(F.col("l_shipdate") <= _date(cutoff))
     keys = ["l_returnflag", "l_linestatus"]
     # What the report means, one aggregate over the line items. Only its schema is used: exact decimal
-    # products per line item took two thirds of the query (docs/performance-record.md, "Gold transforms on
-    # their own"), so the amounts are summed per discount and tax first (11 and 9 values), and the
+    # products per line item dominate the query (docs/decisions/0003-gold-recomputed-whole.md), so the
+    # amounts are summed per discount and tax first (11 and 9 values), and the
     # products are taken per group. Sums of decimals are exact, so the answer is the same to the last digit.
     as_defined = (
         shipped.groupBy(*keys)
@@ -207,8 +207,7 @@ def daily_revenue(orders: DataFrame, lineitem: DataFrame, customer: DataFrame) -
     """
     # Line items are summed per order before the joins: the join then carries one row per
     # order instead of one per line item, and each order is counted once without a distinct
-    # count. At SF 1 that took 16 to 20% off the transform (docs/performance-record.md,
-    # "Gold transforms on their own").
+    # count (docs/decisions/0003-gold-recomputed-whole.md).
     per_order = lineitem.groupBy("l_orderkey").agg(F.sum(_net_price()).alias("revenue"))
     revenue_type = per_order.schema["revenue"].dataType  # one sum's type, as if summed from the line items
     return (

@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from medallion_assets.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
+from medallion_assets.pipelines.tpch.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, REFERENCE_FEEDS
 from medallion_assets.transforms.bronze import bronze_schema, csv_options, csv_read_schema, csv_records
 from medallion_assets.transforms.silver import (
@@ -332,8 +332,8 @@ _COLUMN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 def undeclared_order_fields(value: Column) -> Column:
     """The fields of one order event line that the landing contract does not define.
 
-    The rule is the contract's (:data:`~medallion_assets.contract.ORDER_EVENT_FIELDS`,
-    also applied line by line by :func:`~medallion_assets.contract.unknown_order_fields`).
+    The rule is the contract's (:data:`~medallion_assets.pipelines.tpch.contract.ORDER_EVENT_FIELDS`,
+    also applied line by line by :func:`~medallion_assets.pipelines.tpch.contract.unknown_order_fields`).
 
     Args:
         value: one NDJSON line; a line that is not a JSON object, or is

@@ -1,21 +1,27 @@
 """Landing: the demo, an asset that lands the next simulated TPC-H batch, so a fresh ``dagster dev`` has data.
 
-Left out of the definitions with ``MEDALLION_SIMULATOR=off``; then no bronze
-asset shows it upstream.
+The definitions find it through :func:`landing_producers` and leave it out with
+``MEDALLION_SIMULATOR=off``; then no bronze asset shows it upstream. The check
+gate fills its throwaway lake with :func:`land_sample`.
 """
 
+import functools
+from pathlib import Path
 from typing import Literal
 
-from dagster import Config, MaterializeResult, asset
+from dagster import AssetKey, Config, MaterializeResult, asset
 from pydantic import Field
 
 from medallion_assets.feeds import feeds_in
-from medallion_assets.kafka import KafkaResource
+from medallion_assets.kafka import KafkaResource, publish_files
+from medallion_assets.pipelines.tpch import feeds
+from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
+from medallion_assets.pipelines.tpch.simulator import AllBatchesLandedError, land_all, land_next_batch
 from medallion_assets.resources import LakeResource
 
 
 class SimulatedFeedConfig(Config):
-    """Which simulated delivery to land from (see ``medallion_assets.simulate``)."""
+    """Which simulated delivery to land from (see ``medallion_assets.pipelines.tpch.simulator``)."""
 
     scale_factor: float = Field(default=0.01, description="TPC-H scale factor of the simulated delivery.")
     batches: int = Field(default=2, description="Number of batches the delivery is split into.")
@@ -28,8 +34,6 @@ class SimulatedFeedConfig(Config):
 
 def simulated_feeds() -> tuple[str, ...]:
     """The feeds whose files (or Kafka messages) the simulator lands: TPC-H's."""
-    from medallion_assets.pipelines.tpch import feeds
-
     return tuple(f.name for f in feeds_in([feeds]))
 
 
@@ -40,12 +44,6 @@ def simulated_feeds() -> tuple[str, ...]:
 )
 def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
     """Land the next batch; when every batch is landed, land nothing and say so."""
-    import functools
-
-    from medallion_assets.kafka import publish_files
-    from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
-    from medallion_assets.simulate import AllBatchesLandedError, land_next_batch
-
     try:
         landed = land_next_batch(
             lake.landing_dir,
@@ -60,3 +58,13 @@ def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: Kafk
     return MaterializeResult(
         metadata={"batch": landed.batch, "batches": landed.batches, "landed_files": len(landed.files)}
     )
+
+
+def landing_producers() -> dict[AssetKey, tuple[str, ...]]:
+    """The definitions' producer hook: :data:`simulated_batch` lands the files of every TPC-H feed."""
+    return {simulated_batch.key: simulated_feeds()}
+
+
+def land_sample(landing: Path, *, scale_factor: float, seed: int) -> None:
+    """The check gate's sample hook: the simulator's whole delivery, in one batch, into the empty ``landing``."""
+    land_all(landing, scale_factor=scale_factor, batches=1, seed=seed)
