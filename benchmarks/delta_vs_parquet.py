@@ -597,7 +597,8 @@ def print_markdown(results: list[dict]) -> None:
         "to the third quartile of those ratios.\n"
     )
     print(
-        "| engine | step | wall s | ratio to Parquet | paired | paired, middle half | CPU s | CPU ratio | paired | target |"
+        "| engine | step | wall s | ratio to Parquet | paired | paired, middle half "
+        "| CPU s | CPU ratio | paired | target |"
     )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for result in results:

@@ -90,7 +90,9 @@ def delta_spark_session(
     app_name: str,
     extra_config: Mapping[str, str] | None = None,
 ):
-    """The delta-spark session of a benchmark that measures delta-spark alone, from ``--master`` and ``--delta-spark-jars``.
+    """The delta-spark session of a benchmark that measures delta-spark alone.
+
+    From ``--master`` and ``--delta-spark-jars``.
 
     ``parser`` must have had :func:`add_delta_spark_arguments`; without jars it exits saying how to give them.
     """

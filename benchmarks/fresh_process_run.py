@@ -69,7 +69,10 @@ print("RESULT " + json.dumps({"success": result.success, "run_s": round(time.mon
                               "code": medallion_assets.__file__}))
 """
 
-LAND = "import sys; from medallion_assets.pipelines.tpch.simulator import land_all; land_all(sys.argv[1], scale_factor=float(sys.argv[2]), batches=2, seed=7)"
+LAND = (
+    "import sys; from medallion_assets.pipelines.tpch.simulator import land_all; "
+    "land_all(sys.argv[1], scale_factor=float(sys.argv[2]), batches=2, seed=7)"
+)
 
 
 #: Driver JVM options of each ``--jvm`` variant (the class archive's are set per run).

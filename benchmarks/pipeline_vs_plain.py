@@ -824,11 +824,13 @@ def _rounds_table(rounds: list[dict]) -> list[str]:
             run = entry["work"][name]
             ratios[name].append((run["work_s"] / plain["work_s"], run["cpu_s"] / plain["cpu_s"]))
             cells.append(
-                f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} | {_ratio(run['cpu_s'], plain['cpu_s'])}"
+                f"{run['work_s']:.1f} | {_ratio(run['work_s'], plain['work_s'])} "
+                f"| {_ratio(run['cpu_s'], plain['cpu_s'])}"
             )
         lines.append(f"| {number} | {entry['load_before']} | {plain['work_s']:.1f} | " + " | ".join(cells) + " |")
     medians = [
-        f"{statistics.median(r for r, _ in ratios[name]):.2f}x (CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
+        f"{statistics.median(r for r, _ in ratios[name]):.2f}x "
+        f"(CPU {statistics.median(c for _, c in ratios[name]):.2f}x)"
         for name in runs
     ]
     lines.append(
@@ -923,7 +925,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
         out.append(f"| **run total** | {len(summary['steps'])} | {run['work_s']:.1f} | |")
         out.append("")
         out.append(
-            f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n"
+            f"Top {args.top} steps (inputs: step start to last input loaded; outputs: each output's STEP_OUTPUT "
+            "to HANDLED_OUTPUT, i.e. the IO manager's write and metadata):\n"
         )
         out.append("| step | seconds | inputs | compute | outputs | in Spark/Delta calls |")
         out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -979,7 +982,8 @@ def markdown(report: dict, args: argparse.Namespace) -> str:
             out.append(f"Row counts: the {compared} tables both runs write have the same rows.\n")
         failed = [f"{c['asset']}:{c['check']}" for c in run["checks"] if not c["passed"]]
         out.append(
-            f"Asset checks: {len(run['checks'])} evaluated, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n"
+            f"Asset checks: {len(run['checks'])} evaluated, "
+            f"{len(failed)} failed{': ' + ', '.join(failed) if failed else ''}.\n"
         )
     return "\n".join(out)
 

@@ -143,7 +143,8 @@ def main() -> None:
     for route in ROUTES:
         results.append(run_child([*sys.argv, "--route", route], f"the {route} run"))
     print(
-        "| route | source rows | write s | Python peak above start, MB | MERGE committed by | rows after | sum after | load |"
+        "| route | source rows | write s | Python peak above start, MB | MERGE committed by "
+        "| rows after | sum after | load |"
     )
     print("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
     for r in results:

@@ -61,8 +61,10 @@ from urllib.parse import unquote, urlparse
 
 from dagster import Config, get_dagster_logger
 from pydantic import Field, field_validator
+from pyspark.sql import types as T
 
-from medallion_assets.delta import LOCATION_METADATA, quoted, stored_location
+from medallion_assets.delta import LOCATION_METADATA, normalize_path, quoted, resolve_snapshot, stored_location
+from medallion_assets.storage.session import jar_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -227,8 +229,6 @@ class LakeCatalog(Config):
         if self.metastore_user:
             config["spark.hadoop.javax.jdo.option.ConnectionUserName"] = self.metastore_user
         if self.metastore_jars:
-            from medallion_assets.storage.session import jar_files
-
             jars = jar_files(
                 self.metastore_jars, variable="MEDALLION_METASTORE_JARS", holds="the database's JDBC driver"
             )
@@ -430,7 +430,6 @@ def _registered(spark: SparkSession) -> dict[str, Any]:
 
 def _delta_rs_schema(path: str):
     # Straight from the log with delta-rs: the engine's own schema() plans a Spark read (a Python worker).
-    from medallion_assets.delta import normalize_path, resolve_snapshot
 
     return resolve_snapshot(normalize_path(path)).schema
 
@@ -468,8 +467,6 @@ def _set_location(spark: SparkSession, name: str, location: str) -> None:
 
 def _columns_match(spark: SparkSession, name: str, columns) -> bool:
     """Whether a delta-rs entry holds ``columns`` (names, types, nullability) and its location mark."""
-    from pyspark.sql import types as T
-
     fields = spark.table(name).schema.fields
     if not fields or LOCATION_METADATA not in (fields[0].metadata or {}):
         return False

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from medallion_assets.settings import SettingsError
+from dagster import AssetKey, AssetSelection, DagsterError, DagsterEventType, DagsterInstance, materialize
+
+from medallion_assets.definitions import build_definitions
+from medallion_assets.feeds import pipeline_hooks, pipeline_modules
+from medallion_assets.jobs import all_partitions_tags
+from medallion_assets.settings import SettingsError, read_settings
 
 if TYPE_CHECKING:
     from dagster import AssetSelection, Definitions, ExecuteInProcessResult
@@ -189,8 +194,6 @@ def resolve_selection(definitions: Definitions, *, select: str | None) -> AssetS
     Raises:
         CheckGateUsageError: The text does not parse, or selects no asset of the definitions.
     """
-    from dagster import AssetSelection, DagsterError
-
     if select is None:
         return AssetSelection.all()
     try:
@@ -215,13 +218,11 @@ def partition_range_tags(definitions: Definitions, *, selection: AssetSelection)
     Raises:
         CheckGateUsageError: The selected assets are partitioned in more than one way, which one run cannot cover.
     """
-    from medallion_assets.jobs import all_partitions_tags
-
     graph = definitions.get_repository_def().asset_graph
     partitioned = {
-        key.to_user_string(): graph.get(key).partitions_def
+        key.to_user_string(): partitions
         for key in selection.resolve(graph)
-        if graph.get(key).partitions_def is not None
+        if (partitions := graph.get(key).partitions_def) is not None
     }
     kinds = {repr(p) for p in partitioned.values()}
     if len(kinds) > 1:
@@ -245,15 +246,14 @@ def run_checks(definitions: Definitions, *, selection: AssetSelection) -> GateRe
     Returns:
         The outcome of every check the selection holds, and the steps that raised.
     """
-    from dagster import DagsterInstance, materialize
-
     graph = definitions.get_repository_def().asset_graph
     planned = {key: graph.get_check_spec(key) for key in selection.resolve_checks(graph)}
     tags = partition_range_tags(definitions, selection=selection)
     started = time.monotonic()
     with DagsterInstance.ephemeral() as instance:
         result = materialize(
-            [*definitions.assets, *definitions.asset_checks],  # type: ignore[list-item]
+            # The project's definitions hold no cacheable assets, the one kind materialize does not take.
+            [*(definitions.assets or ()), *(definitions.asset_checks or ())],  # type: ignore[list-item]
             resources=definitions.resources,
             instance=instance,
             selection=selection,
@@ -274,8 +274,6 @@ def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], sec
             one without an evaluation is reported ``not evaluated``.
         seconds: Wall time of the run.
     """
-    from dagster import DagsterEventType
-
     outcomes: dict[Any, CheckOutcome] = {}
     for evaluation in result.get_asset_check_evaluations():
         spec = planned.get(evaluation.asset_check_key)
@@ -320,9 +318,10 @@ def report_of(result: ExecuteInProcessResult, *, planned: Mapping[Any, Any], sec
 
 
 def _text(value: Any) -> str:
-    """A metadata value (``MetadataValue.value``) as text: JSON for numbers and containers, an asset key as Dagster writes it."""
-    from dagster import AssetKey
+    """A metadata value (``MetadataValue.value``) as text.
 
+    JSON for numbers and containers, an asset key as Dagster writes it.
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, AssetKey):
@@ -343,9 +342,9 @@ def gate(
     """Build a lake at ``lake_root`` from a sample landing and run the checks on it.
 
     The definitions are the project's (:func:`~medallion_assets.definitions.build_definitions`
-    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator asset, since
-    the landing is filled here), built and run with the settings of the environment, ``MEDALLION_LAKE_ROOT``
-    replaced by ``lake_root``.
+    for the environment's settings, Kafka feeds only where Kafka is configured, without the demo's landing simulator
+    asset, since the landing is filled here), built and run with the settings of the environment,
+    ``MEDALLION_LAKE_ROOT`` replaced by ``lake_root``.
 
     Args:
         lake_root: An empty or missing folder for the lake; left as the run leaves it.
@@ -359,10 +358,6 @@ def gate(
         CheckGateUsageError: ``select`` selects nothing or cannot run in one run; no ``landing``
             and no pipeline's sample (as with ``MEDALLION_DEMO=off``).
     """
-    from medallion_assets.definitions import build_definitions
-    from medallion_assets.feeds import pipeline_hooks, pipeline_modules
-    from medallion_assets.settings import read_settings
-
     # The settings checked as the definitions check them (SettingsError names a wrong one);
     # the demo's simulator asset is left out whatever MEDALLION_SIMULATOR says: the landing is filled here.
     settings = read_settings(overrides={"MEDALLION_LAKE_ROOT": str(lake_root)})
@@ -472,8 +467,9 @@ def summary_table(report: GateReport) -> str:
         for row in [header, *rows]
     ]
     lines.append(
-        f"{len(report.outcomes)} checks: {report.count('passed')} passed, {report.count('failed', severity='ERROR')} failed "
-        f"(ERROR), {report.count('failed', severity='WARN')} failed (WARN), {report.count('not evaluated')} not evaluated; "
+        f"{len(report.outcomes)} checks: {report.count('passed')} passed, "
+        f"{report.count('failed', severity='ERROR')} failed (ERROR), "
+        f"{report.count('failed', severity='WARN')} failed (WARN), {report.count('not evaluated')} not evaluated; "
         f"{len(report.step_errors)} step errors; {report.seconds:.0f} s"
     )
     return "\n".join(lines)

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
 
 def local_path(path: str) -> str:
     """The local path of ``path`` (a path or a ``file:`` URI); object stores are refused."""
@@ -211,15 +215,17 @@ def _added_by_commit(table, version: int) -> tuple[int, int]:
     ``spark.databricks.delta.history.metricsEnabled=false``, the delta-rs sink
     before it recorded them): two snapshot loads, where the metrics cost nothing.
     """
-    import pyarrow as pa
-    from deltalake import DeltaTable
 
     def files(at: int) -> dict[str, int]:
         if at < 0:
             return {}
         actions = pa.table(DeltaTable(table.table_uri, version=at).get_add_actions(flatten=True))
         return dict(
-            zip(actions.column("path").to_pylist(), (n or 0 for n in actions.column("num_records").to_pylist()), strict=False)
+            zip(
+                actions.column("path").to_pylist(),
+                (n or 0 for n in actions.column("num_records").to_pylist()),
+                strict=False,
+            )
         )
 
     before, after = files(version - 1), files(version)
@@ -236,9 +242,6 @@ def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) 
     are the sink's ``operationMetrics`` (``numOutputRows``, ``numAddedFiles``;
     delta-rs's own writes call them ``num_added_rows``, ``num_added_files``).
     """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
     try:
         delta_table = DeltaTable(table)
     except TableNotFoundError:

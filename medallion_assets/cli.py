@@ -8,6 +8,8 @@ import pkgutil
 from collections.abc import Sequence
 from types import ModuleType
 
+from medallion_assets.check_gate import add_check_parser
+from medallion_assets.continuous import add_stream_parser
 from medallion_assets.settings import PROJECT_PIPELINES
 
 #: A pipeline package adds sub-commands in a module of this name, with ``add_commands(subcommands)``
@@ -39,11 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command", required=True)
     for module in pipeline_command_modules():
         getattr(module, COMMANDS_HOOK)(subcommands)
-    from medallion_assets.continuous import add_stream_parser
-
     add_stream_parser(subcommands)
-    from medallion_assets.check_gate import add_check_parser
-
     add_check_parser(subcommands)
     return parser
 

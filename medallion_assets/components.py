@@ -47,10 +47,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import dagster as dg
+import yaml
 from dagster.components import Scaffolder, ScaffoldRequest, scaffold_component
 from pydantic import ValidationError
+from pyspark.sql.types import DateType, DecimalType, IntegerType, LongType, StringType, TimestampType
 
-from medallion_assets.feeds import FeedDeclarationError
+from medallion_assets.assets.bronze import bronze_assets
+from medallion_assets.assets.checks import feed_checks
+from medallion_assets.assets.silver import silver_assets
+from medallion_assets.expectations import Expectation
+from medallion_assets.feeds import (
+    ApplyChanges,
+    Feed,
+    FeedDeclarationError,
+    Field,
+    KafkaTopic,
+    LandingFiles,
+    LandingSnapshots,
+    MaskDigits,
+    Replace,
+)
+from medallion_assets.sensors import stream_health_checks, stream_sensors
 
 #: The ``type`` of a feed's ``defs.yaml``.
 COMPONENT_TYPE = "medallion_assets.components.FeedComponent"
@@ -143,17 +160,6 @@ class FeedComponent(dg.Component, dg.Resolvable, dg.Model):
             FeedYamlError: an attribute that is not the feed's, or a setting the
                 declaration refuses (its :class:`FeedDeclarationError`, with the file).
         """
-        from medallion_assets.expectations import Expectation
-        from medallion_assets.feeds import (
-            ApplyChanges,
-            Feed,
-            Field,
-            KafkaTopic,
-            LandingFiles,
-            LandingSnapshots,
-            Replace,
-        )
-
         source = _one_of(
             where,
             "source",
@@ -203,11 +209,6 @@ class FeedComponent(dg.Component, dg.Resolvable, dg.Model):
         Definitions' (:func:`medallion_assets.definitions.resources_for`), as for any
         component of a defs folder.
         """
-        from medallion_assets.assets.bronze import bronze_assets
-        from medallion_assets.assets.checks import feed_checks
-        from medallion_assets.assets.silver import silver_assets
-        from medallion_assets.sensors import stream_health_checks, stream_sensors
-
         feeds = (self.feed(str(context.path)),)
         return dg.Definitions(
             assets=[*bronze_assets(feeds, landed_by={}), *silver_assets(feeds)],
@@ -226,8 +227,6 @@ def spark_type(name: str, *, where: str = "defs.yaml", setting: str = "type"):
         >>> spark_type("decimal(12, 2)")
         DecimalType(12,2)
     """
-    from pyspark.sql.types import DateType, DecimalType, IntegerType, LongType, StringType, TimestampType
-
     simple = {"string": StringType, "long": LongType, "int": IntegerType, "date": DateType, "timestamp": TimestampType}
     text = str(name).strip().lower()
     if text in simple:
@@ -242,8 +241,6 @@ def spark_type(name: str, *, where: str = "defs.yaml", setting: str = "type"):
 
 
 def _mask(mask: Any, where: str, setting: str):
-    from medallion_assets.feeds import MaskDigits
-
     if mask is None or mask == "sha256":
         return mask
     if mask == "digits":
@@ -301,7 +298,7 @@ def feed_from_yaml(path: Path):
     return feeds[0]
 
 
-def yaml_feeds(folder: Path) -> Iterator[tuple[str, Any]]:
+def yaml_feeds(folder: str | Path) -> Iterator[tuple[str, Any]]:
     """``(file, Feed)`` for every ``FeedComponent`` in the ``defs.yaml`` files under ``folder``, in path order.
 
     Other components' files are left alone (this project does not load them).
@@ -315,8 +312,6 @@ def yaml_feeds(folder: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _feeds_in_file(path: Path) -> Iterator[Any]:
-    import yaml
-
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except yaml.YAMLError as error:

@@ -23,6 +23,7 @@ from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
 from medallion_assets.feeds import KafkaTopic, feed_named, stream_feeds
+from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, lake_resource, spark_resource
 from medallion_assets.settings import LakeRoot, SettingsError, read_settings
@@ -104,8 +105,6 @@ def run_continuous(
     stream runs when ``kafka`` (a :class:`~medallion_assets.kafka.KafkaResource`)
     is configured, and is skipped with a log line otherwise.
     """
-    from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
-
     say = log_progress or log.info
     stop = threading.Event()
     previous: dict[int, Any] = {}
@@ -193,8 +192,8 @@ def run_continuous(
                 drain(stream, query)  # the batch that finished while stopping
             except Exception as exc:  # keep stopping the others
                 say(f"{stream}: stop failed: {exc}")
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
         say(f"streams stopped ({result.stopped_by or 'error'})")
     if failure is not None:
         raise RuntimeError(f"a bronze stream failed: {failure}") from (

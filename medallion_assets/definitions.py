@@ -24,6 +24,7 @@ load with one line naming the variable, its value and the fix
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from dagster import (
@@ -187,7 +188,7 @@ def _pipeline_assets(modules: Sequence[Any], left_out: dict[AssetKey, str]) -> l
     readers = [a for a in loaded if isinstance(a, AssetsDefinition) and set(a.dependency_keys) & left_out.keys()]
     if not readers:
         return list(loaded)
-    modules_of = {}
+    modules_of: dict[int, ModuleType] = {}
     for asset in readers:
         # load_assets_from_modules hands out copies: the module is the one declaring these keys.
         module = next(
@@ -198,7 +199,7 @@ def _pipeline_assets(modules: Sequence[Any], left_out: dict[AssetKey, str]) -> l
             ),
             None,
         )
-        if getattr(module, VARIANT_HOOK, None) is None:
+        if module is None or getattr(module, VARIANT_HOOK, None) is None:
             for key in set(asset.dependency_keys) & left_out.keys():
                 _say_once(
                     f"Kafka feed kept: {left_out.pop(key)} ("

@@ -154,7 +154,10 @@ def quarantine_rows(frame: DataFrame, table_name: str, reason: Column | str) -> 
 
 
 def rejects_to_quarantine(rejects: DataFrame, table_name: str) -> DataFrame:
-    """Records a parser rejected (``value``, ``_source_file``, ``_ingested_at``, ``reason``) in the quarantine schema."""
+    """Records a parser rejected in the quarantine schema.
+
+    The records have ``value``, ``_source_file``, ``_ingested_at`` and ``reason``.
+    """
     return quarantine_rows(rejects.withColumnRenamed("reason", "_reason_text"), table_name, F.col("_reason_text"))
 
 
@@ -197,7 +200,7 @@ def apply_expectations(
             *[F.sum(F.col(f"_reason_{i}").cast("long")).alias(f"failed_{i}") for i in range(len(expectations))],
         )
         .first()
-        .asDict()
+        .asDict()  # type: ignore[union-attr]  # an aggregate without grouping returns one row
     )
     total = int(counts["rows"])
     results: list[AssetCheckResult] = []
@@ -642,7 +645,7 @@ def tag_failed_checks(context, results: Sequence[AssetCheckResult]) -> None:
         results: the check results the step yields.
     """
     failed = {
-        f"{r.asset_key.to_user_string()}:{r.check_name}"
+        f"{r.asset_key.to_user_string() if r.asset_key else ''}:{r.check_name}"
         for r in results
         if not r.passed and r.severity == AssetCheckSeverity.ERROR
     }

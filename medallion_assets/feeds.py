@@ -60,6 +60,7 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.expectations import DEFAULT_MAX_REJECTED_SHARE, Expectation
+from medallion_assets.settings import pipeline_packages as of_environment
 
 #: The field types silver validates text against (see ``transforms.silver.validated``).
 SUPPORTED_TYPES = (StringType, LongType, IntegerType, DecimalType, DateType, TimestampType)
@@ -417,7 +418,7 @@ class Feed:
         """
         if not self.applies_snapshots or CHANGE in self.field_names:  # a change feed already
             return self
-        changes: ApplyChanges = self.silver
+        changes = self.apply_changes
         derived = copy.copy(self)
         object.__setattr__(
             derived,
@@ -457,6 +458,24 @@ class Feed:
     @property
     def silver_table(self) -> str | None:
         return self.silver.table if self.silver is not None else None
+
+    @property
+    def apply_changes(self) -> ApplyChanges:
+        """The silver declaration of a feed whose silver applies changes.
+
+        Raises:
+            FeedDeclarationError: the feed's silver is not :class:`ApplyChanges`.
+        """
+        if not isinstance(self.silver, ApplyChanges):
+            raise FeedDeclarationError(f"feed {self.name!r} does not apply changes to silver (silver={self.silver!r})")
+        return self.silver
+
+    @property
+    def silver_keys(self) -> tuple[str, ...]:
+        """The fields that identify a silver row (``silver.keys``)."""
+        if self.silver is None:
+            raise FeedDeclarationError(f"feed {self.name!r} declares no silver table (silver=None)")
+        return self.silver.keys
 
     @property
     def silver_key(self) -> AssetKey:
@@ -520,6 +539,7 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
         (module.__name__, value) for module in modules for value in vars(module).values() if isinstance(value, Feed)
     ]
     if yaml_folders:
+        # cycle: medallion_assets.components imports this module (the feed component builds Feeds)
         from medallion_assets.components import yaml_feeds
 
         declared += [found for folder in yaml_folders for found in yaml_feeds(folder)]
@@ -537,7 +557,8 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
         if value.silver_table is not None:
             if value.silver_table in tables:
                 raise FeedDeclarationError(
-                    f"feeds {tables[value.silver_table]!r} and {value.name!r} both declare silver.{value.silver_table}: "
+                    f"feeds {tables[value.silver_table]!r} and {value.name!r} "
+                    f"both declare silver.{value.silver_table}: "
                     "give each feed its own silver table"
                 )
             tables[value.silver_table] = value.name
@@ -550,8 +571,6 @@ PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
 
 def pipeline_packages() -> tuple[str, ...]:
     """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
-    from medallion_assets.settings import pipeline_packages as of_environment
-
     return of_environment()
 
 
@@ -587,7 +606,10 @@ def pipeline_hooks(modules: Iterable[ModuleType], name: str) -> tuple[Callable, 
 
 
 def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
-    """The folders of the packages among ``modules`` that are not inside another's: where ``defs.yaml`` feeds are found."""
+    """The folders of the packages among ``modules`` that are not inside another's.
+
+    Where ``defs.yaml`` feeds are found.
+    """
     folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
     return tuple(
         f
@@ -616,14 +638,12 @@ def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:
     return tuple(f for f in (project_feeds() if feeds is None else feeds) if f.is_stream)
 
 
-def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed called ``name`` (a :class:`Feed` is returned as it is).
+def feed_named(name: str, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed called ``name``, of ``feeds`` or the project's: where a name (CLI, settings) becomes a feed.
 
     Raises:
         FeedDeclarationError: no feed has that name; the message lists the declared ones.
     """
-    if isinstance(name, Feed):
-        return name
     candidates = tuple(project_feeds() if feeds is None else feeds)
     for feed in candidates:
         if feed.name == name:
@@ -634,21 +654,22 @@ def feed_named(name: str | Feed, feeds: Iterable[Feed] | None = None) -> Feed:
     )
 
 
-def kafka_feed(stream: Feed | str | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed read from the Kafka topic: ``stream``, or the one feed declared with :class:`KafkaTopic`.
+def kafka_feed(feed: Feed | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
+    """The feed read from the Kafka topic: ``feed``, or the one of ``feeds`` (or the project's) declared with
+    :class:`KafkaTopic`.
 
     Raises:
-        ValueError: ``stream`` is not a Kafka feed, or there is not exactly one to default to.
+        ValueError: ``feed`` is not a Kafka feed, or there is not exactly one to default to.
     """
-    if stream is not None:
-        feed = feed_named(stream, feeds)
+    if feed is not None:
         if not isinstance(feed.source, KafkaTopic):
             raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
         return feed
     candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
     if len(candidates) != 1:
         raise ValueError(
-            f"{len(candidates)} feeds are declared with KafkaTopic() ({', '.join(f.name for f in candidates) or 'none'}): "
+            f"{len(candidates)} feeds are declared with KafkaTopic() "
+            f"({', '.join(f.name for f in candidates) or 'none'}): "
             "name the one to read"
         )
     return candidates[0]

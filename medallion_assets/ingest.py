@@ -11,12 +11,13 @@ and table, so the next start of the stream re-ingests all of landing/.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -24,20 +25,20 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
-from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, feed_named, kafka_feed
+from medallion_assets.delta import parse_bytes
+from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
+from medallion_assets.kafka import KafkaResource, latest_offsets
 from medallion_assets.resources import LakeResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.storage.engines import DeltaEngine, engine_for
 from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
-
-if TYPE_CHECKING:
-    from medallion_assets.kafka import KafkaResource
+from medallion_assets.transforms import bronze
 
 
 def bronze_stream_frame(
     spark: SparkSession,
     lake: LakeResource,
-    stream: Feed | str,
+    feed: Feed,
     *,
     max_files_per_trigger: int | None = None,
     max_bytes_per_trigger: int | str | None = None,
@@ -47,7 +48,7 @@ def bronze_stream_frame(
     Args:
         spark: the session.
         lake: where the landing folder is.
-        stream: the feed (or its name) whose landed files to read.
+        feed: the feed whose landed files to read.
         max_files_per_trigger: cap on files per micro-batch (None: Spark's default).
         max_bytes_per_trigger: cap on bytes per micro-batch, e.g. ``67108864`` or ``"64m"``.
 
@@ -58,17 +59,12 @@ def bronze_stream_frame(
     Raises:
         ValueError: the feed is not fed by landed NDJSON or CSV files.
     """
-    from medallion_assets.transforms import bronze
-
-    feed = feed_named(stream)
     if not isinstance(feed.source, LandingFiles):
         raise ValueError(f"bronze.{feed.name} is not a stream of landed files (its source is {feed.source!r})")
     reader = spark.readStream.option("pathGlobFilter", "*" + feed.source.file_suffix)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     if max_bytes_per_trigger:
-        from medallion_assets.delta import parse_bytes
-
         size = parse_bytes("maxBytesPerTrigger", str(max_bytes_per_trigger), table=feed.name)
         reader = reader.option("maxBytesPerTrigger", str(size))
     folder = lake.landing_folder(feed)
@@ -84,7 +80,7 @@ def bronze_stream_frame(
 def start_bronze_stream(
     spark: SparkSession,
     lake: LakeResource,
-    stream: Feed | str,
+    feed: Feed,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -97,7 +93,7 @@ def start_bronze_stream(
     Args:
         spark: the session (``delta`` enabled).
         lake: gives the landing folder, the checkpoint and the table path.
-        stream: the feed (or its name) of landed files.
+        feed: the feed of landed files.
         trigger: keyword arguments of ``DataStreamWriter.trigger``; default
             ``{"availableNow": True}`` (process what is there, then stop).
             A continuous service passes e.g. ``{"processingTime": "30 seconds"}``.
@@ -109,7 +105,6 @@ def start_bronze_stream(
     Returns:
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
-    feed = feed_named(stream)
     # Before the frame: a file stream source refuses a missing folder when it is defined.
     _ensure_folder(lake.landing_folder(feed))
     frame = bronze_stream_frame(
@@ -131,7 +126,7 @@ def start_kafka_stream(
     spark: SparkSession,
     lake: LakeResource,
     kafka: KafkaResource,
-    stream: Feed | str | None = None,
+    feed: Feed | None = None,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -150,7 +145,7 @@ def start_kafka_stream(
         spark: the session (``delta`` enabled, Spark's Kafka connector on it).
         lake: gives the checkpoint and the table path.
         kafka: the broker, topic and read options.
-        stream: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
+        feed: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
         trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
         commit_metadata: custom keys recorded in each Delta commit.
         query_name: the streaming query's name (default ``bronze_<feed name>``).
@@ -158,10 +153,7 @@ def start_kafka_stream(
     Raises:
         KafkaError: no broker is configured, it does not answer, or it lacks the topic.
     """
-    from medallion_assets.kafka import latest_offsets
-    from medallion_assets.transforms import bronze
-
-    feed = kafka_feed(stream)
+    feed = kafka_feed(feed)
     kafka = kafka.for_feed(feed)
     latest_offsets(kafka)
     messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
@@ -218,13 +210,13 @@ class FullRefreshRefusedError(RuntimeError):
     """A full refresh of a streaming bronze table was asked for, but the asset does not allow it."""
 
 
-def full_refresh_stream(lake: LakeResource, stream: Feed | str, *, allowed: bool) -> None:
+def full_refresh_stream(lake: LakeResource, feed: Feed, *, allowed: bool) -> None:
     """Drop a bronze stream's checkpoint and table, so the next run re-ingests all of landing/.
 
     Raises:
         FullRefreshRefusedError: unless ``allowed`` (the asset's ``allow_full_refresh``).
     """
-    stream = stream.name if isinstance(stream, Feed) else stream
+    stream = feed.name
     if not allowed:
         raise FullRefreshRefusedError(
             f"refusing a full refresh of bronze.{stream}: it drops the stream's checkpoint and every row "
@@ -235,15 +227,12 @@ def full_refresh_stream(lake: LakeResource, stream: Feed | str, *, allowed: bool
         shutil.rmtree(local_path(path), ignore_errors=True)
 
 
-def ensure_bronze_table(spark: SparkSession, lake: LakeResource, stream: Feed | str) -> str:
+def ensure_bronze_table(spark: SparkSession, lake: LakeResource, feed: Feed) -> str:
     """Create a stream's empty bronze table if it is missing; its path.
 
     A deployment without the feed's source (no Kafka) still has the table,
     empty, so silver reads every source the same way whatever the deployment delivers.
     """
-    from medallion_assets.transforms import bronze
-
-    feed = feed_named(stream)
     path = lake.table_path(["bronze", feed.name])
     _create_bronze_table(spark, engine_for(spark), path, bronze.bronze_schema(feed))
     return path
@@ -271,18 +260,15 @@ class LandedSnapshot:
     source_file: str
 
 
-def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> LandedSnapshot | None:
+def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed) -> LandedSnapshot | None:
     """The newest ``.parquet`` file of a snapshot feed's landing folder (newest by name, per the contract).
 
     Returns:
         The snapshot with ``_source_file`` and ``_ingested_at`` added, or None when none landed.
     """
-    from medallion_assets.transforms.bronze import latest_snapshot
-
-    feed = feed_named(feed)
     if not isinstance(feed.source, LandingSnapshots):
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed (its source is {feed.source!r})")
-    newest = latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
+    newest = bronze.latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
     if newest is None:
         return None
     frame = (
@@ -296,8 +282,6 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed | str) -> 
 def _ensure_folder(folder: str) -> None:
     # A file stream source refuses a missing folder; an empty one is a valid "nothing landed yet".
     if "://" not in folder:
-        import os
-
         os.makedirs(folder, exist_ok=True)
 
 
@@ -327,7 +311,7 @@ class AppliedSnapshots:
 
 
 def apply_snapshots(
-    spark: SparkSession, lake: LakeResource, feed: Feed | str, *, commit_metadata: Mapping[str, str] | None = None
+    spark: SparkSession, lake: LakeResource, feed: Feed, *, commit_metadata: Mapping[str, str] | None = None
 ) -> AppliedSnapshots:
     """Append to a snapshot feed's bronze table the changes of each snapshot newer than the last applied one.
 
@@ -347,9 +331,6 @@ def apply_snapshots(
     Raises:
         ValueError: the feed is not a snapshot feed declared with ApplyChanges.
     """
-    from medallion_assets.transforms import bronze
-
-    feed = feed_named(feed)
     if not feed.applies_snapshots:
         raise ValueError(f"bronze.{feed.name} is not a snapshot feed applied as changes (declare ApplyChanges)")
     engine = engine_for(spark)
@@ -397,7 +378,9 @@ def apply_snapshots(
             counts = {kind: count for kind, count in changes.groupBy(bronze.CHANGE).count().collect()}
             # Versioned by the table's next version: another run applying the same snapshot at the same
             # time, from the same table version, commits nothing.
-            transaction = (f"medallion:snapshots:{feed.name}", client.latest_version(path) + 1)
+            version = client.latest_version(path)
+            assert version is not None, "the bronze table exists: created above"
+            transaction = (f"medallion:snapshots:{feed.name}", version + 1)
             client.write(
                 changes,
                 path,

@@ -75,7 +75,7 @@ def claim_daemon_lock(folder: Path) -> str | None:
     Where the platform has no ``fcntl`` (Windows) nothing is locked and ``None`` is returned.
     """
     try:
-        import fcntl
+        import fcntl  # deferred: POSIX only
     except ImportError:
         return None
     path = folder / DAEMON_LOCK_FILE

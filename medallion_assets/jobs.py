@@ -3,6 +3,7 @@
 from dagster import (
     AssetSelection,
     Config,
+    JobDefinition,
     OpExecutionContext,
     PartitionsDefinition,
     RunRequest,
@@ -13,6 +14,7 @@ from dagster import (
     op,
     schedule,
 )
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
@@ -30,7 +32,9 @@ ingest_job = define_asset_job(
 refresh_job = define_asset_job(
     "refresh",
     selection=AssetSelection.groups("silver", "quarantine", "gold"),
-    description="Bring silver and gold up to date with bronze (every partition of a partitioned gold table in one run).",
+    description=(
+        "Bring silver and gold up to date with bronze (every partition of a partitioned gold table in one run)."
+    ),
 )
 
 
@@ -49,7 +53,9 @@ class MaintenanceConfig(Config):
 
     retention_hours: float = Field(
         default=168.0,
-        description="Files older than this and no longer referenced are removed; Delta's rule is at least 168 (7 days).",
+        description=(
+            "Files older than this and no longer referenced are removed; Delta's rule is at least 168 (7 days)."
+        ),
     )
     layers: list[str] = Field(
         default_factory=lambda: ["bronze", "silver", "gold", "quarantine"],
@@ -93,7 +99,9 @@ ingest_schedule = ScheduleDefinition(
     job=refresh_job,
     cron_schedule="30 2 * * *",
     name="refresh_daily",
-    description="Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run.",
+    description=(
+        "Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run."
+    ),
 )
 def refresh_schedule(context: ScheduleEvaluationContext) -> RunRequest:
     """Daily: silver and gold, every partition of the partitioned gold table in one run."""
@@ -108,5 +116,5 @@ maintenance_schedule = ScheduleDefinition(
     description="Weekly, Sunday 04:00: OPTIMIZE then VACUUM of every Delta table of the lake.",
 )
 
-jobs = [ingest_job, refresh_job, table_maintenance]
+jobs: list[JobDefinition | UnresolvedAssetJobDefinition] = [ingest_job, refresh_job, table_maintenance]
 schedules = [ingest_schedule, refresh_schedule, maintenance_schedule]

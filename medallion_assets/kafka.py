@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from pydantic import Field, field_validator
 
 from medallion_assets.settings import SASL_MECHANISMS as _SASL_MECHANISMS
 from medallion_assets.settings import SECURITY_PROTOCOLS as _SECURITY_PROTOCOLS
+from medallion_assets.storage.session import jar_files, maven_resolution_config
 
 #: Maven coordinates of Spark's Kafka connector, for sessions that can reach Maven.
 KAFKA_MAVEN_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
@@ -42,8 +44,6 @@ def kafka_connector_config(
             as :func:`medallion_assets.storage.session.maven_resolution_config` says.
         spark_config: the session's settings, for the Ivy settings the user configured.
     """
-    from medallion_assets.storage.session import jar_files, maven_resolution_config
-
     if jars:
         files = jar_files(
             jars,
@@ -52,8 +52,6 @@ def kafka_connector_config(
         )
         return {"spark.jars": ",".join(files)}
     if maven:
-        from importlib.metadata import version
-
         return {
             "spark.jars.packages": KAFKA_MAVEN_PACKAGE.format(version=version("pyspark")),
             **maven_resolution_config(spark_config or {}),
@@ -240,6 +238,7 @@ def watermark_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) ->
     Raises:
         KafkaError: the broker does not answer or does not know the topic.
     """
+    # deferred: confluent_kafka loads librdkafka, needed only where a broker is used, not with the definitions
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     _require(kafka)
@@ -256,7 +255,7 @@ def watermark_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) ->
                     "to an existing topic"
                 )
             return {
-                partition: tuple(
+                partition: tuple(  # type: ignore[misc]  # (low, high): the client returns two offsets
                     int(o)
                     for o in consumer.get_watermark_offsets(
                         TopicPartition(kafka.topic, partition), timeout=timeout_seconds
@@ -280,12 +279,14 @@ def latest_offsets(kafka: KafkaResource, *, timeout_seconds: float = 10.0) -> di
 
 def create_topic(kafka: KafkaResource, *, partitions: int = 3, timeout_seconds: float = 10.0) -> None:
     """Create the topic with ``partitions`` partitions (nothing if it exists)."""
+    # deferred: confluent_kafka loads librdkafka, needed only where a broker is used, not with the definitions
     from confluent_kafka import KafkaError as ClientError
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     _require(kafka)
-    admin = AdminClient(kafka.client_config())
+    config: dict[str, str | int | float | bool] = {**kafka.client_config()}
+    admin = AdminClient(config)
     futures = admin.create_topics([NewTopic(kafka.topic, num_partitions=partitions, replication_factor=1)])
     for future in futures.values():
         try:
@@ -313,6 +314,7 @@ def publish_lines(kafka: KafkaResource, lines: Iterable[bytes], *, timeout_secon
     Raises:
         KafkaError: a message was not delivered (too big, unknown topic, broker down).
     """
+    # deferred: confluent_kafka loads librdkafka, needed only where a broker is used, not with the definitions
     from confluent_kafka import KafkaException, Producer
 
     _require(kafka)

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +73,10 @@ _JVM_OPTION_VARIABLES = ("PYSPARK_SUBMIT_ARGS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_O
 
 
 def _spark_defaults_driver_lines() -> tuple[Path | None, list[str]]:
-    """Spark's ``spark-defaults.conf`` (``SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), if any, and its ``spark.driver.*`` lines."""
+    """Spark's ``spark-defaults.conf``, if any, and its ``spark.driver.*`` lines.
+
+    The file is in ``SPARK_CONF_DIR``, else in ``$SPARK_HOME/conf``.
+    """
     conf_dir = os.environ.get("SPARK_CONF_DIR") or (
         os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
     )
@@ -276,7 +280,10 @@ class SparkResource(LazyPySparkResource):
             spark_config=self.spark_config,
         )
         builder = SparkSession.builder.appName(self.app_name)
-        builder = builder.remote(self.remote) if self.remote else builder.master(self.master)
+        if self.remote:
+            builder = builder.remote(self.remote)
+        elif self.master:
+            builder = builder.master(self.master)
         connector = kafka_connector_config(
             jars=self.kafka_connector_jars or None, maven=self.kafka_connector_maven, spark_config=self.spark_config
         )
@@ -341,7 +348,10 @@ class SparkResource(LazyPySparkResource):
             self._attach_lake(session)
 
     def _deployment(self, config: dict[str, str]) -> str:
-        """Where the session runs, for the run log: embedded, a cluster's master or a Connect server (no credentials)."""
+        """Where the session runs, for the run log.
+
+        Embedded, a cluster's master or a Connect server (no credentials).
+        """
         if self.remote:
             # A Connect URL may carry a token after ';' (sc://host:15002/;token=...): only the address is shown.
             return f"Spark Connect server {_without_credentials(str(self.remote).split(';', 1)[0].rstrip('/'))}"
@@ -414,7 +424,10 @@ def _session_running(*, remote: bool) -> bool:
 
 
 def _planned_engine(plan: Any) -> str:
-    """The engine a plan aims at: delta-spark (and where from), or delta-rs (the reason says when the platform could change that)."""
+    """The engine a plan aims at: delta-spark (and where from), or delta-rs.
+
+    For delta-rs, the reason says when the platform could change that.
+    """
     if plan.source:
         return f"delta-spark ({plan.source})"
     return "delta-rs"
@@ -523,14 +536,11 @@ class LakeResource(ConfigurableResource):
         """The landing folder producers write to (see docs/landing-contract.md)."""
         return self._join("landing")
 
-    def landing_folder(self, feed: Feed | str) -> str:
-        """The landing sub-folder a feed (or the feed of that name) lands in, e.g. ``landing/orders``."""
-        from medallion_assets.feeds import feed_named
-
-        declared = feed_named(feed)
-        folder = getattr(declared.source, "folder", None)
+    def landing_folder(self, feed: Feed) -> str:
+        """The landing sub-folder a feed lands in, e.g. ``landing/orders``."""
+        folder = getattr(feed.source, "folder", None)
         if folder is None:
-            raise ValueError(f"feed {declared.name!r} does not land files (its source is {declared.source!r})")
+            raise ValueError(f"feed {feed.name!r} does not land files (its source is {feed.source!r})")
         return self._join("landing", *folder.split("/"))
 
     def reference_folder(self, table: str) -> str:
@@ -541,7 +551,7 @@ class LakeResource(ConfigurableResource):
         """The Structured Streaming checkpoint of a stream, under ``_checkpoints/``."""
         return self._join("_checkpoints", stream)
 
-    def table_path(self, key: tuple[str, ...] | list[str]) -> str:
+    def table_path(self, key: Sequence[str]) -> str:
         """The Delta table of an asset key ``[layer, table]``: ``<root>/<layer>/<table>``."""
         parts = list(key)
         if len(parts) != 2:

@@ -24,6 +24,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from dagster import (
     AssetCheckEvaluation,
@@ -44,7 +45,7 @@ from dagster import (
 )
 
 from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
-from medallion_assets.feeds import Feed, KafkaTopic, feed_named, kafka_feed, project_feeds, stream_feeds
+from medallion_assets.feeds import Feed, KafkaTopic, kafka_feed, project_feeds, stream_feeds
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.stream_monitoring import (
@@ -104,7 +105,7 @@ def _health_events(stream: str, health: StreamHealth | KafkaLag) -> list:
 
 
 def build_checkpoint_sensor(
-    stream: Feed | str,
+    feed: Feed,
     *,
     policy: StreamHealthPolicy | None = None,
     minimum_interval_seconds: int = 15,
@@ -115,14 +116,13 @@ def build_checkpoint_sensor(
     """The checkpoint sensor of one bronze stream.
 
     Args:
-        stream: the streamed feed (or its name).
+        feed: the streamed feed.
         policy: stall and backlog bounds of the health figures.
         minimum_interval_seconds: how often the daemon ticks it.
         health_report_seconds: report unchanged health figures at most this often.
         target: what the requested runs materialize (default: everything downstream of the bronze asset).
         default_status: whether the sensor runs without being switched on.
     """
-    feed = feed_named(stream)
     if not feed.is_stream:
         raise ValueError(f"bronze.{feed.name} is a snapshot, not a stream: it has no checkpoint to follow")
     stream = feed.name
@@ -130,7 +130,7 @@ def build_checkpoint_sensor(
     key = feed.bronze_key
     from_kafka = isinstance(feed.source, KafkaTopic)
 
-    options = dict(
+    options: dict[str, Any] = dict(
         name=f"{stream}_checkpoint_sensor",
         minimum_interval_seconds=minimum_interval_seconds,
         target=target or AssetSelection.assets(key).downstream(include_self=False),
@@ -161,7 +161,7 @@ def build_checkpoint_sensor(
                 commit = commits.get(batch)
                 rows = commit.rows if commit else 0
                 rows_total += rows
-                metadata = {
+                metadata: dict[str, Any] = {
                     "batch_id": batch,
                     "rows": rows,
                     "delta_version": commit.delta_version if commit else -1,
@@ -188,6 +188,7 @@ def build_checkpoint_sensor(
                     )
                 )
             cursor.last_batch = new_batches[-1]
+        health: KafkaLag | StreamHealth | None
         if from_kafka:
             health = kafka_lag(lake, kafka, feed) if kafka is not None and kafka.configured else None
         else:
@@ -233,9 +234,8 @@ def build_checkpoint_sensor(
     return _checkpoint_sensor
 
 
-def build_stream_health_check(stream: Feed | str, *, policy: StreamHealthPolicy | None = None):
+def build_stream_health_check(feed: Feed, *, policy: StreamHealthPolicy | None = None):
     """The ``stream_health`` asset check of a bronze stream's asset (consumer lag for a Kafka feed)."""
-    feed = feed_named(stream)
     if isinstance(feed.source, KafkaTopic):
         return build_kafka_lag_check(feed)
     stream = feed.name
@@ -260,13 +260,13 @@ def build_stream_health_check(stream: Feed | str, *, policy: StreamHealthPolicy 
     return _stream_health
 
 
-def build_kafka_lag_check(stream: Feed | str | None = None):
+def build_kafka_lag_check(feed: Feed | None = None):
     """The ``stream_health`` check of a Kafka feed's bronze table: consumer lag per partition against its limits.
 
     Args:
-        stream: the Kafka feed (default: the one declared with ``KafkaTopic()``).
+        feed: the Kafka feed (default: the one declared with ``KafkaTopic()``).
     """
-    feed = kafka_feed(stream)
+    feed = kafka_feed(feed)
 
     @asset_check(
         asset=feed.bronze_key,

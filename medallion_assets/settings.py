@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 #: Where Spark runs: embedded, on a cluster (``SPARK_MASTER_URL``), or through Spark Connect (``SPARK_REMOTE``).
 Deployment = Literal["local", "cluster", "connect"]
@@ -448,9 +448,9 @@ class Settings:
         """The packages whose modules declare the deployment's feeds and assets (:func:`pipeline_packages`)."""
         return ((PROJECT_PIPELINES,) if self.demo else ()) + tuple(p for p in self.pipelines if p != PROJECT_PIPELINES)
 
-    def fields_of(self, resource: str) -> dict[str, object]:
+    def fields_of(self, resource: str) -> dict[str, Any]:
         """The fields of ``resource`` (``KafkaResource``) set by non-credential variables: field -> value."""
-        fed = {}
+        fed: dict[str, Any] = {}  # each field its own type
         for variable in VARIABLES:
             if variable.setting and variable.feeds and variable.feeds.split(".")[0] == resource:
                 value = getattr(self, variable.setting)
@@ -760,7 +760,10 @@ def _unknown_names(env: Mapping[str, str]) -> list[str]:
 
 
 def jar_location_problem(name: str, value: str, *, holds: str) -> str | None:
-    """Why a jars variable's value (a folder of jars, or a comma list of jar files) is unusable; ``None`` if it is fine."""
+    """Why a jars variable's value is unusable; ``None`` if it is fine.
+
+    The value is a folder of jars, or a comma list of jar files.
+    """
     entries = [entry.strip() for entry in value.split(",") if entry.strip()]
     if len(entries) == 1 and os.path.isdir(entries[0]):
         if not any(entry.endswith(".jar") for entry in os.listdir(entries[0])):

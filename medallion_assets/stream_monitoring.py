@@ -14,14 +14,17 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from dagster import Config
+from dagster import Config, MetadataValue
 from pydantic import Field
 
 from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
-from medallion_assets.feeds import Feed, LandingFiles, feed_named, kafka_feed
+from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, kafka_feed
+from medallion_assets.kafka import KafkaError, watermark_offsets
 from medallion_assets.resources import LakeResource
+from medallion_assets.transforms.bronze import is_visible_data_file
 
 
 class StreamHealthPolicy(Config):
@@ -67,14 +70,9 @@ class StreamHealth(_Verdict):
         }
 
 
-def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
+def landed_files(lake: LakeResource, feed: Feed) -> dict[str, float]:
     """The visible data files of a feed's landing folder: ``file://`` URI -> mtime (none for a Kafka feed)."""
-    from pathlib import Path
-
-    from medallion_assets.transforms.bronze import is_visible_data_file
-
-    feed = feed_named(stream)
-    if not hasattr(feed.source, "folder"):
+    if isinstance(feed.source, KafkaTopic):
         return {}
     suffix = feed.source.file_suffix
     folder = Path(local_path(lake.landing_folder(feed)))
@@ -88,17 +86,17 @@ def landed_files(lake: LakeResource, stream: Feed | str) -> dict[str, float]:
 
 
 def stream_health(
-    lake: LakeResource, stream: Feed | str, policy: StreamHealthPolicy, *, now: float | None = None
+    lake: LakeResource, feed: Feed, policy: StreamHealthPolicy, *, now: float | None = None
 ) -> StreamHealth:
     """Measure one stream's backlog and pending batch against ``policy``."""
-    stream = feed_named(stream).name
+    stream = feed.name
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
     pending = checkpoint.pending()
     pending_batch = pending[0] if pending else None
     pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
     seen = {_same_uri(p) for p in checkpoint.seen_files()}
-    backlog = {p: t for p, t in landed_files(lake, stream).items() if p not in seen}
+    backlog = {p: t for p, t in landed_files(lake, feed).items() if p not in seen}
     oldest = now - min(backlog.values()) if backlog else 0.0
     problems = _stalled_batch(checkpoint, now, policy.stall_after_seconds)
     if backlog and oldest > policy.max_backlog_age_seconds:
@@ -136,8 +134,6 @@ def _same_uri(path: str) -> str:
     a linked landing folder or macOS's ``/tmp``); the landing listing resolves
     them, so both sides must be resolved to be compared.
     """
-    from pathlib import Path
-
     if not path.startswith("file:") and "://" in path:
         return path
     return Path(local_path(path)).resolve().as_uri()
@@ -166,8 +162,6 @@ class KafkaLag(_Verdict):
         return _partition_lag(self.latest, self.committed)
 
     def metadata(self) -> dict[str, Any]:
-        from dagster import MetadataValue
-
         return {
             "last_committed_batch": self.last_committed_batch,
             "consumer_lag": sum(self.lag.values()),
@@ -178,7 +172,7 @@ class KafkaLag(_Verdict):
         }
 
 
-def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, now: float | None = None) -> KafkaLag:
+def kafka_lag(lake: LakeResource, kafka, feed: Feed | None = None, *, now: float | None = None) -> KafkaLag:
     """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
 
     Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
@@ -186,9 +180,7 @@ def kafka_lag(lake: LakeResource, kafka, stream: Feed | str | None = None, *, no
     (or a planned batch has not committed for that long), and when the broker
     does not answer.
     """
-    from medallion_assets.kafka import KafkaError, watermark_offsets
-
-    feed = kafka_feed(stream)
+    feed = kafka_feed(feed)
     stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now
     checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
@@ -230,7 +222,7 @@ class SchemaDrift:
     fields: list[str]
 
 
-def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrift:
+def batch_schema_drift(input_files: list[str], feed: Feed) -> SchemaDrift:
     """Count a batch's landed rows with fields the feed does not declare.
 
     NDJSON: each line of the batch's input files, by the feed's rule
@@ -238,7 +230,6 @@ def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrif
     header of each input file (a CSV with an extra column keeps the row raw in
     ``_corrupt_record``). Files already removed from landing are not counted.
     """
-    feed = feed_named(stream)
     rows, fields = 0, set()
     if not isinstance(feed.source, LandingFiles):
         return SchemaDrift(rows, [])
@@ -260,9 +251,9 @@ def batch_schema_drift(input_files: list[str], stream: Feed | str) -> SchemaDrif
         try:
             with open(local_path(uri)) as handle:
                 header = handle.readline().strip().split(separator)
-                extra = [c for c in header if c and c not in feed.field_names]
-                if extra:
-                    fields |= set(extra)
+                extra_columns = [c for c in header if c and c not in feed.field_names]
+                if extra_columns:
+                    fields |= set(extra_columns)
                     rows += sum(1 for line in handle if line.strip())
         except FileNotFoundError:
             continue

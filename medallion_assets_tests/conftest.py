@@ -12,7 +12,7 @@ Python process holds one SparkContext. Processes the tests start (Dagster
 subprocesses, stream runners, ``dagster dev``) inherit ``MEDALLION_DELTA_ENGINE``
 set to the same engine.
 
-Every JVM the tests start reads Spark's defaults from ``spark_conf/`` (settings
+Every JVM the tests start reads Spark's defaults from ``support/spark_conf/`` (settings
 for tiny tables, quiet logs), and gets a 2g driver heap unless a test says
 otherwise: two test workers, the other engine's session and the Dagster runs
 they start share 24 GB (``SPARK_DRIVER_MEMORY``, which the project's resource
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["medallion_assets_tests.timing"]
+pytest_plugins = ["medallion_assets_tests.support.timing"]
 
 ENGINES = ("delta-rs", "delta-spark")
-SPARK_CONF_DIR = Path(__file__).parent / "spark_conf"
+SPARK_CONF_DIR = Path(__file__).parent / "support" / "spark_conf"
 #: The driver heap of every JVM the tests start, theirs and their subprocesses'.
 TEST_DRIVER_MEMORY = "2g"
 
@@ -159,7 +159,7 @@ def spark(tmp_path_factory):
 
     Starting a JVM costs seconds, so the whole suite shares one; Dagster runs
     made in-process pick it up through ``getOrCreate``. The UI and Delta's snapshot
-    tasks are set in ``spark_conf/spark-defaults.conf``, as for every test JVM.
+    tasks are set in ``support/spark_conf/spark-defaults.conf``, as for every test JVM.
     The tests' databases get their folders in a temporary warehouse, not in the
     checkout's ``spark-warehouse``.
     """
@@ -167,7 +167,7 @@ def spark(tmp_path_factory):
 
     from medallion_assets.kafka import kafka_connector_config
     from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
-    from medallion_assets_tests.test_engines import delta_spark_plan
+    from medallion_assets_tests.support.delta_spark import delta_spark_plan
 
     engine = session_engine()
     plan = delta_spark_plan(engine) if engine == "delta-spark" else plan_engine(engine)  # type: ignore[arg-type]
@@ -236,7 +236,7 @@ def kafka_broker(tmp_path_factory):
     Skips, saying why, without the connector (from Maven, or ``KAFKA_SPARK_JARS``), without Java,
     or where Maven cannot resolve the broker's jars (see ``kafka_broker.broker_jars``).
     """
-    from medallion_assets_tests.kafka_broker import Broker, broker_jars
+    from medallion_assets_tests.support.kafka_broker import Broker, broker_jars
 
     if not os.environ.get("KAFKA_SPARK_JARS") and os.environ.get("MEDALLION_KAFKA_MAVEN") != "true":
         pytest.skip(

@@ -18,8 +18,6 @@ whole page once per form.
 from __future__ import annotations
 
 import json
-import re
-import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -34,39 +32,15 @@ from dagster import (
     materialize,
 )
 
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.order_events import order_event_line
+from medallion_assets_tests.support.feed_page import blocks, forget, write_page_pipeline
+from medallion_assets_tests.support.order_events import order_event_line
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
 BRONZE, SILVER = AssetKey(["bronze", "payments_raw"]), AssetKey(["silver", "payments"])
 QUARANTINE, GOLD = AssetKey(["quarantine", "payments"]), AssetKey(["gold", "order_payments"])
 HISTORY = AssetKey(["silver", "payments_history"])
-
-
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", PAGE.read_text(), flags=re.S)
-
-
-def write_page_pipeline(root: Path, package: str, form: str) -> None:
-    """The page's blocks as the package ``package`` under ``root``, in the ``python`` or ``yaml`` form."""
-    declaration, gold = blocks("python")
-    [component] = blocks("yaml")
-    folder = root / package
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text("")
-    if form == "python":
-        (folder / "payments.py").write_text(f"{declaration}\n\n{gold}")
-    else:
-        (folder / "payments").mkdir()
-        (folder / "payments" / "defs.yaml").write_text(component)
-        (folder / "payments_gold.py").write_text(gold)
-
-
-def forget(package: str) -> None:
-    for name in [m for m in sys.modules if m == package or m.startswith(f"{package}.")]:
-        del sys.modules[name]
 
 
 @pytest.fixture(params=["python", "yaml"])

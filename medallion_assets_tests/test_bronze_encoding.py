@@ -25,9 +25,9 @@ from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
 from medallion_assets.resources import LakeResource
-from medallion_assets_tests import contract_reference
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.order_events import order_event_line
+from medallion_assets_tests.support import contract_reference
+from medallion_assets_tests.support.order_events import order_event_line
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 pytestmark = pytest.mark.both_engines
 
@@ -63,8 +63,8 @@ def _land(folder: Path, name: str, lines: list[bytes]) -> None:
 
 
 def _ingest(spark, lake: LakeResource) -> None:
-    for stream in (ORDERS_RAW.name, CUSTOMERS_CDC.name):
-        query = start_bronze_stream(spark, lake, stream)
+    for feed in (ORDERS_RAW, CUSTOMERS_CDC):
+        query = start_bronze_stream(spark, lake, feed)
         query.awaitTermination()
         assert query.exception() is None
 

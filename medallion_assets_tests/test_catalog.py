@@ -18,7 +18,7 @@ from pyspark.testing import assertDataFrameEqual
 from medallion_assets.catalog import LakeCatalog
 from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
-from medallion_assets_tests.delta.readers import read_with_deltalake
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 pytestmark = pytest.mark.both_engines
 

@@ -126,7 +126,7 @@ def test_the_sample_passes_every_check_of_the_definitions(spark, tmp_path, capsy
     assert all(message.startswith("WARN check failed") for message in skipped.values()), skipped
     # The README's quickstart: "the expectations that dropped rows turn amber", each with the rows the
     # contract's reference says it drops from the sample (one batch: one run judges every row).
-    from medallion_assets_tests import contract_reference
+    from medallion_assets_tests.support import contract_reference
 
     drops = contract_reference.expected_drops(tmp_path / "lake" / "landing")
     amber = {

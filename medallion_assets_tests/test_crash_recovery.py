@@ -4,7 +4,7 @@ Each run is a real process (its own JVM) on the test session's Delta engine.
 The kill points are watched from outside the process, on the disk (the
 checkpoint's ``offsets/N`` and ``commits/N``, the Delta log's app
 transaction, data files no commit adds; see
-:mod:`medallion_assets_tests.kill_points`), so they work the same whether the
+:mod:`medallion_assets_tests.support.kill_points`), so they work the same whether the
 sink is delta-spark's DeltaSink in the JVM or the delta-rs engine's Python
 sink. The points: right after a batch's Delta commit and before Spark's
 checkpoint commit, while a batch's tasks are writing files (written, not
@@ -27,9 +27,10 @@ import deltalake
 import pytest
 
 from medallion_assets.checkpoints import read_checkpoint
+from medallion_assets.pipelines.tpch.feeds import ORDERS_RAW
 from medallion_assets.resources import LakeResource
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 # Four ingest processes, each a JVM of its own: minutes each on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]
@@ -68,7 +69,7 @@ def start(root: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     log = root.parent / f"run-{len(list(root.parent.glob('run-*.log')))}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets_tests.ingest_runner", str(root), STREAM, "1"],
+        [sys.executable, "-m", "medallion_assets_tests.support.ingest_runner", str(root), STREAM, "1"],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -81,7 +82,7 @@ def start(root: Path) -> subprocess.Popen:
 def test_ingest_killed_at_several_points_ends_exactly_once(tmp_path, delta_engine):
     root = tmp_path / "lake"
     lake = LakeResource(root=str(root))
-    landing = Path(lake.landing_folder(STREAM))
+    landing = Path(lake.landing_folder(ORDERS_RAW))
     table = lake.table_path(["bronze", STREAM])
     ckpt = lake.checkpoint_dir(STREAM)
     watch = StreamWatch(ckpt, table)

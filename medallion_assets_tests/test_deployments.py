@@ -20,10 +20,14 @@ import sys
 import pytest
 
 from medallion_assets.storage.session import plan_engine
-from medallion_assets_tests.deployments import connect_server, standalone_cluster
-from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
-from medallion_assets_tests.test_end_to_end import SEED, assert_gold_matches_duckdb, assert_silver_matches_contract
-from medallion_assets_tests.test_engines import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
+from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
+from medallion_assets_tests.support.deployments import connect_server, standalone_cluster
+from medallion_assets_tests.support.pipeline_checks import (
+    SEED,
+    assert_gold_matches_duckdb,
+    assert_silver_matches_contract,
+)
+from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -34,7 +38,14 @@ def _run_pipeline(tmp_path, deployment_env: dict[str, str], engine_env: dict[str
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home), **engine_env, **deployment_env)
-    command = [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", str(SCALE_FACTOR), "1", str(SEED)]
+    command = [
+        sys.executable,
+        "-m",
+        "medallion_assets_tests.support.pipeline_runner",
+        str(SCALE_FACTOR),
+        "1",
+        str(SEED),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-8000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -123,7 +134,7 @@ spark.stop()
 def test_tables_written_over_connect_by_delta_spark_are_readable_by_delta_rs(tmp_path):
     # A cast to a StringType object reaches the server with an explicit collation, which
     # delta-spark would store as "string collate UTF8_BINARY" (unreadable by delta-rs).
-    from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
     if delta_spark_source() is None:
         pytest.skip(f"delta-spark over Connect not tested: {NO_DELTA_SPARK}")

@@ -10,20 +10,28 @@ the second batch, and a run with nothing new changes no table.
 from __future__ import annotations
 
 import json
-import math
-from decimal import Decimal
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from dagster import AssetCheckSeverity, AssetKey, DagsterInstance, materialize
+from dagster import AssetCheckSeverity, AssetKey, DagsterInstance
 
 from medallion_assets.io_manager.manager import REUSED_FROM_RUN
 from medallion_assets.pipelines.tpch import simulator
 from medallion_assets.pipelines.tpch.gold import gold_assets
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
-from medallion_assets_tests import contract_reference
-from medallion_assets_tests.delta.readers import delta_extension_path, read_with_deltalake, rows
+from medallion_assets_tests.support.pipeline_checks import (
+    SEED,
+    TPCH_GOLD,
+    assert_gold_matches_duckdb,
+    assert_history_is_closed,
+    assert_no_check_errs,
+    assert_same_rows,
+    assert_silver_matches_contract,
+    duckdb_tpch_answers,
+    landed_lines,
+    materialize_everything,
+)
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 # Not in the both_engines set (the suite's time budget): delta-spark runs the whole pipeline
 # in test_deployments.py (standalone cluster) and carries a noisy second batch on in
@@ -34,79 +42,6 @@ pytestmark = pytest.mark.slow
 #: partsupp keys, which the blocking key check rightly refuses). DuckDB answers on the same state.
 SCALE_FACTOR = 0.01
 BATCHES = 2
-SEED = 11
-
-#: gold table -> TPC-H query number.
-TPCH_GOLD = {"pricing_summary": 1, "shipping_priority": 3, "local_supplier_volume": 5, "forecasting_revenue_change": 6}
-#: DuckDB's TPC-H table names -> silver tables.
-TPCH_TABLES = {
-    "lineitem": "lineitem",
-    "orders": "orders",
-    "customer": "customers",
-    "nation": "nation",
-    "region": "region",
-    "supplier": "supplier",
-    "part": "part",
-    "partsupp": "partsupp",
-}
-SILVER_KEYS = {
-    "orders": ["o_orderkey"],
-    "lineitem": ["l_orderkey", "l_linenumber"],
-    "customers": ["c_custkey"],
-    "nation": ["n_nationkey"],
-    "region": ["r_regionkey"],
-    "part": ["p_partkey"],
-    "supplier": ["s_suppkey"],
-    "partsupp": ["ps_partkey", "ps_suppkey"],
-}
-
-
-@lru_cache(maxsize=1)
-def _tpch_extension_path() -> str:
-    import duckdb_extension_tpch
-
-    root = Path(next(iter(duckdb_extension_tpch.__path__)))
-    return str(sorted(root.rglob("*.duckdb_extension"))[0])
-
-
-def _duckdb_tpch_answers(lake: Path) -> dict[int, list[dict]]:
-    """TPC-H queries 1, 3, 5, 6 as DuckDB's tpch extension writes them, over the silver tables."""
-    import duckdb
-
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"LOAD '{delta_extension_path()}'")
-        con.execute(f"LOAD '{_tpch_extension_path()}'")
-        for name, silver in TPCH_TABLES.items():
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM delta_scan('{lake / 'silver' / silver}')")
-        answers = {}
-        for number in TPCH_GOLD.values():
-            [query] = con.execute("SELECT query FROM tpch_queries() WHERE query_nr = ?", [number]).fetchone()
-            answers[number] = con.execute(query).fetch_arrow_table().to_pylist()
-        return answers
-    finally:
-        con.close()
-
-
-def _same_value(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        # Q1's averages: DuckDB answers a double, Spark's decimal avg keeps 6 decimals (rounded).
-        return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=5e-7)
-    if isinstance(a, Decimal) or isinstance(b, Decimal):
-        return a is not None and b is not None and Decimal(a) == Decimal(b)
-    return a == b
-
-
-def _assert_same_rows(gold: list[dict], duck: list[dict], what: str) -> None:
-    assert gold and duck, f"{what}: empty answer"
-    assert set(gold[0]) == set(duck[0]), f"{what}: columns {sorted(gold[0])} != {sorted(duck[0])}"
-    columns = list(duck[0])
-    order = lambda r: tuple(str(r[c]) for c in columns)  # noqa: E731
-    gold, duck = sorted(gold, key=order), sorted(duck, key=order)
-    assert len(gold) == len(duck), f"{what}: {len(gold)} rows != {len(duck)}"
-    for g, d in zip(gold, duck, strict=False):
-        assert all(_same_value(g[c], d[c]) for c in columns), f"{what}: {g} != {d}"
 
 
 def table_versions(lake: Path) -> dict[str, int]:
@@ -118,38 +53,6 @@ def table_versions(lake: Path) -> dict[str, int]:
             if (folder / "_delta_log").is_dir():
                 versions[f"{layer}/{folder.name}"] = deltalake.DeltaTable(str(folder)).version()
     return versions
-
-
-def landed_lines(files) -> dict[str, int]:
-    counts = {}
-    for path in files:
-        if path.suffix == ".json":
-            counts[path.name] = sum(1 for _ in path.open(encoding="utf-8"))
-    return counts
-
-
-def materialize_everything(defs, instance):
-    assets = [a for a in defs.assets if not any(k.path[0] == "landing" for k in getattr(a, "keys", []))]
-    checks = list(defs.asset_checks)
-    result = materialize(
-        [*assets, *checks],
-        resources=defs.resources,
-        instance=instance,
-    )
-    assert result.success
-    return result
-
-
-def assert_no_check_errs(result) -> int:
-    """No check failed with severity ERROR; WARN failures (rows of the noisy feed dropped or rejected) are allowed."""
-    evaluations = result.get_asset_check_evaluations()
-    failed = [
-        (e.asset_key.to_user_string(), e.check_name, dict(e.metadata))
-        for e in evaluations
-        if not e.passed and e.severity == AssetCheckSeverity.ERROR
-    ]
-    assert not failed, failed
-    return len(evaluations)
 
 
 def _metadata(result, key: list[str]) -> dict:
@@ -183,27 +86,6 @@ def assert_gold_lineage_matches_schemas(result) -> None:
                 assert dep.column_name in schemas[upstream], where
 
 
-def assert_silver_matches_contract(lake: Path, *, landing: Path | None = None) -> None:
-    expected = contract_reference.expected_silver_state(landing or lake / "landing")
-    expected["customers"] = contract_reference.masked_customers(expected["customers"])
-    for table, keys in SILVER_KEYS.items():
-        want = expected[table]
-        got = read_with_deltalake(lake / "silver" / table).select(want.column_names)
-        assert got.num_rows == want.num_rows, table
-        assert rows(got, sort_by=keys) == rows(want, sort_by=keys), table
-
-
-def assert_history_is_closed(lake: Path) -> None:
-    """One open (current) history row per customer, across runs; the live ones are silver's customers."""
-    history = read_with_deltalake(lake / "silver" / "customers_history").to_pylist()
-    current = [r for r in history if r["is_current"]]
-    assert all(r["valid_to"] is None for r in current)
-    assert all(r["valid_to"] is not None and r["valid_to"] >= r["valid_from"] for r in history if not r["is_current"])
-    assert len(current) == len({r["c_custkey"] for r in current}) == len({r["c_custkey"] for r in history})
-    live = {r["c_custkey"] for r in current if not r["is_deleted"]}
-    assert live == set(read_with_deltalake(lake / "silver" / "customers").column("c_custkey").to_pylist())
-
-
 def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     """The history the runs kept, rebuilt each run for the keys that changed, is what one rebuild from all of
     bronze gives, with what silver (and its tombstones) adopted at the end."""
@@ -225,13 +107,6 @@ def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     rebuilt = T.history_rows(records, feed, adopted)
     kept = read_with_deltalake(lake / "silver" / "customers_history").select(rebuilt.columns)
     assertDataFrameEqual(spark.createDataFrame(kept.to_pylist(), rebuilt.schema), rebuilt)
-
-
-def assert_gold_matches_duckdb(lake: Path) -> None:
-    answers = _duckdb_tpch_answers(lake)
-    for table, number in TPCH_GOLD.items():
-        gold = read_with_deltalake(lake / "gold" / table).to_pylist()
-        _assert_same_rows(gold, answers[number], f"gold/{table} vs TPC-H Q{number}")
 
 
 def test_two_batches_then_nothing_new(spark, tmp_path, monkeypatch):
@@ -341,7 +216,10 @@ DELTA_SNAPSHOT_CACHE = "Delta Table State"
 
 
 def cached_rdds(spark) -> set[int]:
-    """Ids of the session's cached datasets (a cached DataFrame's, once computed), delta-spark's snapshot caches aside."""
+    """Ids of the session's cached datasets, delta-spark's snapshot caches aside.
+
+    A cached DataFrame's dataset counts once computed.
+    """
     persistent = spark.sparkContext._jsc.getPersistentRDDs()
     return {
         int(rdd_id)
@@ -388,7 +266,7 @@ def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
 
     import pyarrow.parquet as pq
 
-    from medallion_assets_tests.test_engines import delta_spark_source
+    from medallion_assets_tests.support.delta_spark import delta_spark_source
 
     source = delta_spark_source()
     engines = ["delta-rs", *(["delta-spark"] if source else [])]
@@ -407,17 +285,17 @@ def assert_new_sessions_find_gold_by_name(lake: Path, tmp_path: Path) -> None:
         command = [
             sys.executable,
             "-m",
-            "medallion_assets_tests.metastore_clients",
+            "medallion_assets_tests.support.metastore_clients",
             "project",
             str(out),
             "gold.pricing_summary",
         ]
         sessions[engine] = (out, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
-    answer = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
+    answer = duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
     for engine, (out, proc) in sessions.items():
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, (
             f"a new {engine} session could not read gold.pricing_summary by name:\n{err[-6000:]}"
         )
         rows = pq.read_table(out / "gold.pricing_summary.parquet").to_pylist()
-        _assert_same_rows(rows, answer, f"gold.pricing_summary by name in a new {engine} session vs TPC-H Q1")
+        assert_same_rows(rows, answer, f"gold.pricing_summary by name in a new {engine} session vs TPC-H Q1")

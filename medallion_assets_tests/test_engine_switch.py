@@ -35,31 +35,31 @@ from pathlib import Path
 
 import pytest
 
-from medallion_assets_tests import contract_reference
-from medallion_assets_tests.delta.readers import read_with_deltalake
-from medallion_assets_tests.deployments import (
+from medallion_assets_tests.support import contract_reference
+from medallion_assets_tests.support.delta_spark import (
+    NO_DELTA_SPARK,
+    delta_spark_jars_from_env,
+    delta_spark_jars_from_maven,
+    delta_spark_source,
+)
+from medallion_assets_tests.support.deployments import (
     documented_metastore_conf,
     documented_thrift_server,
     standalone_cluster,
 )
-from medallion_assets_tests.pipeline_runner import assert_the_first_minute_is_explained
-from medallion_assets_tests.postgres import jdbc_jar, postgres_bin, postgres_cluster
-from medallion_assets_tests.processes import process_list_watch
-from medallion_assets_tests.test_end_to_end import (
+from medallion_assets_tests.support.pipeline_checks import (
     SEED,
     TPCH_GOLD,
-    _duckdb_tpch_answers,
     assert_gold_matches_duckdb,
     assert_history_is_closed,
     assert_silver_matches_contract,
+    duckdb_tpch_answers,
     landed_lines,
 )
-from medallion_assets_tests.test_engines import (
-    NO_DELTA_SPARK,
-    _delta_spark_jars,
-    delta_spark_jars_from_maven,
-    delta_spark_source,
-)
+from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
+from medallion_assets_tests.support.postgres import jdbc_jar, postgres_bin, postgres_cluster
+from medallion_assets_tests.support.processes import process_list_watch
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 pytestmark = pytest.mark.slow
 
@@ -142,7 +142,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
         command = [
             sys.executable,
             "-m",
-            "medallion_assets_tests.pipeline_runner",
+            "medallion_assets_tests.support.pipeline_runner",
             str(SCALE_FACTOR),
             str(batches),
             str(SEED),
@@ -219,11 +219,11 @@ def _assert_every_table_registered_once(lake: Path, metastore, home: Path) -> No
 
 
 def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, outputs: dict, env: dict) -> None:
-    q1 = _duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
+    q1 = duckdb_tpch_answers(lake)[TPCH_GOLD["pricing_summary"]]
     expected = sorted((r["l_returnflag"], r["l_linestatus"], r["count_order"]) for r in q1)
 
     # Two runs at once: each reads gold.pricing_summary by name and registers a table of its own.
-    command = [sys.executable, "-m", "medallion_assets_tests.metastore_clients", "run"]
+    command = [sys.executable, "-m", "medallion_assets_tests.support.metastore_clients", "run"]
     runs = {
         name: subprocess.Popen([*command, name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name in ("run_a", "run_b")
@@ -272,7 +272,8 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
     # keeps its own TBLPROPERTIES and comments in the table's log, not in the entry.
     ids = _entries(metastore)
     metastore.query(
-        f'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") VALUES ({ids["gold.run_a"]}, \'team.owner\', \'finance\') RETURNING 1'
+        'INSERT INTO "TABLE_PARAMS" ("TBL_ID", "PARAM_KEY", "PARAM_VALUE") '
+        f"VALUES ({ids['gold.run_a']}, 'team.owner', 'finance') RETURNING 1"
     )
     # A second write of gold.run_a, in a new process: the entry is kept, not made again.
     again = subprocess.run([*command, "run_a"], env=env, capture_output=True, text=True, timeout=600)
@@ -321,7 +322,7 @@ def _delta_spark_jar_folder(tmp_path: Path) -> str:
     ``DELTA_SPARK_JARS``'s folder, or links to the jars Maven delivered to this test session
     (Ivy's cache holds every other package's jars beside them).
     """
-    jars = _delta_spark_jars()
+    jars = delta_spark_jars_from_env()
     if jars and os.path.isdir(jars):
         return os.path.join(jars, "*")
     folder = tmp_path / "delta-spark-jars"

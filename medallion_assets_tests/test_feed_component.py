@@ -1,7 +1,7 @@
 """A feed declared as a Dagster component in YAML is the feed the Python declaration makes.
 
 Cheap: no Spark session, no run. The page's two forms (docs/adding-a-feed.md,
-written as packages by ``test_adding_a_feed.write_page_pipeline``) give equal
+written as packages by ``support.feed_page.write_page_pipeline``) give equal
 ``Feed`` objects and the same assets, checks and sensors in the project's
 definitions; the component's own ``build_defs`` builds the same pieces; the
 scaffolded template is a feed; a YAML that cannot work names its file, the
@@ -22,7 +22,7 @@ from dagster import AssetKey, Definitions
 
 from medallion_assets.components import COMPONENT_TYPE, FeedComponent, FeedYamlError, feed_from_yaml
 from medallion_assets.definitions import build_definitions, resources_for
-from medallion_assets_tests.test_adding_a_feed import blocks, forget, write_page_pipeline
+from medallion_assets_tests.support.feed_page import blocks, forget, write_page_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, TimestampType
 
 from medallion_assets.expectations import expect, expect_or_drop
 from medallion_assets.feeds import ApplyChanges, Feed, Field, LandingFiles
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 SUBSCRIPTIONS = Feed(
     name="subscriptions_raw",
@@ -287,7 +287,9 @@ def test_history_is_silvers_and_no_table_but_bronze_holds_a_masked_value(spark, 
         "updated_at is not a timestamp: 'yesterday'": f"M2,{_sha('m2@example.com')},gold,{_sha('web')},yesterday",
         "malformed CSV line": "sha256:" + _sha("M3,m3@example.com,web,2026-03-01T01:00:00Z"),
         "not valid UTF-8": "sha256:" + _sha("M4,m4\ufffd@example.com,gold,web,2026-03-01T01:00:00Z"),
-        f"referrer is not web or shop: '{_sha('m6@example.com')}'": f"M5,{_sha('m5@example.com')},gold,{_sha('m6@example.com')},2026-03-01T01:00:00Z",
+        f"referrer is not web or shop: '{_sha('m6@example.com')}'": (
+            f"M5,{_sha('m5@example.com')},gold,{_sha('m6@example.com')},2026-03-01T01:00:00Z"
+        ),
     }
 
 

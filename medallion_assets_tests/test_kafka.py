@@ -58,9 +58,9 @@ from medallion_assets.kafka import (
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.stream_monitoring import kafka_lag
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.kafka_broker import free_port, produce
-from medallion_assets_tests.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.kafka_broker import free_port, produce
+from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, sink_engines, undo_checkpoint_commit
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 KAFKA_STREAM = ORDERS_KAFKA.name
 
@@ -120,7 +120,7 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
 
 def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_broker, tmp_path):
     from medallion_assets.sensors import build_checkpoint_sensor, build_kafka_lag_check
-    from medallion_assets_tests.tpch_assets import orders_kafka
+    from medallion_assets_tests.support.tpch_assets import orders_kafka
 
     kafka = kafka_broker.topic(partitions=3, max_lag_messages=5, stall_after_seconds=2)
     lake = LakeResource(root=str(tmp_path / "lake"))
@@ -142,7 +142,7 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     table = lake.table_path(["bronze", KAFKA_STREAM])
     assert _bronze_messages(table, read_with_duckdb) == _published_messages(kafka)
 
-    sensor = build_checkpoint_sensor(KAFKA_STREAM)
+    sensor = build_checkpoint_sensor(ORDERS_KAFKA)
     context = build_sensor_context(instance=instance, resources={"lake": lake, "kafka": kafka})
     result = sensor(context)
     materializations = [e for e in result.asset_events if type(e).__name__ == "AssetMaterialization"]
@@ -259,7 +259,7 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
     from dagster import AssetSelection, EnvVar, serialize_value
 
     from medallion_assets.definitions import build_definitions
-    from medallion_assets_tests.kafka_broker import SCRAM_MECHANISM, Broker
+    from medallion_assets_tests.support.kafka_broker import SCRAM_MECHANISM, Broker
 
     secured = Broker(kafka_broker.jars, tmp_path / "broker", sasl_ssl=True)
     try:
@@ -353,7 +353,7 @@ def test_sasl_scram_over_tls_with_the_password_in_no_log(spark, kafka_broker, tm
 def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypatch):
     from medallion_assets.definitions import build_definitions
     from medallion_assets.pipelines.tpch import simulator
-    from medallion_assets_tests.test_end_to_end import (
+    from medallion_assets_tests.support.pipeline_checks import (
         assert_gold_matches_duckdb,
         assert_no_check_errs,
         assert_silver_matches_contract,
@@ -439,7 +439,7 @@ def _start_ingest(root: Path, kafka: KafkaResource, per_batch: int) -> subproces
     }
     log = root.parent / f"run-{len(list(root.parent.glob('run-*.log')))}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets_tests.ingest_runner", str(root), KAFKA_STREAM, str(per_batch)],
+        [sys.executable, "-m", "medallion_assets_tests.support.ingest_runner", str(root), KAFKA_STREAM, str(per_batch)],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,

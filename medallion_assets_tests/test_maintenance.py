@@ -10,7 +10,7 @@ from dagster import DagsterInstance
 
 from medallion_assets.jobs import table_maintenance
 from medallion_assets.resources import LakeResource, SparkResource
-from medallion_assets_tests.delta.readers import read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_duckdb
 
 pytestmark = pytest.mark.both_engines
 

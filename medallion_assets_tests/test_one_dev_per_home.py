@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from medallion_assets.instance import DAEMON_LOCK_FILE
-from medallion_assets_tests.deployments import free_port
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support.deployments import free_port
+from medallion_assets_tests.support.processes import stop_group
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ by the project's bronze stream, then copied to a second lake. On that copy
 the step runs as a process of its own (its own JVM, on the test session's
 engine) and is killed at the point seen from outside: the ``dagster_run_id``
 the IO manager records in each Delta commit (see
-:mod:`medallion_assets_tests.kill_points`). Then the step runs undisturbed
+:mod:`medallion_assets_tests.support.kill_points`). Then the step runs undisturbed
 on the first lake, in the test session, and runs again to the end on the copy,
 in the test session too (a JVM that never saw the killed run). The three
 tables of both lakes are read with delta-rs and DuckDB and compared as
@@ -41,12 +41,12 @@ import pytest
 from dagster import materialize
 
 from medallion_assets.definitions import resources_for
-from medallion_assets_tests import tpch_assets as bronze
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.kill_points import RunCommitWatch, kill_when
-from medallion_assets_tests.order_events import order_event_line
-from medallion_assets_tests.pipeline_runner import ran_to_the_end, run_orders_step
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support import tpch_assets as bronze
+from medallion_assets_tests.support.kill_points import RunCommitWatch, kill_when
+from medallion_assets_tests.support.order_events import order_event_line
+from medallion_assets_tests.support.pipeline_runner import ran_to_the_end, run_orders_step
+from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 # Three runs of the step, one in a process (a JVM) of its own: minutes on a busy machine.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(900)]
@@ -92,7 +92,7 @@ def start_step(lake: Path, run_id: str) -> subprocess.Popen:
     env = {**os.environ, "MEDALLION_LAKE_ROOT": str(lake), "PYTHONPATH": os.pathsep.join(sys.path)}
     log = lake.parent / "killed-step.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets_tests.pipeline_runner", "orders_step", run_id],
+        [sys.executable, "-m", "medallion_assets_tests.support.pipeline_runner", "orders_step", run_id],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,

@@ -116,7 +116,7 @@ def test_garbage_lines_fail_amber_and_a_file_rejected_whole_red_naming_it(spark,
     from medallion_assets.assets.bronze import bronze_assets
     from medallion_assets.assets.silver import silver_assets
     from medallion_assets.definitions import resources_for
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
     lake = tmp_path / "lake"
     monkeypatch.setenv("MEDALLION_LAKE_ROOT", str(lake))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC
 from medallion_assets.resources import (
     _JVM_OPTION_VARIABLES,
     LakeResource,
@@ -19,7 +20,7 @@ def test_lake_layout(tmp_path):
     lake = LakeResource(root=str(tmp_path))
     assert lake.table_path(["silver", "orders"]) == str(tmp_path / "silver" / "orders")
     assert lake.checkpoint_dir("orders_raw") == str(tmp_path / "_checkpoints" / "orders_raw")
-    assert lake.landing_folder("customers_cdc") == str(tmp_path / "landing" / "customers")
+    assert lake.landing_folder(CUSTOMERS_CDC) == str(tmp_path / "landing" / "customers")
     with pytest.raises(ValueError):
         lake.table_path(["orders"])
 
@@ -94,7 +95,9 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from medallion_assets.resources import SparkResource
 
-resource = SparkResource(master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS"))
+resource = SparkResource(
+    master="local[2]", delta_engine=sys.argv[1], delta_spark_jars=os.environ.get("DELTA_SPARK_JARS")
+)
 spark = resource.spark_session
 runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
 management = spark.sparkContext._jvm.java.lang.management.ManagementFactory
@@ -131,7 +134,7 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     import sys
 
     from medallion_assets.resources import embedded_driver_memory
-    from medallion_assets_tests.test_engines import _delta_spark_jars, delta_spark_jars_from_maven
+    from medallion_assets_tests.support.delta_spark import delta_spark_jars_from_env, delta_spark_jars_from_maven
 
     env = {
         k: v for k, v in os.environ.items() if k not in ("SPARK_DRIVER_MEMORY", "PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR")
@@ -139,7 +142,7 @@ def test_an_embedded_session_is_sized_for_the_machine(engine):
     if engine == "delta-spark":
         # The suite's one session on DELTA_SPARK_JARS (the air-gapped route): the named jars, or
         # else delta-spark's jars as Maven delivered them to this test session.
-        jars = _delta_spark_jars() or delta_spark_jars_from_maven()
+        jars = delta_spark_jars_from_env() or delta_spark_jars_from_maven()
         if jars is None:
             pytest.skip("no delta-spark jars: DELTA_SPARK_JARS names none and Maven is not used")
         env["DELTA_SPARK_JARS"] = jars

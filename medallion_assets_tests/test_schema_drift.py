@@ -7,9 +7,9 @@ from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets.definitions import resources_for
 from medallion_assets.pipelines.tpch import silver
-from medallion_assets_tests import tpch_assets as bronze
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
-from medallion_assets_tests.order_events import order_event_line
+from medallion_assets_tests.support import tpch_assets as bronze
+from medallion_assets_tests.support.order_events import order_event_line
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines]
 

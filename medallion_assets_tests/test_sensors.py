@@ -27,6 +27,7 @@ from dagster import (
 
 from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.ingest import FullRefreshRefusedError, full_refresh_stream
+from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
 from medallion_assets.resources import LakeResource
 from medallion_assets.sensors import (
     build_checkpoint_sensor,
@@ -37,7 +38,8 @@ from medallion_assets.stream_monitoring import StreamHealthPolicy, stream_health
 
 pytestmark = pytest.mark.both_engines
 
-STREAM = "orders_raw"
+FEED = ORDERS_RAW
+STREAM = FEED.name
 
 
 class FakeStream:
@@ -47,7 +49,7 @@ class FakeStream:
         self.lake = lake
         self.query_id = query_id
         self.ckpt = Path(lake.checkpoint_dir(STREAM))
-        self.landing = Path(lake.landing_folder(STREAM))
+        self.landing = Path(lake.landing_folder(FEED))
         self.table = lake.table_path(["bronze", STREAM])
         self.landing.mkdir(parents=True, exist_ok=True)
         (self.ckpt / "offsets").mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,7 @@ class FakeStream:
     def plan(self, files: list[str]) -> int:
         self.batch += 1
         b = self.batch
-        (self.ckpt / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":%d}\n' % b)
+        (self.ckpt / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":' + str(b) + "}\n")
         (self.ckpt / "sources" / "0" / str(b)).write_text(
             "v1\n" + "".join(json.dumps({"path": f, "timestamp": 0, "batchId": b}) + "\n" for f in files)
         )
@@ -121,7 +123,7 @@ def materializations(result) -> list[AssetMaterialization]:
 
 def test_checkpoint_sensor_reports_each_batch_once(lake, instance):
     stream = FakeStream(lake)
-    sensor_def = build_checkpoint_sensor(STREAM)
+    sensor_def = build_checkpoint_sensor(FEED)
     assert isinstance(tick(sensor_def, lake, instance, None), SensorResult)  # health only, nothing to report
     stream.run_batch([("a.json", 3), ("b.json", 2)])
     stream.run_batch([("c.json", 4)])
@@ -157,10 +159,10 @@ def test_checkpoint_sensor_reports_each_batch_once(lake, instance):
 def test_checkpoint_sensor_starts_over_for_a_new_query(lake, instance, tmp_path):
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 1)])
-    sensor_def = build_checkpoint_sensor(STREAM)
+    sensor_def = build_checkpoint_sensor(FEED)
     first = tick(sensor_def, lake, instance, None)
     # Full refresh: checkpoint and table dropped, a new query id.
-    full_refresh_stream(lake, STREAM, allowed=True)
+    full_refresh_stream(lake, FEED, allowed=True)
     fresh = FakeStream(lake, query_id="q-2")
     fresh.run_batch([("a.json", 1), ("b.json", 1)])
     again = tick(sensor_def, lake, instance, first.cursor)
@@ -177,35 +179,35 @@ def test_health_turns_red_for_stall_and_old_backlog_and_green_when_fresh(lake, i
     policy = StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120)
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 2)])
-    assert stream_health(lake, STREAM, policy).passed
+    assert stream_health(lake, FEED, policy).passed
 
     # Fresh backlog and a fresh pending batch: green.
     stream.land("b.json", 1)
     stream.plan([stream.land("c.json", 1)])
-    fresh = stream_health(lake, STREAM, policy)
+    fresh = stream_health(lake, FEED, policy)
     assert fresh.passed and fresh.backlog_files == 1 and fresh.pending_batch == 1
 
     # The pending batch gets old: stalled.
     _age(stream.ckpt / "offsets" / "1", 300)
-    stalled = stream_health(lake, STREAM, policy)
+    stalled = stream_health(lake, FEED, policy)
     assert not stalled.passed and "batch 1" in stalled.problems[0] and stalled.pending_batch_age_seconds >= 299
 
     # The batch commits; the landed-but-untaken file gets old: behind.
     stream.commit(1)
     _age(stream.landing / "b.json", 600)
-    behind = stream_health(lake, STREAM, policy)
+    behind = stream_health(lake, FEED, policy)
     assert not behind.passed and behind.backlog_files == 1 and behind.oldest_backlog_age_seconds >= 599
     assert "not taken by any batch" in behind.problems[0]
 
     # The same verdicts through the sensor (check evaluation + plotted observation) and the asset check.
-    sensor_def = build_checkpoint_sensor(STREAM, policy=policy)
+    sensor_def = build_checkpoint_sensor(FEED, policy=policy)
     result = tick(sensor_def, lake, instance, None)
     evaluation = next(e for e in result.asset_events if isinstance(e, AssetCheckEvaluation))
     assert not evaluation.passed and evaluation.metadata["backlog_files"].value == 1
     # Taken by a batch: green again.
     stream.plan([(stream.landing / "b.json").resolve().as_uri()])
     stream.commit(1)
-    assert stream_health(lake, STREAM, policy).passed
+    assert stream_health(lake, FEED, policy).passed
 
 
 def test_stream_health_check_definition(lake, instance):
@@ -222,7 +224,7 @@ def test_stream_health_check_definition(lake, instance):
     def bronze_placeholder():
         return None
 
-    check = build_stream_health_check(STREAM, policy=policy)
+    check = build_stream_health_check(FEED, policy=policy)
     defs = Definitions(assets=[bronze_placeholder], asset_checks=[check], resources={"lake": lake})
     job = defs.resolve_implicit_global_asset_job_def()
     result = job.execute_in_process(instance=instance, raise_on_error=False)
@@ -264,9 +266,9 @@ def test_full_refresh_of_a_streaming_bronze_table_is_refused_unless_allowed(lake
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 1)])
     with pytest.raises(FullRefreshRefusedError, match="allow_full_refresh"):
-        full_refresh_stream(lake, STREAM, allowed=False)
+        full_refresh_stream(lake, FEED, allowed=False)
     assert read_checkpoint(lake.checkpoint_dir(STREAM)).last_committed == 0
-    full_refresh_stream(lake, STREAM, allowed=True)
+    full_refresh_stream(lake, FEED, allowed=True)
     assert read_checkpoint(lake.checkpoint_dir(STREAM)).query_id is None
     assert not Path(stream.table).exists()
 
@@ -275,7 +277,7 @@ def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     from dagster import materialize
 
     from medallion_assets.resources import SparkResource
-    from medallion_assets_tests.tpch_assets import orders_raw
+    from medallion_assets_tests.support.tpch_assets import orders_raw
 
     stream = FakeStream(lake)
     stream.run_batch([("a.json", 1)])
@@ -298,12 +300,13 @@ def test_schema_drift_is_counted_and_kept_raw(lake, instance):
     lines = [
         '{"event_id": "1", "op": "upsert", "order": {"o_orderkey": 1}}',
         '{"event_id": "2", "op": "upsert", "channel": "web", "order": {"o_orderkey": 2, "o_discount_code": "X"}}',
-        '{"event_id": "3", "op": "upsert", "order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
+        '{"event_id": "3", "op": "upsert", '
+        '"order": {"o_orderkey": 3, "lineitems": [{"l_linenumber": 1, "l_gift": true}]}}',
         "not json",
     ]
     stream.plan([stream.land("a.json", 4, content=lines)])
     stream.commit(4, lines)
-    result = tick(build_checkpoint_sensor(STREAM), lake, instance, None)
+    result = tick(build_checkpoint_sensor(FEED), lake, instance, None)
     [event] = materializations(result)
     assert event.metadata["rows"].value == 4  # every line kept, drifted or not
     assert event.metadata["schema_drift_rows"].value == 2
@@ -314,10 +317,10 @@ def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, insta
     """Real streams: an order with an unknown field and a CSV with an extra column do not stop them."""
     from medallion_assets.ingest import start_bronze_stream
     from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS
-    from medallion_assets_tests.delta.readers import read_with_deltalake
+    from medallion_assets_tests.support.readers import read_with_deltalake
 
-    orders = Path(lake.landing_folder("orders_raw"))
-    customers = Path(lake.landing_folder("customers_cdc"))
+    orders = Path(lake.landing_folder(ORDERS_RAW))
+    customers = Path(lake.landing_folder(CUSTOMERS_CDC))
     orders.mkdir(parents=True)
     customers.mkdir(parents=True)
     (orders / "a.json").write_text(
@@ -327,8 +330,8 @@ def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, insta
     header = ",".join([*CUSTOMER_CSV_COLUMNS, "c_email"])
     row = "I,7,Customer#7,Street,1,11-111,10.00,BUILDING,hi,2024-01-01T00:00:00Z,a@b.c"
     (customers / "a.csv").write_text(f"{header}\n{row}\n")
-    for stream in ("orders_raw", "customers_cdc"):
-        query = start_bronze_stream(spark, lake, stream)
+    for feed in (ORDERS_RAW, CUSTOMERS_CDC):
+        query = start_bronze_stream(spark, lake, feed)
         query.awaitTermination()
         assert query.exception() is None
     bronze_orders = read_with_deltalake(lake.table_path(["bronze", "orders_raw"])).column("value").to_pylist()
@@ -336,8 +339,8 @@ def test_drifted_files_stream_into_bronze_raw_and_are_counted(spark, lake, insta
     bronze_customers = read_with_deltalake(lake.table_path(["bronze", "customers_cdc"])).to_pylist()
     assert len(bronze_customers) == 1 and "a@b.c" in (bronze_customers[0]["_corrupt_record"] or "")
 
-    for stream, fields in (("orders_raw", ["order.o_loyalty_tier"]), ("customers_cdc", ["c_email"])):
-        [event] = materializations(tick(build_checkpoint_sensor(stream), lake, instance, None))
+    for feed, fields in ((ORDERS_RAW, ["order.o_loyalty_tier"]), (CUSTOMERS_CDC, ["c_email"])):
+        [event] = materializations(tick(build_checkpoint_sensor(feed), lake, instance, None))
         assert event.metadata["schema_drift_rows"].value == 1
         assert event.metadata["schema_drift_fields"].value == fields
 
@@ -349,9 +352,9 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
     reading the table at each version (and DuckDB reading the last one) must agree.
     """
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+    from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
-    landing = Path(lake.landing_folder(STREAM))
+    landing = Path(lake.landing_folder(FEED))
     landing.mkdir(parents=True)
     for i, count in enumerate([3, 1, 5]):
         lines = "".join(
@@ -359,11 +362,11 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
         )
         (landing / f"{i}.json").write_text(lines)
         os.utime(landing / f"{i}.json", (1_700_000_000 + i, 1_700_000_000 + i))  # taken oldest first
-    query = start_bronze_stream(spark, lake, STREAM, max_files_per_trigger=1)
+    query = start_bronze_stream(spark, lake, FEED, max_files_per_trigger=1)
     query.awaitTermination()
     assert query.exception() is None
 
-    events = materializations(tick(build_checkpoint_sensor(STREAM), lake, instance, None))
+    events = materializations(tick(build_checkpoint_sensor(FEED), lake, instance, None))
     assert [e.metadata["batch_id"].value for e in events] == [0, 1, 2]
     table = lake.table_path(["bronze", STREAM])
     versions = [e.metadata["delta_version"].value for e in events]
@@ -376,7 +379,10 @@ def test_sensor_batches_agree_with_independent_readers(spark, lake, instance):
 
 
 def test_batches_are_read_from_recent_history_and_old_sink_commits_still_count(lake, monkeypatch):
-    """Paging stops at ``after_batch``; commits of the delta-rs sink before it recorded metrics are counted by delta-rs."""
+    """Paging stops at ``after_batch``.
+
+    Commits of the delta-rs sink from before it recorded metrics are counted by delta-rs.
+    """
     from deltalake import DeltaTable, write_deltalake
     from deltalake.transaction import AddAction, CommitProperties, Transaction
 
@@ -421,22 +427,22 @@ def test_health_sees_files_a_stream_took_through_a_symlinked_landing_folder(spar
     # Spark's checkpoint keeps the path it read through (a linked landing folder, macOS's
     # /tmp); the landing listing resolves links. Taken files must not count as backlog.
     from medallion_assets.ingest import start_bronze_stream
-    from medallion_assets_tests.order_events import order_event_line
+    from medallion_assets_tests.support.order_events import order_event_line
 
     delivered = tmp_path / "delivered"
     (delivered / "orders").mkdir(parents=True)
     (delivered / "orders" / "batch-1.json").write_text(order_event_line(1, "e1") + "\n")
     lake = LakeResource(root=str(tmp_path / "lake"))
     Path(lake.root_path).mkdir(parents=True)
-    Path(lake.landing_folder("orders_raw")).parent.symlink_to(delivered, target_is_directory=True)
-    query = start_bronze_stream(spark, lake, "orders_raw")
+    Path(lake.landing_folder(ORDERS_RAW)).parent.symlink_to(delivered, target_is_directory=True)
+    query = start_bronze_stream(spark, lake, ORDERS_RAW)
     query.awaitTermination()
     assert query.exception() is None
 
     _age(delivered / "orders" / "batch-1.json", 10_000)
-    health = stream_health(lake, "orders_raw", StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
+    health = stream_health(lake, ORDERS_RAW, StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
     assert health.backlog_files == 0 and health.passed, health.problems
     (delivered / "orders" / "batch-2.json").write_text(order_event_line(2, "e2") + "\n")
     _age(delivered / "orders" / "batch-2.json", 10_000)
-    late = stream_health(lake, "orders_raw", StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
+    late = stream_health(lake, ORDERS_RAW, StreamHealthPolicy(stall_after_seconds=60, max_backlog_age_seconds=120))
     assert late.backlog_files == 1 and not late.passed

@@ -25,7 +25,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets.feeds import Feed
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-feed.md"
 
@@ -86,7 +86,9 @@ LATE = {"snap-0015.parquet": [_plan("P9", "late", "1.00", 1)], "snap-001.parquet
 def _land(folder: Path, name: str, rows: list[tuple]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     # An undeclared column rides along: ignored.
-    table = pa.Table.from_pylist([{**dict(zip(COLUMNS, row, strict=False)), "note": "x"} for row in rows], schema=ARROW_SCHEMA)
+    table = pa.Table.from_pylist(
+        [{**dict(zip(COLUMNS, row, strict=False)), "note": "x"} for row in rows], schema=ARROW_SCHEMA
+    )
     aside = folder / f".{name}.tmp"
     pq.write_table(table, aside)
     os.replace(aside, folder / name)

@@ -22,10 +22,11 @@ from dagster import AssetCheckEvaluation, AssetMaterialization, DagsterInstance,
 
 from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.kafka import KafkaResource
+from medallion_assets.pipelines.tpch.feeds import ORDERS_RAW
 from medallion_assets.resources import LakeResource
-from medallion_assets_tests.delta.readers import read_with_deltalake
-from medallion_assets_tests.kill_points import sink_engines
-from medallion_assets_tests.processes import signal_group
+from medallion_assets_tests.support.kill_points import sink_engines
+from medallion_assets_tests.support.processes import signal_group
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 # Stream processes with JVMs of their own, waited for with generous timeouts.
 pytestmark = [pytest.mark.slow, pytest.mark.both_engines, pytest.mark.timeout(2400)]
@@ -93,7 +94,7 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
 
     root = tmp_path / "lake"
     lake = LakeResource(root=str(root))
-    landing = Path(lake.landing_folder(STREAM))
+    landing = Path(lake.landing_folder(ORDERS_RAW))
     ckpt = lake.checkpoint_dir(STREAM)
     table = lake.table_path(["bronze", STREAM])
     defs = build_definitions()
@@ -181,7 +182,7 @@ def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_pat
     assert engine_for(spark).read(spark, warm).count() == 1
 
     lake = LakeResource(root=str(tmp_path / "lake"))
-    land(Path(lake.landing_folder(STREAM)), "a.json", 4)
+    land(Path(lake.landing_folder(ORDERS_RAW)), "a.json", 4)
     instance = DagsterInstance.ephemeral()
     result = bronze_streams_continuous.execute_in_process(
         instance=instance,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from medallion_assets_tests.timing import LONG_TEST_SECONDS, balanced_order
+from medallion_assets_tests.support.timing import LONG_TEST_SECONDS, balanced_order
 
 
 def _items(names):

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support.processes import stop_group
 
 # Not in the both_engines set (the suite's time budget, 7 minutes on delta-spark): what the UI
 # shows does not depend on the engine, and delta-spark runs the whole pipeline in
@@ -374,7 +374,7 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
         ]
         assert not computed, computed
         # The quarantine's preview shows the newest rejects: this run's, not the first batch's.
-        from medallion_assets_tests.delta.readers import read_with_deltalake
+        from medallion_assets_tests.support.readers import read_with_deltalake
 
         quarantined = read_with_deltalake(str(folder / "lakehouse" / "quarantine" / "orders")).to_pylist()
         newest = max(r["_quarantined_at"] for r in quarantined)

@@ -17,7 +17,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 from dagster import (
@@ -41,6 +41,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from medallion_assets.delta import load_datafusion
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
 
@@ -55,7 +56,7 @@ COMPUTED_WITH = "computed_with"
 DATAFUSION_MEMORY_BYTES = 128 * 1024 * 1024
 
 #: What a check counts: a Spark DataFrame, or rows DataFusion reads (an Arrow table, a table delta-rs opened).
-CheckedRows = DataFrame | pa.Table | DeltaTable
+CheckedRows: TypeAlias = DataFrame | pa.Table | DeltaTable
 
 
 _Counts = TypeVar("_Counts")
@@ -85,8 +86,7 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
     if frames:
         if len(frames) != len(tables):
             raise TypeError("one_row: the tables are all Spark DataFrames or none is")
-        return _one_row_in_spark(sql, tables)
-    from medallion_assets.delta import load_datafusion
+        return _one_row_in_spark(sql, {name: frame for name, frame in tables.items() if isinstance(frame, DataFrame)})
 
     datafusion = load_datafusion()
     context = datafusion.SessionContext(
@@ -121,7 +121,9 @@ def _one_row_in_spark(sql: str, frames: Mapping[str, DataFrame]) -> dict[str, An
         frame.createOrReplaceTempView(views[name])
     spark = next(iter(frames.values())).sparkSession
     try:
-        return spark.sql(sql.format(**views)).first().asDict()
+        row = spark.sql(sql.format(**views)).first()
+        assert row is not None, "an aggregate's query returns one row"
+        return row.asDict()
     finally:
         for view in views.values():
             spark.catalog.dropTempView(view)
@@ -156,13 +158,14 @@ def count_duplicate_keys(rows: CheckedRows, keys: Sequence[str]) -> tuple[int, i
     null_key = F.lit(False)
     for k in keys:
         null_key = null_key | F.col(k).isNull()
-    bad = (F.col("_n") > 1) | null_key
-    totals = per_key.agg(
+    failing = (F.col("_n") > 1) | null_key
+    row = per_key.agg(
         F.coalesce(F.sum("_n"), F.lit(0)).alias("rows"),
-        F.coalesce(F.sum(F.when(bad, F.col("_n")).otherwise(0)), F.lit(0)).alias("failing"),
-        F.coalesce(F.sum(F.when(bad, 1).otherwise(0)), F.lit(0)).alias("bad_keys"),
+        F.coalesce(F.sum(F.when(failing, F.col("_n")).otherwise(0)), F.lit(0)).alias("failing"),
+        F.coalesce(F.sum(F.when(failing, 1).otherwise(0)), F.lit(0)).alias("bad_keys"),
     ).first()
-    return int(totals["rows"]), int(totals["failing"]), int(totals["bad_keys"])
+    assert row is not None, "an aggregate without grouping returns one row"
+    return int(row["rows"]), int(row["failing"]), int(row["bad_keys"])
 
 
 def count_orphans(
@@ -199,6 +202,8 @@ def count_orphans(
             )
         )
         return totals["rows"], totals["orphans"]
+    if not isinstance(child, DataFrame) or not isinstance(parent, DataFrame):
+        raise TypeError("count_orphans: the tables are both Spark DataFrames or neither is")
     parents = (
         parent.select(*[F.col(p).alias(f"_fk{i}") for i, p in enumerate(parent_keys)])
         .distinct()
@@ -208,7 +213,7 @@ def count_orphans(
     for i, fk in enumerate(foreign_keys):
         term = F.col(fk) == F.col(f"_fk{i}")
         condition = term if condition is None else condition & term
-    totals = (
+    row = (
         child.select(*foreign_keys)
         .join(parents, condition, "left")
         .agg(
@@ -217,7 +222,8 @@ def count_orphans(
         )
         .first()
     )
-    return int(totals["rows"]), int(totals["orphans"])
+    assert row is not None, "an aggregate without grouping returns one row"
+    return int(row["rows"]), int(row["orphans"])
 
 
 def counted(

@@ -27,7 +27,11 @@ form their own asset group, ``quarantine``.
 The step writes its quarantine last. Its read position is the oldest of its
 tables' (:class:`~medallion_assets.io_manager.DeltaIOManager`), so a run
 killed after the merge and before the quarantine's append reads the same
-increment again, merges it again (a no-op) and quarantines it once.
+increment again, merges it again (a no-op) and quarantines it once. A failed
+``fail`` expectation leaves silver unwritten and the quarantine written, so
+the next runs read the increment again (each retry blocked on it, then the
+run after the producer's fix): the quarantine's append leaves out the rows it
+holds already (``append_keys``), so each reject is quarantined once.
 """
 
 # No ``from __future__ import annotations``: Dagster reads the annotations at runtime.
@@ -74,8 +78,13 @@ QUARANTINE_DESCRIPTIONS = {
     "_quarantined_at": "When the run that rejected it wrote it here, UTC.",
 }
 
-#: Every quarantine table: appended to, never merged.
-QUARANTINE = delta_table(write_mode="append", column_descriptions=QUARANTINE_DESCRIPTIONS)
+#: Every quarantine table: appended to, never merged. A row is told apart by everything but when it was
+#: written: a run that reads again what a blocked run quarantined appends none of it twice.
+QUARANTINE = delta_table(
+    write_mode="append",
+    append_keys=("table_name", "reason", "record", "_source_file"),
+    column_descriptions=QUARANTINE_DESCRIPTIONS,
+)
 
 #: The columns a change feed's silver table adds to its fields.
 _CHANGE_DESCRIPTIONS = {
@@ -103,7 +112,7 @@ def quarantine_out(*, key: AssetKey, source: str, guards: Sequence[AssetKey]) ->
     tables = " and ".join(".".join(g.path) for g in guards)
     return AssetOut(
         key=key,
-        kinds=DELTA_KINDS,
+        kinds=set(DELTA_KINDS),  # AssetOut takes a set
         is_required=False,
         group_name=QUARANTINE_GROUP,
         metadata={**QUARANTINE, GUARDS: MetadataValue.asset(guards[0])},
@@ -135,7 +144,7 @@ def silver_descriptions(feed: Feed) -> dict[str, str]:
 def _change_feed_step(declared: Feed) -> AssetsDefinition:
     # A snapshot feed's bronze table holds its snapshots' changes: the step applies those.
     feed = declared.change_feed
-    changes: ApplyChanges = feed.silver
+    changes = feed.apply_changes
     table, key, quarantine_key = changes.table, feed.silver_key, feed.quarantine_key
     quarantine_output = f"quarantine_{table}"
 
@@ -144,7 +153,7 @@ def _change_feed_step(declared: Feed) -> AssetsDefinition:
         outs={
             table: AssetOut(
                 key=key,
-                kinds=DELTA_KINDS,
+                kinds=set(DELTA_KINDS),  # AssetOut takes a set
                 is_required=False,
                 group_name="silver",
                 description=f"Latest state per ({', '.join(changes.keys)}) of {feed.name}, deletes applied.",
@@ -212,7 +221,8 @@ def _change_feed_step(declared: Feed) -> AssetsDefinition:
 
 def _history_asset(declared: Feed) -> AssetsDefinition:
     feed = declared.change_feed
-    table = f"{feed.silver.table}_history"
+    changes = feed.apply_changes
+    table = f"{changes.table}_history"
 
     @asset(
         key=["silver", table],
@@ -220,7 +230,7 @@ def _history_asset(declared: Feed) -> AssetsDefinition:
         group_name="silver",
         kinds=DELTA_KINDS,
         description=(
-            f"Type-2 history of {feed.silver.table} (valid_from, valid_to, is_current, is_deleted), PII masked: "
+            f"Type-2 history of {changes.table} (valid_from, valid_to, is_current, is_deleted), PII masked: "
             "the changes that passed the parse and the drop/fail expectations, up to the one silver adopted "
             "for the key, so a key's current row is silver's. Each run rebuilds the history of the keys bronze "
             "gained changes of, from every bronze change of those keys, and replaces their rows: a change "
@@ -229,7 +239,7 @@ def _history_asset(declared: Feed) -> AssetsDefinition:
         ),
         metadata=delta_table(
             write_mode="replace_keys",
-            merge_keys=list(feed.silver.keys),
+            merge_keys=list(changes.keys),
             schema_mode="merge",
             column_descriptions={
                 **silver_descriptions(feed),
@@ -252,13 +262,13 @@ def _history_asset(declared: Feed) -> AssetsDefinition:
     return _history
 
 
-def _snapshot_asset(feed: Feed) -> AssetsDefinition:
+def _snapshot_asset(feed: Feed, silver: Replace) -> AssetsDefinition:
     @asset(
         key=feed.silver_key,
         ins={"snapshot": AssetIn(key=feed.bronze_key)},
         group_name="silver",
         kinds=DELTA_KINDS,
-        description=f"{feed.silver.table} with its declared columns and types.",
+        description=f"{silver.table} with its declared columns and types.",
         metadata=delta_table(
             write_mode="overwrite", schema_mode="overwrite", column_descriptions=silver_descriptions(feed)
         ),
@@ -278,5 +288,5 @@ def silver_assets(feeds: Iterable[Feed]) -> list[AssetsDefinition]:
             if feed.silver.history:
                 built.append(_history_asset(feed))
         elif isinstance(feed.silver, Replace):
-            built.append(_snapshot_asset(feed))
+            built.append(_snapshot_asset(feed, feed.silver))
     return built

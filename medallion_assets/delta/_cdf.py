@@ -170,16 +170,15 @@ def read_change_feed_batches(
             f"startingVersion {start_v} is after the table's latest version {latest}.",
             table=str(path),
         )
-    kwargs = {
-        "starting_version": start_v if start_v is not None else 0,
-        "ending_version": end_v,
-        "starting_timestamp": start_ts,
-        "ending_timestamp": end_ts,
-    }
-    if columns is not None:
-        kwargs["columns"] = list(columns) + list(CDF_COLUMNS)
     try:
-        reader = pa.RecordBatchReader.from_stream(dt.load_cdf(**kwargs))
+        changes = dt.load_cdf(
+            starting_version=start_v if start_v is not None else 0,
+            ending_version=end_v,
+            starting_timestamp=start_ts,
+            ending_timestamp=end_ts,
+            columns=None if columns is None else [*columns, *CDF_COLUMNS],
+        )
+        reader = pa.RecordBatchReader.from_stream(changes)
     except (_RsDeltaError, ValueError) as exc:
         text = str(exc)
         if "change data" in text.lower():

@@ -296,7 +296,7 @@ def _commit_properties(
     if extra:
         metadata.update(extra)
     txns = None
-    if plan.options.txn_app_id is not None:
+    if plan.options.txn_app_id is not None and plan.options.txn_version is not None:  # set together
         txns = [Transaction(plan.options.txn_app_id, plan.options.txn_version)]
     return CommitProperties(custom_metadata=metadata or None, app_transactions=txns, max_commit_retries=retries)
 
@@ -327,6 +327,7 @@ def _replace_where_actions(plan: WritePlan, table: deltalake.DeltaTable) -> tupl
     """
     snapshot = resolve_snapshot(plan.location, table=table)
     predicate = plan.replace_where
+    assert predicate is not None, "called for a replaceWhere write"
     candidates = _files_that_may_match(table, predicate)
     files = [f for f in snapshot.files if candidates is None or file_key(f.path) in candidates]
     if not files:
@@ -407,7 +408,7 @@ def _dynamic_partition_removes(plan: WritePlan, table: deltalake.DeltaTable, fil
 
 def already_committed(table: deltalake.DeltaTable, app_id: str | None, version: int | None) -> bool:
     """Whether application ``app_id`` committed ``version`` (or a later one) to ``table``."""
-    if app_id is None:
+    if app_id is None or version is None:  # txnAppId and txnVersion are set together
         return False
     done = table.transaction_version(app_id)
     return done is not None and done >= version
@@ -454,6 +455,7 @@ def commit_write(
             if version is not None:
                 return version
             table = open_existing(plan.location)
+            assert table is not None, "another writer created the table: it exists"
         if plan.read_version is not None and plan.mode == "overwrite" and table.version() != plan.read_version:
             # An overwrite replaces what it read. delta-rs lets a blind append
             # slip under it, so refuse any commit since the planned version,
@@ -467,7 +469,7 @@ def commit_write(
                 f"({described}) changed the table since; nothing was committed: rerun the write",
                 table=plan.location,
             )
-        adds = _add_actions(files, data_change=plan.options.data_change)
+        adds: list[AddAction | RemoveAction] = [*_add_actions(files, data_change=plan.options.data_change)]
         schema = spark_to_delta_schema(plan.table_schema, table=plan.location)
         if plan.schema_changed and _keeps_files(plan.mode, plan.options):
             # A whole overwrite writes its new schema in its own commit, below; the others cannot.

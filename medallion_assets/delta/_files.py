@@ -99,9 +99,7 @@ def _format_stat(value: Any, type_: pa.DataType, *, is_max: bool) -> Any:
             if is_max:
                 value = value + dt.timedelta(milliseconds=1)
         if type_.tz is not None:
-            return (
-                value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-            )
+            return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
         return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}"
     if pa.types.is_date(type_):
         return value.isoformat()
@@ -126,7 +124,7 @@ def _has_min_max(type_: pa.DataType) -> bool:
 
 @dataclass
 class _ColumnStats:
-    nulls: int = 0
+    nulls: int | None = 0  # None: a file without a null count
     lo: Any = None
     hi: Any = None
     usable: bool = True

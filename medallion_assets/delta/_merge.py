@@ -23,10 +23,14 @@ __all__ = ["DeltaMergeBuilder", "MergeTarget", "conform_source", "source_alias"]
 class MergeTarget(Protocol):
     """What a MERGE needs of its target (:class:`~medallion_assets.delta.tables.DeltaTable` is one)."""
 
-    path: str
     _alias: str | None
-    _spark: SparkSession | None
     lastOperationMetrics: dict[str, Any] | None
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def _spark(self) -> SparkSession | None: ...
 
     def _table(self) -> deltalake.DeltaTable: ...
 

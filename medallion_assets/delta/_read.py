@@ -341,7 +341,8 @@ def plan_input_partitions(files: Sequence[DataFile], max_bytes: int) -> list[Del
             slices.append((f.size, FileSlice(f)))
             continue
         meta = pq.ParquetFile(f.path).metadata
-        group, group_bytes = [], 0
+        group: list[int] = []
+        group_bytes = 0
         for i in range(meta.num_row_groups):
             size = meta.row_group(i).total_byte_size
             if group and group_bytes + size > max_bytes:

@@ -198,7 +198,10 @@ def _literal_sql(value, node) -> str:
             return f"CAST('{value}' AS DOUBLE)"
         return repr(value)
     if isinstance(value, decimal.Decimal):
-        return f"CAST('{value}' AS DECIMAL({len(value.as_tuple().digits) or 1}, {max(0, -value.as_tuple().exponent)}))"
+        digits, exponent = value.as_tuple().digits, value.as_tuple().exponent
+        if not isinstance(exponent, int):  # NaN or infinity: no DECIMAL holds it
+            raise DeltaOptionError(f"the decimal {value} has no SQL literal")
+        return f"CAST('{value}' AS DECIMAL({len(digits) or 1}, {max(0, -exponent)}))"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     if isinstance(value, _dt.datetime):

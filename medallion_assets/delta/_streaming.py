@@ -190,11 +190,14 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 table=location,
             )
         plan = plan_write(location, schema, mode="overwrite" if overwrite else "append", options=write_options)
+        if not query_id:
+            assert checkpoint, "checked above: a checkpoint location or a query id"
+            query_id = query_id_from_checkpoint(checkpoint)
         return cls(
             plan,
             schema,
             write_options,
-            query_id=query_id or query_id_from_checkpoint(checkpoint),
+            query_id=query_id,
             checkpoint=checkpoint,
         )
 

@@ -185,7 +185,8 @@ def append_micro_batches(
 
     Example:
         >>> query = (events.writeStream.option("checkpointLocation", "lake/_checkpoints/orders")
-        ...          .foreachBatch(append_micro_batches("lake/bronze/orders", checkpoint_location="lake/_checkpoints/orders"))
+        ...          .foreachBatch(append_micro_batches("lake/bronze/orders",
+        ...                                             checkpoint_location="lake/_checkpoints/orders"))
         ...          .trigger(availableNow=True).start())
     """
     if any(key.lower() in ("txnappid", "txnversion") for key in (options or {})):

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceReader,
     InputPartition,
+    WriterCommitMessage,
 )
 
 from medallion_assets.delta._catalog import LOCATION_METADATA
@@ -167,8 +168,9 @@ def pushed_filter_sql(f) -> str | None:
     if isinstance(f, ds.IsNotNull):
         return f"{column} IS NOT NULL"
     if isinstance(f, ds.In):
-        values = [pruning_literal(v) for v in f.value if v is not None]
-        return None if not values or None in values else f"{column} IN ({', '.join(values)})"
+        literals = [pruning_literal(v) for v in f.value if v is not None]
+        values = [v for v in literals if v is not None]
+        return None if not values or len(values) != len(literals) else f"{column} IN ({', '.join(values)})"
     operators = {
         ds.EqualTo: "=",
         ds.EqualNullSafe: "IS NOT DISTINCT FROM",
@@ -225,7 +227,8 @@ class DeltaBatchReader(DataSourceReader):
             return [DeltaInputPartition([])]
         return plan_input_partitions(files, split_budget(files, self.options.max_partition_bytes))
 
-    def read(self, partition: DeltaInputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, DeltaInputPartition), "the partitions are this reader's own"
         yield from read_slices(
             partition, self.snapshot.arrow_schema, self.snapshot.partition_columns, table=self.snapshot.location
         )
@@ -252,7 +255,7 @@ class ChangeFeedReader(DataSourceReader):
         starting = self.options.starting_version
         changes = read_change_feed_batches(
             self.location,
-            starting_version=None if starting == "latest" else starting,
+            starting_version=starting if isinstance(starting, int) else None,  # None: "latest" or not set
             ending_version=self.options.ending_version,
             starting_timestamp=self.options.starting_timestamp,
             ending_timestamp=self.options.ending_timestamp,
@@ -275,9 +278,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         writer = self.plan.file_writer(task_id())
         return DeltaCommitMessage(writer.write_batches(iterator))
 
-    def commit(self, messages: list[DeltaCommitMessage | None]) -> None:
-        files = [f for m in messages if m is not None for f in m.files]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
         commit_write(self.plan, files)
 
-    def abort(self, messages: list[DeltaCommitMessage | None]) -> None:
-        delete_uncommitted_files(self.plan.location, [f for m in messages if m is not None for f in m.files])
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        delete_uncommitted_files(self.plan.location, files)

@@ -23,7 +23,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import deltalake
 from deltalake.exceptions import DeltaError as _RsDeltaError
@@ -185,7 +185,7 @@ class DeltaTable:
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | None,
         path: str,
         *,
         alias: str | None = None,
@@ -309,6 +309,8 @@ class DeltaTable:
                 if isinstance(partitionSchema, T.StructType)
                 else T._parse_datatype_string(partitionSchema)
             )
+            if not isinstance(struct, T.StructType):
+                raise DeltaOptionError(f"partitionSchema {partitionSchema!r} is not a list of columns", table=path)
             partition_by = spark_to_delta_schema(struct, table=path)
         from deltalake import convert_to_deltalake
 
@@ -355,6 +357,12 @@ class DeltaTable:
         """The table's location."""
         return self._path
 
+    def _session(self) -> SparkSession:
+        """The Spark session of the table's DataFrames."""
+        if self._spark is None:
+            raise DeltaError("this DeltaTable has no Spark session: pass one where it was made", table=self._path)
+        return self._spark
+
     def _table(self) -> deltalake.DeltaTable:
         return _open(self._path, self._storage_options)
 
@@ -370,7 +378,7 @@ class DeltaTable:
         """The latest version of the table as a Spark DataFrame (aliased if :meth:`alias` was used)."""
         from medallion_assets.delta._read import read_delta
 
-        df = read_delta(self._spark, self._path)
+        df = read_delta(self._session(), self._path)
         return df.alias(self._alias) if self._alias else df
 
     def __repr__(self) -> str:
@@ -431,7 +439,7 @@ class DeltaTable:
                     c.get("engineInfo"),
                 )
             )
-        return self._spark.createDataFrame(rows, self._HISTORY_SCHEMA)
+        return self._session().createDataFrame(rows, self._HISTORY_SCHEMA)
 
     _DETAIL_SCHEMA = T.StructType(
         [
@@ -468,14 +476,14 @@ class DeltaTable:
             meta = table.metadata()
             protocol = table.protocol()
             actions = table.get_add_actions(flatten=True)
-            sizes = actions.column("size_bytes").to_pylist() if actions.num_rows else []
+            sizes = list(actions.column("size_bytes").to_pylist()) if actions.num_rows else []
             last = table.history(1)
-        features = set(protocol.reader_features or []) | set(protocol.writer_features or [])
+        features: set[str] = set(protocol.reader_features or []) | set(protocol.writer_features or [])
         if protocol.min_writer_version < 7:
             for version, names in _LEGACY_WRITER_FEATURES:
                 if protocol.min_writer_version >= version:
                     features.update(names)
-        row = (
+        row: tuple[Any, ...] = (
             "delta",
             str(meta.id),
             meta.name,
@@ -492,7 +500,7 @@ class DeltaTable:
             int(protocol.min_writer_version),
             sorted(features),
         )
-        return self._spark.createDataFrame([row], self._DETAIL_SCHEMA)
+        return self._session().createDataFrame([row], self._DETAIL_SCHEMA)
 
     # ----------------------------------------------------------------- DML
 
@@ -539,7 +547,7 @@ class DeltaTable:
 
     def updateExpr(self, condition: str | None = None, set: dict[str, str] | None = None) -> None:
         """:meth:`update` with SQL-string expressions (delta-spark's Scala ``updateExpr``)."""
-        self.update(condition, set)
+        self.update(condition, None if set is None else {column: value for column, value in set.items()})
 
     def _strip_alias(self, name: str) -> str:
         if self._alias and name.startswith(self._alias + "."):
@@ -641,7 +649,7 @@ class DeltaTable:
                 full=True,
             )
         self.lastOperationMetrics = {"numDeletedFiles": len(deleted), "filesDeleted": list(deleted)}
-        return self._spark.createDataFrame([(p,) for p in deleted], "path string")
+        return self._session().createDataFrame([(p,) for p in deleted], "path string")
 
     _RESTORE_SCHEMA = T.StructType(
         [
@@ -687,7 +695,7 @@ class DeltaTable:
             metrics = table.restore(target)
             after = self._table().get_add_actions(flatten=True)
         self.lastOperationMetrics = metrics
-        sizes = after.column("size_bytes").to_pylist() if after.num_rows else []
+        sizes = list(after.column("size_bytes").to_pylist()) if after.num_rows else []
         row = (
             int(sum(sizes)),
             len(sizes),
@@ -696,7 +704,7 @@ class DeltaTable:
             None,
             None,
         )
-        return self._spark.createDataFrame([row], self._RESTORE_SCHEMA)
+        return self._session().createDataFrame([row], self._RESTORE_SCHEMA)
 
     # ----------------------------------------------------------------- properties / protocol
 
@@ -876,7 +884,7 @@ class DeltaTable:
         from pyspark.sql.pandas.types import from_arrow_schema
 
         schema = from_arrow_schema(data.schema)
-        return self._spark.createDataFrame(data, schema=schema)
+        return self._session().createDataFrame(data, schema=schema)
 
 
 # --------------------------------------------------------------------------- builders
@@ -1015,7 +1023,7 @@ class DeltaTableBuilder:
             raise NotADeltaTableError("cannot replace: there is no Delta table here; use createOrReplace", table=path)
         if self._mode == "ignore" and exists:
             return DeltaTable(self._spark, path)
-        mode = "overwrite" if self._mode in ("overwrite", "replace") else "error"
+        mode: Literal["overwrite", "error"] = "overwrite" if self._mode in ("overwrite", "replace") else "error"
         with translated(path, "CREATE TABLE"):
             deltalake.DeltaTable.create(
                 path,
@@ -1074,7 +1082,7 @@ def _filter_value(text: str) -> str:
 
 def _parse_partition_filter(text: str, partitions: list[str], table: str) -> list[tuple[str, str, Any]]:
     """``a = 'x' AND b IN (1, 2)`` -> delta-rs partition filter tuples."""
-    filters = []
+    filters: list[tuple[str, str, Any]] = []
     for part in re.split(r"\s+and\s+", text.strip(), flags=re.IGNORECASE):
         m = _FILTER_RE.match(part)
         if not m:
@@ -1107,7 +1115,8 @@ class DeltaOptimizeBuilder:
     """delta-spark's ``DeltaOptimizeBuilder``; runs OPTIMIZE in delta-rs on the driver.
 
     Example:
-        >>> dt.optimize().where("day >= '2024-01-01'").executeCompaction().first().metrics.numFilesAdded  # doctest: +SKIP
+        >>> compaction = dt.optimize().where("day >= '2024-01-01'").executeCompaction()  # doctest: +SKIP
+        >>> compaction.first().metrics.numFilesAdded  # doctest: +SKIP
     """
 
     def __init__(self, table: DeltaTable) -> None:
@@ -1175,4 +1184,4 @@ class DeltaOptimizeBuilder:
                 metrics.get("totalFilesSkipped"),
             ),
         )
-        return self._delta._spark.createDataFrame([row], _OPTIMIZE_SCHEMA)
+        return self._delta._session().createDataFrame([row], _OPTIMIZE_SCHEMA)

@@ -22,6 +22,7 @@ from medallion_assets.io_manager.metadata import (
     table_metadata,
 )
 from medallion_assets.io_manager.spec import (
+    APPEND_KEYS,
     COLUMN_DESCRIPTIONS,
     COLUMNS,
     DELETE_COLUMN,
@@ -45,6 +46,7 @@ from medallion_assets.io_manager.table_read import ChangesWithTable, TableRead
 from medallion_assets.storage.write_spec import DELETION_VECTORS, WriteSpec
 
 __all__ = [
+    "APPEND_KEYS",
     "DELTA_KINDS",
     "DELETION_VECTORS",
     "COLUMN_DESCRIPTIONS",

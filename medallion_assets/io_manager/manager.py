@@ -75,6 +75,7 @@ class _OutputWrite:
         step_metadata: output metadata of the step's reads, whatever was written.
         transaction: the run's transaction of this output (and partition): an append commits it once.
         empty_commit: the transaction of a commit without rows recording newly consumed upstream commits.
+        reads: what the step's inputs read.
     """
 
     replace_where: str | None
@@ -84,6 +85,7 @@ class _OutputWrite:
     step_metadata: dict[str, Any]
     transaction: tuple[str, int]
     empty_commit: tuple[str, int] | None
+    reads: _StepReads
 
 
 @dataclass
@@ -248,7 +250,7 @@ def check_once_per_version(
         evaluated = [record for record in history if isinstance(record.evaluation, AssetCheckEvaluation)]
         earlier = evaluated[0].evaluation if evaluated else None
         recorded = earlier.metadata.get(CHECKED_VERSIONS) if earlier is not None else None
-        if recorded is not None and recorded.value == versions:
+        if earlier is not None and recorded is not None and recorded.value == versions:
             # A repeated result names the run that computed it, however many runs repeated it since.
             origin = earlier.metadata.get(REUSED_FROM_RUN)
             return AssetCheckResult(
@@ -363,6 +365,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if not client.exists(path):
             raise _no_table_yet(key, path)
         latest = client.latest_version(path)
+        assert latest is not None, "the table exists: checked above"
         if metadata.get(READ) == "changes":
             frame = self._read_changes(client, context, path, latest)
             return frame.select(*columns) if columns else frame
@@ -395,6 +398,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if not client.exists(path):
             raise _no_table_yet(key, path)
         latest = client.latest_version(path)
+        assert latest is not None, "the table exists: checked above"
         return ChangesWithTable(
             changes=self._read_changes(client, context, path, latest), table=client.read(path, version=latest)
         )
@@ -523,6 +527,8 @@ class DeltaIOManager(ConfigurableIOManager):
             self._register(client, key, path)
             context.add_output_metadata({**metadata, **output.step_metadata})
             return
+        if spec.append_keys and output.reads.consumed and isinstance(obj, DataFrame):
+            obj = _rows_not_held(client, obj, path, spec.append_keys, output.reads)
         if output.descriptions and isinstance(obj, DataFrame):
             _check_descriptions_before_writing(client, obj, path, output.descriptions, asset=key.to_user_string())
         context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
@@ -600,6 +606,7 @@ class DeltaIOManager(ConfigurableIOManager):
             step_metadata=step_metadata,
             transaction=(run_output, 0),
             empty_commit=empty_commit,
+            reads=reads,
         )
 
     def _unchanged(
@@ -719,6 +726,28 @@ def _upstream_partition_expr(context: InputContext) -> str | None:
     if not context.has_asset_partitions or context.upstream_output is None:
         return None
     return (context.upstream_output.definition_metadata or {}).get(PARTITION_EXPR)
+
+
+def _rows_not_held(
+    client: DeltaTableClient, frame: DataFrame, path: str, keys: Sequence[str], reads: _StepReads
+) -> DataFrame:
+    """``frame`` without the rows the table holds already, equal on ``keys`` (null equal to null).
+
+    Read only when the table took in more of an upstream than the step read
+    its changes after: the step's read starts after the oldest version its
+    tables took in, so a table written by a run whose other tables were not
+    (a quarantine, when a failed ``fail`` expectation kept silver unwritten)
+    holds the rows computed again from the part it took in. Otherwise
+    ``frame`` as it is, and the table is not read.
+    """
+    if not client.exists(path):
+        return frame
+    for upstream, after in reads.consumed_before.items():
+        taken_in = client.engine.newest_commit_value(client.spark, path, _CONSUMED_COMMIT_PREFIX + upstream)
+        if taken_in is not None and int(taken_in) > after:
+            held = client.read(path).select(*keys)
+            return frame.join(held, [frame[key].eqNullSafe(held[key]) for key in keys], "left_anti")
+    return frame
 
 
 def _computed_from(client: DeltaTableClient, path: str) -> str | None:

@@ -19,6 +19,7 @@ TABLE_PROPERTIES = "delta/table_properties"
 PARTITION_EXPR = "delta/partition_expr"
 REPLACE_GROUP = "delta/replace_group"
 FILTERED_BY = "delta/filtered_by"
+APPEND_KEYS = "delta/append_keys"
 #: Column name -> description, shown in the ``dagster/column_schema`` of each materialization.
 COLUMN_DESCRIPTIONS = "delta/column_descriptions"
 #: Input metadata: ``"changes"`` reads only what the upstream gained since this step last consumed it.
@@ -54,6 +55,7 @@ def write_spec_from_metadata(metadata: Mapping[str, Any]) -> WriteSpec:
         partition_expr=raw(PARTITION_EXPR),
         replace_group=raw(REPLACE_GROUP),
         filtered_by=None if raw(FILTERED_BY) is None else tuple(raw(FILTERED_BY)),
+        append_keys=tuple(raw(APPEND_KEYS, ()) or ()),
     )
 
 
@@ -82,6 +84,7 @@ def delta_table(
     partition_expr: str | None = None,
     replace_group: str | None = None,
     filtered_by: Sequence[str] | None = None,
+    append_keys: Sequence[str] = (),
     column_descriptions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Asset metadata declaring how the Delta IO manager stores an asset.
@@ -105,6 +108,13 @@ def delta_table(
         filtered_by: columns readers filter the table on; a new table keeps
             per-file min/max on them besides its keys (None: every date and
             timestamp column; ``()``: none besides the keys).
+        append_keys: append only: columns that tell a row from every other
+            (a quarantine's table, reason, record and source). A step's
+            ``changes`` input starts after the oldest version its tables took
+            in; when this table took in more (it was written by a run whose
+            other tables were not), the rows computed again from that part are
+            left out where the table holds rows equal on these columns, so
+            each is appended once. Otherwise the table is not read.
         column_descriptions: column name -> what its values are; the IO manager
             puts them in the ``dagster/column_schema`` of every write, and fails
             the write if one names a column the table does not have.
@@ -130,6 +140,7 @@ def delta_table(
         partition_expr=partition_expr,
         replace_group=replace_group,
         filtered_by=None if filtered_by is None else tuple(filtered_by),
+        append_keys=tuple(append_keys),
     )
     optional = {
         MERGE_KEYS: list(spec.merge_keys),
@@ -139,6 +150,7 @@ def delta_table(
         TABLE_PROPERTIES: dict(spec.table_properties),
         PARTITION_EXPR: spec.partition_expr,
         REPLACE_GROUP: spec.replace_group,
+        APPEND_KEYS: list(spec.append_keys),
         COLUMN_DESCRIPTIONS: descriptions,
     }
     # Only what the asset sets: unset keys keep the spec's defaults when read back.

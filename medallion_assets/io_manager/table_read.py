@@ -77,7 +77,7 @@ class TableRead:
 
     def arrow(self, columns: Sequence[str]) -> pa.Table | None:
         """``columns`` of the version as an Arrow table, read by delta-rs; None unless :attr:`small`."""
-        if not self.small:
+        if not self.small or self._delta_table is None:  # small: a table delta-rs opened
             return None
         return ArrowDeltaClient.pruned_dataset(self._delta_table, self.path, columns=columns).to_table()
 

@@ -156,7 +156,7 @@ def merge(
         return _upsert(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     seq = spec.sequence_column
     tombstones = _newest_deletes(client, path, spec.merge_keys, seq) if seq else None
-    if tombstones is None:
+    if tombstones is None or not seq:
         skipped = _upsert(client, frame, path, spec, commit_metadata, rows=rows, new_table=new_table)
     else:
         # Cached and counted, as the client counts a source: the tombstones are read
@@ -287,6 +287,7 @@ def _merge_groups(
     stored rows of an applied group that the change lacks are deleted.
     """
     group, seq, deleted = spec.replace_group, spec.sequence_column, spec.delete_column
+    assert group and seq and deleted, "WriteSpec: replace_group needs sequence_column and delete_column"
     changes = frame.groupBy(group).agg(
         F.max(seq).alias("_change_seq"), F.max(F.col(deleted).cast("int")).cast("boolean").alias("_change_deletes")
     )
@@ -325,6 +326,7 @@ def _replace_changed_groups(
     rows: int,
 ) -> str | None:
     group, seq = spec.replace_group, spec.sequence_column
+    assert group and seq, "WriteSpec: replace_group needs sequence_column"
     stored = client.read(path)
     frame, new_columns, evolves = _evolve_source(frame, stored.schema, spec)
     # Only the changed groups' stored rows decide which changes apply.
@@ -348,6 +350,7 @@ def _replace_changed_groups(
             F.count_if(~F.col("_change_deletes") | F.col("_stored_rows").isNotNull()).alias("effective"),
             F.count(F.lit(1)).alias("groups"),
         ).first()
+        assert effect is not None, "an aggregate without grouping returns one row"
         if effect["effective"] == 0:
             skipped = "every change is older than the stored state"
         else:
@@ -383,6 +386,7 @@ def _merge_applied(
     max_rows: int,
 ) -> None:
     group, deleted = spec.replace_group, spec.delete_column
+    assert group and deleted, "WriteSpec: replace_group needs delete_column"
     rows = (
         frame.where(~F.col(deleted))
         .join(applied.where(~F.col("_change_deletes")).select(group), group, "left_semi")
@@ -451,6 +455,7 @@ def _replace_groups(
 
 
 def _remember_deletes(client: Tables, frame: DataFrame, path: str, spec: WriteSpec) -> None:
+    assert spec.delete_column, "called for merges with a delete column"
     columns = [*spec.merge_keys, *([spec.sequence_column] if spec.sequence_column else [])]
     _append_tombstones(client, frame.where(F.col(spec.delete_column)).select(*columns), path)
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError, DeltaProtocolError
@@ -412,7 +412,8 @@ class DeltaTableClient:
             options["mergeSchema"] = "true"
         elif spec.schema_mode == "overwrite":
             options["overwriteSchema"] = "true"
-        self.engine.save(frame, path, mode=spec.mode, options=options)
+        mode: Literal["append", "overwrite"] = "append" if spec.mode == "append" else "overwrite"  # merges returned
+        self.engine.save(frame, path, mode=mode, options=options)
         return self._result(path)
 
     def _commit_options(

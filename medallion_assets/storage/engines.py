@@ -439,6 +439,7 @@ class DeltaSparkEngine(DeltaEngine):
 
     def _state_from_log(self, spark: SparkSession, path: str, version: int) -> TableState:
         jvm = spark._jvm
+        assert jvm is not None, "a classic session: delta-spark runs in its JVM"
         none = jvm.scala.Option.apply(None)
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         snapshot = delta_log.update(False, none, none)
@@ -473,6 +474,7 @@ class DeltaSparkEngine(DeltaEngine):
                 )
                 .first()
             )
+            assert row is not None, "an aggregate without grouping returns one row"
             files, size = int(row["files"]), int(row["size"] or 0)
             records = None if row["without_stats"] else int(row["records"] or 0)
         return TableState(
@@ -592,7 +594,7 @@ class DeltaRsEngine(DeltaEngine):
             snapshot.version,
             len(snapshot.files),
             sum(f.size for f in snapshot.files),
-            None if any(r is None for r in records) else int(sum(records)),
+            None if any(r is None for r in records) else int(sum(r for r in records if r is not None)),
             list(snapshot.partition_columns),
             snapshot_dataframe(spark, snapshot),
         )
@@ -743,7 +745,9 @@ class DeltaSparkSqlEngine(DeltaSparkEngine):
         spark.sql(f"VACUUM {self._table(path)} RETAIN {float(retention_hours)} HOURS").collect()
 
     def detail(self, spark: SparkSession, path: str) -> TableDetail:
-        return TableDetail.from_row(spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first().asDict(recursive=True))
+        row = spark.sql(f"DESCRIBE DETAIL {self._table(path)}").first()
+        assert row is not None, "DESCRIBE DETAIL returns one row"
+        return TableDetail.from_row(row.asDict(recursive=True))
 
     def table_state(self, spark: SparkSession, path: str, version: int) -> TableState:
         # A Connect client has no handle on the DeltaLog: the SQL route.

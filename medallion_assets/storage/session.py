@@ -313,10 +313,11 @@ def _ivy_settings_roots(path: str) -> list[str]:
         return []
     roots = []
     for element in tree.iter():
-        if element.tag == "ibiblio" and element.get("root"):
-            roots.append(element.get("root"))
-        elif element.tag == "artifact" and element.get("pattern", "").startswith("http"):
-            roots.append(element.get("pattern").split("[", 1)[0])
+        root, pattern = element.get("root"), element.get("pattern", "")
+        if element.tag == "ibiblio" and root:
+            roots.append(root)
+        elif element.tag == "artifact" and pattern.startswith("http"):
+            roots.append(pattern.split("[", 1)[0])
     return roots
 
 

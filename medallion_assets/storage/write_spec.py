@@ -84,6 +84,13 @@ class WriteSpec(BaseModel):
             "min/max on them besides its keys. None (default): every date and timestamp column."
         ),
     )
+    append_keys: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "Append only: columns that tell a row from every other. A step re-reading upstream changes this "
+            "table already took in part of appends only rows the table does not hold on them."
+        ),
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> WriteSpec:
@@ -93,6 +100,8 @@ class WriteSpec(BaseModel):
             raise ValueError("sequence_column, delete_column and replace_group apply to write mode 'merge' only")
         if self.replace_group and not (self.sequence_column and self.delete_column):
             raise ValueError("replace_group needs sequence_column and delete_column")
+        if self.append_keys and self.mode != "append":
+            raise ValueError("append_keys apply to write mode 'append' only")
         return self
 
     @property

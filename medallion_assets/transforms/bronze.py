@@ -26,10 +26,13 @@ import csv
 import io
 from collections.abc import Iterable
 from pathlib import PurePath
+from typing import TypeVar
 from urllib.parse import unquote, urlparse
 
+from pyarrow import fs
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.functions import pandas_udf
 from pyspark.sql.types import (
     ArrayType,
     AtomicType,
@@ -44,6 +47,9 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.feeds import CHANGE, DELETE, SNAPSHOT, UPSERT, Feed, KafkaTopic, LandingFiles
+
+#: A landed file's path, as text or as a path: :func:`latest_snapshot` returns what it was given.
+_SnapshotPath = TypeVar("_SnapshotPath", str, PurePath)
 
 _INGESTION_FIELDS = [
     StructField("_source_file", StringType(), True),
@@ -191,8 +197,6 @@ def read_csv_header(uri: str, *, sep: str = ",", quote: str = '"') -> list[str] 
             with open(unquote(parsed.path) if parsed.scheme else uri, "rb") as handle:
                 head = handle.read(_HEADER_BYTES)
         else:
-            from pyarrow import fs
-
             filesystem, path = fs.FileSystem.from_uri(uri)
             with filesystem.open_input_stream(path) as handle:
                 head = handle.read(_HEADER_BYTES)
@@ -207,11 +211,10 @@ def _file_header_udf(options: dict[str, str]):
 
     A batch of rows comes from few files, so each file is read once per batch.
     """
-    from pyspark.sql.functions import pandas_udf
-
     sep, quote = options.get("sep", ","), options.get("quote", '"')
 
-    @pandas_udf(ArrayType(StringType(), True))
+    # The stubs' overloads without functionType match type-hinted functions only; this one is a scalar UDF.
+    @pandas_udf(ArrayType(StringType(), True))  # type: ignore[call-overload]
     def file_header(paths):  # a pandas Series of file URIs
         headers = {path: read_csv_header(path, sep=sep, quote=quote) for path in paths.unique()}
         return paths.map(headers)
@@ -268,7 +271,7 @@ def is_visible_data_file(name: str) -> bool:
     return not name.startswith(("_", "."))
 
 
-def latest_snapshot(files: Iterable[str | PurePath]) -> str | PurePath | None:
+def latest_snapshot(files: Iterable[_SnapshotPath]) -> _SnapshotPath | None:
     """The snapshot that holds a snapshot feed's current state.
 
     Snapshot names sort by time, so the greatest visible ``.parquet`` name
@@ -388,7 +391,7 @@ def snapshot_text(snapshot: DataFrame, feed: Feed) -> DataFrame:
 def snapshot_state(changes: DataFrame, feed: Feed) -> DataFrame:
     """The rows of the last snapshot a snapshot feed's bronze table (``changes``) was built from, as
     :func:`snapshot_text`: per key, its newest snapshot's rows unless that deleted the key."""
-    keys = list(feed.silver.keys)
+    keys = list(feed.silver_keys)
     newest = F.max(SNAPSHOT).over(Window.partitionBy(*keys))
     return (
         changes.select("*", newest.alias("_newest"))
@@ -401,7 +404,7 @@ def snapshot_changes(snapshot: DataFrame, before: DataFrame, feed: Feed) -> Data
     """What a snapshot changed, both as :func:`snapshot_text`: its rows that ``before`` lacks
     (``_change = 'upsert'``: new or changed), and the keys of ``before`` it lacks (``'delete'``,
     other fields null). A row that did not change is no change. Keys compare null-safe."""
-    keys = list(feed.silver.keys)
+    keys = list(feed.silver_keys)
     upserts = snapshot.exceptAll(before).withColumn(CHANGE, F.lit(UPSERT))
     kept = snapshot.select(*(F.col(k).alias(f"_kept_{k}") for k in keys)).distinct()
     gone = (

@@ -4,7 +4,7 @@ Pure DataFrame-in, DataFrame-out functions of a feed's declaration
 (:class:`~medallion_assets.feeds.Feed`); the silver assets call them, and a
 pipeline with records of its own shape (nested events) builds its parser from
 :func:`validated`, :func:`not_valid_utf8` and :func:`text_schema` the same way.
-The rules (``medallion_assets_tests/contract_reference`` implements them
+The rules (``medallion_assets_tests/support/contract_reference`` implements them
 independently for the TPC-H feeds):
 
 - The first check of a line is its encoding: a line that held bytes that are
@@ -335,7 +335,10 @@ def judge_changes(bronze_rows: DataFrame, feed: Feed) -> DataFrame:
 
 
 def typed_changes(judged: DataFrame, feed: Feed) -> DataFrame:
-    """The records of :func:`judge_changes`' good rows: the declared fields typed, ``_source_file``, ``_ingested_at``."""
+    """The records of :func:`judge_changes`' good rows.
+
+    The declared fields typed, ``_source_file`` and ``_ingested_at``.
+    """
     return judged.where(F.col("_reject_reason").isNull()).select(
         *(F.col(f"_typed_{f.name}").cast(f.type).alias(f.name) for f in feed.fields),
         "_source_file",
@@ -487,7 +490,7 @@ def change_sequence(feed: Feed) -> Column:
     as the latest-change rule does.
     """
     parts = []
-    for name in feed.silver.sequence_by:
+    for name in feed.apply_changes.sequence_by:
         kind = feed.field(name).type
         column = F.col(name)
         if isinstance(kind, TimestampType):
@@ -509,7 +512,7 @@ def latest_changes(records: DataFrame, feed: Feed) -> DataFrame:
         One row per key: the declared fields, ``_source_file`` (the winner's),
         ``_sequence`` and ``_deleted``.
     """
-    changes = feed.silver
+    changes = feed.apply_changes
     payload = [n for n in (*feed.field_names, "_source_file") if n not in changes.keys]
     order = F.struct(*changes.sequence_by, "_source_file")
     winners = records.groupBy(*changes.keys).agg(F.max_by(F.struct(*payload), order).alias("_winner"))
@@ -520,14 +523,17 @@ def latest_changes(records: DataFrame, feed: Feed) -> DataFrame:
 
 
 def silver_rows(latest: DataFrame, feed: Feed) -> DataFrame:
-    """The rows silver stores for the changes that are not deletes: its fields (masked), ``_sequence``, ``_source_file``."""
+    """The rows silver stores for the changes that are not deletes.
+
+    Its fields (masked), ``_sequence`` and ``_source_file``.
+    """
     kept = [f.name for f in feed.silver_fields]
     return mask_pii(latest.where(~F.col("_deleted")).select(*kept, "_sequence", "_source_file"), feed)
 
 
 def deleted_keys(latest: DataFrame, feed: Feed) -> DataFrame:
     """The keys the changes delete, with their ``_sequence`` (a masked key masked, as silver holds it)."""
-    return mask_pii(latest.where(F.col("_deleted")).select(*feed.silver.keys, "_sequence"), feed)
+    return mask_pii(latest.where(F.col("_deleted")).select(*feed.silver_keys, "_sequence"), feed)
 
 
 def rows_to_merge(kept: DataFrame, deleted: DataFrame) -> DataFrame:
@@ -575,7 +581,7 @@ def adopted_sequences(silver: DataFrame, tombstones: DataFrame | None, feed: Fee
         silver: the silver table (its keys and ``_sequence``).
         tombstones: the silver table's tombstones (keys, ``_sequence``), None before any delete.
     """
-    keys = list(feed.silver.keys)
+    keys = list(feed.silver_keys)
     held = silver.select(*keys, F.col("_sequence").alias("_held"))
     if tombstones is None:
         return held.select(*keys, F.col("_held").alias("_adopted"))
@@ -590,7 +596,7 @@ def adopted_in_one_run(records: DataFrame, feed: Feed) -> DataFrame:
     change when it is a delete or meets the drop/fail expectations (masked, as silver judges it)."""
     latest = mask_pii(latest_changes(records, feed), feed)
     adopted = latest.where(F.col("_deleted") | meets_dropping_expectations(feed.expectations))
-    return adopted.select(*feed.silver.keys, F.col("_sequence").alias("_adopted"))
+    return adopted.select(*feed.silver_keys, F.col("_sequence").alias("_adopted"))
 
 
 def history_rows(records: DataFrame, feed: Feed, adopted: DataFrame) -> DataFrame:
@@ -612,7 +618,7 @@ def history_rows(records: DataFrame, feed: Feed, adopted: DataFrame) -> DataFram
         The silver fields, ``valid_from``, ``valid_to`` (null while current),
         ``is_current``, ``is_deleted``.
     """
-    changes = feed.silver
+    changes = feed.apply_changes
     keys = list(changes.keys)
     since = changes.sequence_by[0]
     staged = mask_pii(
@@ -654,7 +660,7 @@ def history_of_changed_keys(records: DataFrame, changed: DataFrame, feed: Feed, 
     Returns:
         The history rows of the changed keys only, columns as :func:`history_rows`.
     """
-    keys = list(feed.silver.keys)
+    keys = list(feed.silver_keys)
     return history_rows(records.join(changed.select(*keys).distinct(), keys, "left_semi"), feed, adopted)
 
 

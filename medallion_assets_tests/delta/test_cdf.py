@@ -14,7 +14,7 @@ from deltalake import write_deltalake
 from medallion_assets.delta import DeltaError, DeltaOptionError, NotADeltaTableError
 from medallion_assets.delta._cdf import read_change_feed_batches
 from medallion_assets.delta.tables import DeltaTable
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), pa.field("amount", pa.decimal128(8, 2))])
 CDF_TYPES = {

@@ -28,8 +28,8 @@ from medallion_assets.delta._options import ReadOptions
 from medallion_assets.delta._read import plan_input_partitions, split_budget
 from medallion_assets.delta._snapshot import DataFile, resolve_snapshot
 from medallion_assets.delta.datasource import DeltaBatchReader
-from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SCHEMA
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+from medallion_assets_tests.support.readers import SAMPLE_SCHEMA as SCHEMA
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb, rows
 
 
 def sample_rows(start: int, count: int) -> list[tuple]:

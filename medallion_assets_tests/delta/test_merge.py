@@ -19,7 +19,7 @@ from medallion_assets.delta import ConcurrentWriteError, DeltaError, DeltaOption
 from medallion_assets.delta import tables as tables_module
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.tables import DeltaTable
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
 
 UTC = dt.UTC
 TARGET_SCHEMA = pa.schema(

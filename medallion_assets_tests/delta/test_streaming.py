@@ -15,7 +15,7 @@ from pathlib import Path
 import deltalake
 import pytest
 
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb, rows
 
 SCHEMA = "id long, name string"
 
@@ -194,7 +194,7 @@ def test_sink_without_checkpoint_or_query_id_is_refused(tmp_path):
 
 def _run_job(source, table, ckpt, env) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "medallion_assets_tests.delta.stream_job", str(source), str(table), str(ckpt)],
+        [sys.executable, "-m", "medallion_assets_tests.support.stream_job", str(source), str(table), str(ckpt)],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -210,7 +210,7 @@ def test_kill_between_delta_commit_and_checkpoint_commit(tmp_path, point):
     ``after_commit``: batch 1 is in the Delta log and not in the checkpoint.
     ``during_write``: batch 1's task wrote a file that no commit adds.
     """
-    from medallion_assets_tests.kill_points import StreamWatch, kill_when, undo_checkpoint_commit
+    from medallion_assets_tests.support.kill_points import StreamWatch, kill_when, undo_checkpoint_commit
 
     source, table, ckpt = tmp_path / "in", tmp_path / "t", tmp_path / "ck"
     # Batch 1 is big enough that its task is seen writing; f2 lands after the kill, so

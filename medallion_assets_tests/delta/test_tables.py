@@ -24,7 +24,7 @@ from medallion_assets.delta import (
     UnsupportedTypeError,
 )
 from medallion_assets.delta.tables import DeltaTable
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb, rows
 
 UTC = dt.UTC
 

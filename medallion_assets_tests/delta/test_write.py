@@ -27,8 +27,8 @@ from medallion_assets.delta import (
 )
 from medallion_assets.delta._commit import commit_write
 from medallion_assets.delta._write import STAGING_PREFIX
-from medallion_assets_tests.delta.readers import SAMPLE_SCHEMA as SPARK_SCHEMA
-from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
+from medallion_assets_tests.support.readers import SAMPLE_SCHEMA as SPARK_SCHEMA
+from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb, rows, seed_map_of_structs
 
 ARROW_SCHEMA = pa.schema(
     [

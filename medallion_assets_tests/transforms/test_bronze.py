@@ -41,7 +41,8 @@ def test_customers_cdc_reads_rfc4180_and_flags_malformed_lines(spark, tmp_path):
     text = (
         ",".join(CUSTOMER_CSV_COLUMNS)
         + "\n"
-        + 'I,1,Customer#1,"12 Main St, Apt ""B""",3,13-111-222-3333,10.50,BUILDING," lead, comma",1998-09-01T00:00:00Z\n'
+        + 'I,1,Customer#1,"12 Main St, Apt ""B""",3,13-111-222-3333,10.50,BUILDING,'
+        + '" lead, comma",1998-09-01T00:00:00Z\n'
         + "U,2,cut short\n"
         + "D,3,,,,,,,,1998-09-02T00:00:00Z\n"
     )

@@ -20,7 +20,7 @@ from medallion_assets.pipelines.tpch import transforms as silver
 from medallion_assets.pipelines.tpch import transforms as tpch
 from medallion_assets.pipelines.tpch.contract import CUSTOMER_CSV_COLUMNS, REFERENCE_TABLES
 from medallion_assets.transforms import bronze
-from medallion_assets_tests import contract_reference
+from medallion_assets_tests.support import contract_reference
 
 UTC = dt.UTC
 

@@ -26,6 +26,7 @@ the IO manager puts it in the materialization's ``dagster/column_schema``.
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 from dagster import (
@@ -150,11 +151,12 @@ def reconcile(
             lambda: tables if gold_rows is not None else [None],
             lambda: [silver[name].frame for name in names],
             lambda *read: one_row(
-                sql, {**dict(zip(names, read, strict=False)), "gold": gold if isinstance(read[0], DataFrame) else gold_rows}
+                sql,
+                {**dict(zip(names, read, strict=False)), "gold": gold if isinstance(read[0], DataFrame) else gold_rows},
             ),
         )
         failing = int(row["failing"])
-        metadata = {
+        metadata: dict[str, Any] = {
             "passing_rows": int(row["rows"]) - failing,
             "failing_rows": failing,
             "keys": MetadataValue.json(list(reconciliation.keys)),

@@ -72,8 +72,9 @@ LINEITEM_EXPECTATIONS = [
     expect_or_drop("lineitem_quantity_positive", "l_quantity > 0"),
     expect("lineitem_ships_before_receipt", "l_shipdate <= l_receiptdate"),
 ]
-#: Share of a run's order lines past which ``orders_rejected_rows`` is an ERROR (as ``ApplyChanges.max_rejected_share``),
-#: as for any feed: the simulator's noisy batches reject about 0.3% of their lines on purpose, a WARN.
+#: Share of a run's order lines past which ``orders_rejected_rows`` is an ERROR
+#: (as ``ApplyChanges.max_rejected_share``), as for any feed: the simulator's noisy batches reject about 0.3% of
+#: their lines on purpose, a WARN.
 ORDERS_MAX_REJECTED_SHARE: float | None = DEFAULT_MAX_REJECTED_SHARE
 
 
@@ -124,7 +125,7 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
             # filtered_by: the dates gold's queries filter on (lineitem's other two dates are only compared
             # with each other), so that a write keeps statistics on no other date.
             "orders": AssetOut(
-                kinds=DELTA_KINDS,
+                kinds=set(DELTA_KINDS),  # AssetOut takes a set
                 key=ORDERS,
                 group_name="silver",
                 metadata=delta_table(
@@ -139,7 +140,7 @@ def orders_step(sources: Sequence[Feed] = ORDER_SOURCES) -> AssetsDefinition:
                 is_required=False,
             ),
             "lineitem": AssetOut(
-                kinds=DELTA_KINDS,
+                kinds=set(DELTA_KINDS),  # AssetOut takes a set
                 key=LINEITEM,
                 group_name="silver",
                 metadata=delta_table(

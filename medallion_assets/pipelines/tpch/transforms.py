@@ -13,7 +13,7 @@ the shape of an order event, an envelope with an ``order`` object holding a
 - the state of an order is its event with the greatest ``(event_time,
   event_id)``; a delete removes the order and its line items.
 
-``medallion_assets_tests/contract_reference`` implements the same rules
+``medallion_assets_tests/support/contract_reference`` implements the same rules
 independently. Customers go through the generic change-feed steps; the
 named helpers at the end apply them to the ``customers_cdc`` declaration.
 """
@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from medallion_assets.feeds import LandingFiles
 from medallion_assets.pipelines.tpch.contract import ORDER_EVENT_FIELDS, REFERENCE_TABLES, TPCH_SCHEMAS
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, REFERENCE_FEEDS
 from medallion_assets.transforms.bronze import bronze_schema, csv_options, csv_read_schema, csv_records
@@ -500,7 +501,9 @@ def latest_order_state(events: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def parse_customer_changes(customers_cdc: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Split ``bronze.customers_cdc`` into typed changes and rejects (:func:`~medallion_assets.transforms.silver.parse_changes`).
+    """Split ``bronze.customers_cdc`` into typed changes and rejects.
+
+    As :func:`~medallion_assets.transforms.silver.parse_changes` does.
 
     Returns:
         ``(changes, rejects)``. Changes: ``op``, the customer columns typed
@@ -528,7 +531,10 @@ def latest_customer_state(changes: DataFrame) -> DataFrame:
 
 
 def mask_customer_pii(customers: DataFrame) -> DataFrame:
-    """``c_phone`` and ``c_address`` masked as the declaration says (:func:`~medallion_assets.transforms.silver.mask_pii`)."""
+    """``c_phone`` and ``c_address`` masked as the declaration says.
+
+    By :func:`~medallion_assets.transforms.silver.mask_pii`.
+    """
     return mask_pii(customers, CUSTOMERS_CDC)
 
 
@@ -552,6 +558,7 @@ def conform_reference(snapshot: DataFrame, table_name: str) -> DataFrame:
 
 #: How bronze reads the customer change CSV files.
 CUSTOMERS_CSV_READ_SCHEMA = csv_read_schema(CUSTOMERS_CDC)
+assert isinstance(CUSTOMERS_CDC.source, LandingFiles), "customers_cdc is declared with landed CSV files"
 #: The CSV reader options of those files.
 CUSTOMERS_CSV_OPTIONS = csv_options(CUSTOMERS_CDC.source)
 #: ``bronze.customers_cdc``'s schema.
@@ -559,5 +566,8 @@ CUSTOMERS_CDC_SCHEMA = bronze_schema(CUSTOMERS_CDC)
 
 
 def customers_cdc(csv_rows: DataFrame) -> DataFrame:
-    """``bronze.customers_cdc`` from a CSV source read with :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`."""
+    """``bronze.customers_cdc`` from a CSV source.
+
+    Read with :data:`CUSTOMERS_CSV_READ_SCHEMA` and :data:`CUSTOMERS_CSV_OPTIONS`.
+    """
     return csv_records(csv_rows, CUSTOMERS_CSV_READ_SCHEMA, CUSTOMERS_CSV_OPTIONS)

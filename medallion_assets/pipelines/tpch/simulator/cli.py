@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,8 +67,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         order_events_to=args.order_events_to,
     )
     if args.order_events_to != "files":
-        import functools
-
+        # deferred: the Kafka delivery's resources load pyspark; the command starts without it
         from medallion_assets.kafka import publish_files
         from medallion_assets.resources import kafka_resource
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 from urllib.parse import unquote
 
-from medallion_assets_tests.processes import signal_group
+from medallion_assets_tests.support.processes import signal_group
 
 POLL_SECONDS = 0.02
 #: How long the process runs between two looks once :func:`kill_when` steps it.

@@ -7,7 +7,7 @@ own reader understands. :func:`seed_map_of_structs` writes, with deltalake, the
 table the schema-evolution tests of maps start from.
 
 Example:
-    >>> from medallion_assets_tests.delta.readers import read_with_deltalake, read_with_duckdb
+    >>> from medallion_assets_tests.support.readers import read_with_deltalake, read_with_duckdb
     >>> read_with_deltalake("/tmp/t").sort_by("id").to_pylist()  # doctest: +SKIP
     >>> read_with_duckdb("/tmp/t").num_rows  # doctest: +SKIP
 """

@@ -36,7 +36,10 @@ def _tables(spark, way, rows, names, ddl, arrow_types):
     if way == "spark":
         return spark.createDataFrame(rows, ddl)
     return pa.table(
-        {name: pa.array([row[i] for row in rows], type=kind) for i, (name, kind) in enumerate(zip(names, arrow_types, strict=False))}
+        {
+            name: pa.array([row[i] for row in rows], type=kind)
+            for i, (name, kind) in enumerate(zip(names, arrow_types, strict=False))
+        }
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 from medallion_assets.pipelines.tpch import simulator
 from medallion_assets.pipelines.tpch.contract import TPCH_SCHEMAS
 from medallion_assets.pipelines.tpch.simulator import delivery
-from medallion_assets_tests import contract_reference
+from medallion_assets_tests.support import contract_reference
 
 SMALL_SCALE = 0.001
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from medallion_assets_tests.deployments import free_port
+from medallion_assets_tests.support.deployments import free_port
 
 #: Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java), which .ci/run installs.
 DEBIAN_JDBC_JAR = "/usr/share/java/postgresql.jar"

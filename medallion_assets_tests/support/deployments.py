@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from medallion_assets_tests.processes import stop_group
+from medallion_assets_tests.support.processes import stop_group
 
 
 def spark_home() -> str:
@@ -146,7 +146,7 @@ def _wait_for_port(port: int, what: str, server: subprocess.Popen, log: Path, ti
 
 
 #: The page whose Thrift server set-up :func:`documented_thrift_server` follows.
-CATALOG_PAGE = Path(__file__).resolve().parent.parent / "docs" / "catalog.md"
+CATALOG_PAGE = Path(__file__).resolve().parents[2] / "docs" / "catalog.md"
 
 
 def page_blocks(page: Path, language: str) -> list[str]:

@@ -1,12 +1,12 @@
 """Processes that use the lake's tables by name, for the catalog tests (each a process of its own).
 
-``python -m medallion_assets_tests.metastore_clients run NAME``
+``python -m medallion_assets_tests.support.metastore_clients run NAME``
     One Dagster run of the project (its resources, from the environment's
     ``MEDALLION_*`` settings) materializing ``gold/NAME``: an asset that reads
     ``gold.pricing_summary`` by name with SQL. Prints a JSON line: the table
     name Dagster recorded and the rows the asset read.
 
-``python -m medallion_assets_tests.metastore_clients project OUT TABLE...``
+``python -m medallion_assets_tests.support.metastore_clients project OUT TABLE...``
     A new session of the project's Spark resource, as a notebook makes it
     (``spark_resource("local").process_config_and_initialize()``): each table,
     read with ``spark.sql("SELECT * FROM TABLE")``, is written as Parquet under ``OUT``.

@@ -1,13 +1,13 @@
 """The bronze ingest (``availableNow``) in a process of its own, for crash tests.
 
-``python -m medallion_assets_tests.ingest_runner LAKE_ROOT STREAM [MAX_FILES]`` runs
+``python -m medallion_assets_tests.support.ingest_runner LAKE_ROOT STREAM [MAX_FILES]`` runs
 :func:`medallion_assets.ingest.start_bronze_stream` (or, for ``orders_kafka``,
 :func:`~medallion_assets.ingest.start_kafka_stream` on the broker the
 ``MEDALLION_KAFKA_*`` variables name, MAX_FILES messages per batch) to completion, on the Delta
 engine the environment names (``MEDALLION_DELTA_ENGINE``, ``DELTA_SPARK_JARS``, the Maven switches,
 as the deployed Spark resource reads them). Nothing in it waits for a test: a
 crash test watches the checkpoint and the table from outside and SIGKILLs the
-process group (see :mod:`medallion_assets_tests.kill_points`).
+process group (see :mod:`medallion_assets_tests.support.kill_points`).
 
 It prints ``engine <name>`` to stderr once the session is up, so a test's log
 tells which engine ran.
@@ -46,6 +46,7 @@ def spark_resource():
 def main(argv: list[str]) -> int:
     root, stream = argv[0], argv[1]
     max_files = int(argv[2]) if len(argv) > 2 else None
+    from medallion_assets.feeds import feed_named
     from medallion_assets.ingest import start_bronze_stream
     from medallion_assets.resources import LakeResource
 
@@ -63,7 +64,8 @@ def main(argv: list[str]) -> int:
         kafka = KafkaResource(**settings, max_offsets_per_trigger=max_files)
         query = start_kafka_stream(spark, LakeResource(root=root), kafka)
     else:
-        query = start_bronze_stream(spark, LakeResource(root=root), stream, max_files_per_trigger=max_files)
+        feed = feed_named(stream)
+        query = start_bronze_stream(spark, LakeResource(root=root), feed, max_files_per_trigger=max_files)
     query.awaitTermination()
     spark.stop()
     return 0

@@ -26,7 +26,7 @@ from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.io_manager.metadata import ENGINE_NAME
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets.resources import LakeResource, SparkResource
-from medallion_assets_tests.delta.readers import read_with_duckdb, rows
+from medallion_assets_tests.support.readers import read_with_duckdb, rows
 
 SOURCE = AssetKey(["silver", "numbers"])
 
@@ -99,7 +99,7 @@ def test_inputs_load_as_each_type_with_version_and_columns_without_starting_spar
     root = str(tmp_path / "lake")
     _write_source(root)
     code = (
-        "import json, sys; from medallion_assets_tests.test_io_manager_arrow import load_every_type; "
+        "import json, sys; from medallion_assets_tests.io_manager.test_io_manager_arrow import load_every_type; "
         "print('RESULT ' + json.dumps(load_every_type(sys.argv[1])))"
     )
     done = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120)

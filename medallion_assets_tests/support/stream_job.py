@@ -1,9 +1,9 @@
 """A streaming write in a process of its own, for tests that kill it.
 
-Run as ``python -m medallion_assets_tests.delta.stream_job SOURCE TABLE CHECKPOINT``:
+Run as ``python -m medallion_assets_tests.support.stream_job SOURCE TABLE CHECKPOINT``:
 reads the JSON files under SOURCE (``id`` long, ``name`` string), one file per
 micro-batch, and writes them to the Delta table with ``availableNow``. Tests
-kill it from outside at points they see on disk (:mod:`medallion_assets_tests.kill_points`).
+kill it from outside at points they see on disk (:mod:`medallion_assets_tests.support.kill_points`).
 """
 
 from __future__ import annotations

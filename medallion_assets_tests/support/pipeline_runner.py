@@ -1,6 +1,6 @@
 """One whole-graph Dagster run in a process of its own, for tests that switch engines.
 
-``python -m medallion_assets_tests.pipeline_runner`` lands the simulator's next
+``python -m medallion_assets_tests.support.pipeline_runner`` lands the simulator's next
 batch, then materializes every asset but the landing simulator (with the
 asset checks, every month of the partitioned gold table in one run) on the
 persistent instance of ``DAGSTER_HOME`` and the lake of ``MEDALLION_LAKE_ROOT``,
@@ -8,7 +8,7 @@ on the deployment ``MEDALLION_DEPLOYMENT`` and the engine ``MEDALLION_DELTA_ENGI
 Delta engine each materialization recorded, the checks that failed with
 severity ERROR, and those that failed with severity WARN.
 
-``python -m medallion_assets_tests.pipeline_runner orders_step RUN_ID`` runs
+``python -m medallion_assets_tests.support.pipeline_runner orders_step RUN_ID`` runs
 only silver's orders step (:func:`run_orders_step`) on that lake, as the
 Dagster run ``RUN_ID``, so a test watching the tables' logs from outside knows
 which commits are this run's.
@@ -33,7 +33,7 @@ def run_orders_step(run_id: str):
 
     from medallion_assets.definitions import resources_for
     from medallion_assets.pipelines.tpch import silver
-    from medallion_assets_tests import tpch_assets as bronze
+    from medallion_assets_tests.support import tpch_assets as bronze
 
     definitions = Definitions(
         assets=[bronze.orders_raw, bronze.orders_kafka, silver.orders_and_lineitem],
@@ -55,7 +55,10 @@ def ran_to_the_end(result) -> bool:
 
 
 def first_minute_of(instance, run_id: str) -> list[str]:
-    """The run's event log up to its first materialization: the Spark session's lines, then ``ASSET_MATERIALIZATION``."""
+    """The run's event log up to its first materialization.
+
+    The Spark session's lines, then ``ASSET_MATERIALIZATION``.
+    """
     from dagster import DagsterEventType
 
     seen = []
@@ -91,7 +94,7 @@ def main(argv: list[str]) -> int:
     from medallion_assets.definitions import build_definitions
     from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets.pipelines.tpch import simulator
-    from medallion_assets_tests.test_end_to_end import materialize_everything
+    from medallion_assets_tests.support.pipeline_checks import materialize_everything
 
     lake = Path(os.environ["MEDALLION_LAKE_ROOT"])
     simulator.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 
 from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.resources import LakeResource, lake_resource, spark_resource
-from medallion_assets_tests.delta.readers import read_with_deltalake
+from medallion_assets_tests.support.readers import read_with_deltalake
 
 pytestmark = pytest.mark.both_engines
 

@@ -1,0 +1,1 @@
+"""Tests of medallion_assets.pipelines."""

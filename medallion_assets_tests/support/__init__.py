@@ -1,0 +1,1 @@
+"""Helpers of the tests: not tests themselves (processes the tests start, independent readers, fixtures' parts)."""
