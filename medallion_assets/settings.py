@@ -824,7 +824,7 @@ def _catalog_problems(env: Mapping[str, str], catalog: str) -> list[str]:
         )
     if url and not url.startswith("jdbc:"):
         problems.append(f"MEDALLION_METASTORE_URL={url!r} is not a JDBC URL: use jdbc:postgresql://host:5432/metastore")
-    if uris and not all(entry.strip().startswith("thrift://") for entry in uris.split(",")):
+    if uris and not all(re.match(r"^thrift://[^/:,\s]+:\d+$", entry.strip()) for entry in uris.split(",")):
         problems.append(
             f"MEDALLION_METASTORE_URIS={uris!r} is not a list of metastore services: use "
             "thrift://host:9083[,thrift://host:9083]"

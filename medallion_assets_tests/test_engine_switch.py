@@ -36,12 +36,7 @@ from pathlib import Path
 import pytest
 
 from medallion_assets_tests.support import contract_reference
-from medallion_assets_tests.support.delta_spark import (
-    NO_DELTA_SPARK,
-    delta_spark_jars_from_env,
-    delta_spark_jars_from_maven,
-    delta_spark_source,
-)
+from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_jar_folder, delta_spark_source
 from medallion_assets_tests.support.deployments import (
     documented_metastore_conf,
     documented_thrift_server,
@@ -245,7 +240,7 @@ def _tables_by_name_from_every_client(tmp_path: Path, lake: Path, metastore, out
         },
         class_path={
             "/usr/share/java/postgresql.jar": jdbc_jar(),
-            "/opt/delta-spark/*": _delta_spark_jar_folder(tmp_path),
+            "/opt/delta-spark/*": delta_spark_jar_folder(tmp_path),
         },
     )
     (tmp_path / "thrift").mkdir()
@@ -314,21 +309,3 @@ def _quarantined_rejects(lake: Path) -> list[tuple[str, str]]:
                 match = re.search(r"((orders|customers)/[^/]+)$", row["_source_file"] or "")
                 found.append((match.group(1) if match else str(row["_source_file"]), row["reason"]))
     return sorted(found)
-
-
-def _delta_spark_jar_folder(tmp_path: Path) -> str:
-    """A folder of delta-spark's jars only, as the page's class path names one (``<folder>/*``).
-
-    ``DELTA_SPARK_JARS``'s folder, or links to the jars Maven delivered to this test session
-    (Ivy's cache holds every other package's jars beside them).
-    """
-    jars = delta_spark_jars_from_env()
-    if jars and os.path.isdir(jars):
-        return os.path.join(jars, "*")
-    folder = tmp_path / "delta-spark-jars"
-    folder.mkdir()
-    for jar in (jars or delta_spark_jars_from_maven() or "").split(","):
-        if jar:
-            (folder / os.path.basename(jar)).symlink_to(jar)
-    assert list(folder.iterdir()), "no delta-spark jars for the Thrift server's class path"
-    return os.path.join(str(folder), "*")

@@ -582,3 +582,18 @@ def test_the_demo_is_on_unless_switched_off_and_then_needs_the_teams_pipelines()
     )
     with pytest.raises(SettingsError, match="MEDALLION_DEMO='of' is not a switch"):
         read_settings({"MEDALLION_DEMO": "of"})
+
+
+# ---------------------------------------------------------------- the catalog
+
+
+def test_metastore_uris_are_thrift_host_and_port_and_name_the_variable():
+    hive = {"MEDALLION_CATALOG": "hive"}
+    assert read_settings({**hive, "MEDALLION_METASTORE_URIS": "thrift://a:9083, thrift://b.internal:9083"}) is not None
+    for wrong in ("http://metastore:9083", "thrift://metastore", "thrift://metastore:9083/db", "metastore:9083"):
+        with pytest.raises(SettingsError) as caught:
+            read_settings({**hive, "MEDALLION_METASTORE_URIS": wrong})
+        assert str(caught.value).splitlines()[0] == (
+            f"MEDALLION_METASTORE_URIS={wrong!r} is not a list of metastore services: use "
+            "thrift://host:9083[,thrift://host:9083]"
+        ), wrong

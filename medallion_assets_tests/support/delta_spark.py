@@ -7,6 +7,7 @@ conftest's session, the other engine's test session and the processes the tests 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from medallion_assets.storage.session import delta_spark_jar_files, plan_engine
 
@@ -49,6 +50,24 @@ def delta_spark_jars_from_maven() -> str | None:
         if os.path.basename(jar).startswith(("io.delta_", "io.unitycatalog_"))
     ]
     return ",".join(jar.removeprefix("file:") for jar in delivered) or None
+
+
+def delta_spark_jar_folder(tmp_path: Path) -> str:
+    """A folder of delta-spark's jars only, as docs/catalog.md's class paths name one (``<folder>/*``).
+
+    ``DELTA_SPARK_JARS``'s folder, or links to the jars Maven delivered to this test session
+    (Ivy's cache holds every other package's jars beside them).
+    """
+    jars = delta_spark_jars_from_env()
+    if jars and os.path.isdir(jars):
+        return os.path.join(jars, "*")
+    folder = tmp_path / "delta-spark-jars"
+    folder.mkdir()
+    for jar in (jars or delta_spark_jars_from_maven() or "").split(","):
+        if jar:
+            (folder / os.path.basename(jar)).symlink_to(jar)
+    assert list(folder.iterdir()), "no delta-spark jars for a class path"
+    return os.path.join(str(folder), "*")
 
 
 #: Why a delta-spark test skips: no route to delta-spark's jars.

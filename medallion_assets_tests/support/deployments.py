@@ -154,15 +154,18 @@ def page_blocks(page: Path, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), flags=re.MULTILINE | re.DOTALL)
 
 
-def documented_metastore_conf(*, values: dict[str, str], class_path: dict[str, str], page: Path = CATALOG_PAGE) -> str:
-    """The page's ``metastore.conf``, with this machine's values for the settings named in ``values`` and
-    its jars for the entries of ``spark.driver.extraClassPath`` named in ``class_path``.
+def documented_metastore_conf(
+    *, values: dict[str, str], class_path: dict[str, str], page: Path = CATALOG_PAGE, name: str = "metastore.conf"
+) -> str:
+    """The page's Spark properties file ``name`` (a ``properties`` block starting ``# <name>``), with this
+    machine's values for the settings named in ``values`` and its jars for the entries of
+    ``spark.driver.extraClassPath`` named in ``class_path``.
 
     Raises:
         AssertionError: the page has no such file, or lacks a setting or class path entry to replace
             (the page changed: the test must follow it).
     """
-    [conf] = [block for block in page_blocks(page, "properties") if block.startswith("# metastore.conf")]
+    [conf] = [block for block in page_blocks(page, "properties") if block.startswith(f"# {name}\n")]
     settings = [line.split(None, 1) for line in conf.splitlines() if line.strip() and not line.startswith("#")]
     keys = [key for key, _ in settings]
     missing = sorted(set(values) - set(keys))

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
 
 #: The Apache Kafka release the tests run (Kafka 4 is KRaft only and runs on Java 17).
 KAFKA_VERSION = "4.4.0"
@@ -54,55 +54,14 @@ appender.out.layout.pattern = [%d] %p %m (%c)%n
 _JVM_OPTIONS = ["-Xmx256m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
-def cache_dir() -> Path:
-    """Where the broker's jars are kept between test sessions: ``$XDG_CACHE_HOME`` or ``~/.cache``."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medallion-assets-tests"
-
-
 def broker_jars(version: str = KAFKA_VERSION) -> tuple[Path | None, str]:
-    """The folder of the Kafka broker's jars, resolved by Maven on first use; or None and why not.
-
-    Concurrent test workers may resolve at once: each resolves into a folder of
-    its own and the first to finish renames it into place.
-    """
-    target = cache_dir() / f"kafka_2.13-{version}"
-    if (target / f"kafka_2.13-{version}.jar").is_file():
-        return target, ""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        return None, f"Maven (mvn) is not on PATH to resolve org.apache.kafka:kafka_2.13:{version}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".kafka-{version}-", dir=target.parent))
-    try:
-        (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
-        # -U: an earlier attempt that failed (offline) is tried again rather than remembered by Maven.
-        result = subprocess.run(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "-U",
-                "-f",
-                str(work / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={work / 'jars'}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if result.returncode != 0 or not (work / "jars" / f"kafka_2.13-{version}.jar").is_file():
-            said = [line for line in (result.stdout + result.stderr).splitlines() if "[ERROR]" in line]
-            first = re.sub(r"\x1b\[[0-9;]*m", "", said[0] if said else f"mvn exited with {result.returncode}")
-            return None, f"Maven could not resolve org.apache.kafka:kafka_2.13:{version}: {first.strip()[:400]}"
-        try:
-            (work / "jars").rename(target)
-        except OSError:  # another worker was first
-            pass
-        return target, ""
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    """The folder of the Kafka broker's jars, resolved by Maven on first use; or None and why not."""
+    return resolve_dependencies(
+        _POM.format(kafka=version, log4j=LOG4J_VERSION),
+        cache_dir() / f"kafka_2.13-{version}",
+        f"kafka_2.13-{version}.jar",
+        f"org.apache.kafka:kafka_2.13:{version}",
+    )
 
 
 def free_port() -> int:
