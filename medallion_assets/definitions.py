@@ -6,7 +6,7 @@ environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 ``SPARK_MASTER_URL``) or ``connect`` (Spark Connect at ``SPARK_REMOTE``); the
 asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
 ``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
-(:mod:`medallion_assets.engine`). ``MEDALLION_SIMULATOR=off`` leaves the demo
+(:mod:`medallion_assets.storage.session`). ``MEDALLION_SIMULATOR=off`` leaves the demo
 producers out (TPC-H's ``landing/simulated_batch``, :data:`PRODUCER_HOOK`);
 ``MEDALLION_DEMO=off`` leaves out the project's own pipelines too (TPC-H), so
 only the ``MEDALLION_PIPELINES`` packages' feeds and assets are there. Without

@@ -25,13 +25,13 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
-from medallion_assets.delta._options import parse_bytes
-from medallion_assets.engine import DeltaEngine, engine_for
+from medallion_assets.delta import parse_bytes
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
-from medallion_assets.io_manager.client import DeltaTableClient
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 from medallion_assets.kafka import KafkaResource, latest_offsets
 from medallion_assets.resources import LakeResource
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.engines import DeltaEngine, engine_for
+from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 from medallion_assets.transforms import bronze
 
 

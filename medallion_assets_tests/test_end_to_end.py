@@ -91,8 +91,8 @@ def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     bronze gives, with what silver (and its tombstones) adopted at the end."""
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.client import DeltaTableClient
     from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC
+    from medallion_assets.storage.client import DeltaTableClient
     from medallion_assets.transforms import silver as T
 
     feed = CUSTOMERS_CDC
