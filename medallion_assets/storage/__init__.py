@@ -19,9 +19,10 @@ the bronze streams and the jobs use it alike.
 """
 
 from medallion_assets.storage.arrow_client import ArrowDeltaClient
-from medallion_assets.storage.changes import MergeClause, tombstone_path
+from medallion_assets.storage.changes import tombstone_path
 from medallion_assets.storage.client import DeltaTableClient, TableDescription, WriteResult
 from medallion_assets.storage.engines import CommitFacts, DeltaEngine, engine_for
+from medallion_assets.storage.merge_clauses import MergeClause
 from medallion_assets.storage.write_spec import WriteSpec
 from medallion_assets.storage.writers import Writer, WriterLimits, choose_writer
 

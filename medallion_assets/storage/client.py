@@ -23,8 +23,8 @@ from pyspark.sql.types import StructType
 from medallion_assets.delta import DeltaError as DeltaRsEngineError
 from medallion_assets.storage import changes
 from medallion_assets.storage.arrow_client import DELTA_RS_CANNOT_READ, ArrowDeltaClient
-from medallion_assets.storage.changes import MergeClause
 from medallion_assets.storage.engines import CommitFacts, DeltaEngine, engine_for
+from medallion_assets.storage.merge_clauses import MergeClause
 from medallion_assets.storage.write_spec import (
     WriteSpec,
     check_engine_reads,

@@ -54,7 +54,7 @@ from medallion_assets.delta import (
     snapshot_dataframe,
     write_delta,
 )
-from medallion_assets.storage.changes import MergeClause, with_unacted_matches_kept
+from medallion_assets.storage.merge_clauses import MergeClause, with_unacted_matches_kept
 
 log = logging.getLogger(__name__)
 
