@@ -99,10 +99,9 @@ def merge(
 
     ``new_table``: the write created the table just now, so it has no rows.
     A MERGE into it would only insert the changes that do not delete, so
-    those are appended instead: the first load of SF 1's ``lineitem`` took
-    33 s as a MERGE (which searches and rewrites the table, and on the
-    delta-rs engine collects the source to the driver); an append is one
-    write job.
+    those are appended instead: a MERGE searches and rewrites the table (and
+    on the delta-rs engine collects the source to the driver), where an append
+    is one write job (docs/decisions/0010-writes-computed-once.md).
 
     Returns:
         Why no row was merged, or ``None`` when the merge was committed.
@@ -213,7 +212,7 @@ def _append_to_new_table(client: Tables, rows: DataFrame, path: str, commit_meta
         Why nothing was written (every change deletes its key), or ``None``.
     """
     # Appended without asking first whether there is a row: that question computed the
-    # rows once more (4.1 s of SF 1's first loads). The commit answers it instead:
+    # rows once more (docs/decisions/0010-writes-computed-once.md). The commit answers it instead:
     # delta-spark commits no empty append, and the delta-rs engine's commit counts no
     # row. On delta-rs the client's empty commit then follows that one (two commits
     # where there was one, only when every first change deletes its key).
