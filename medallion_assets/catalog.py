@@ -63,14 +63,14 @@ from dagster import Config, get_dagster_logger
 from pydantic import Field, field_validator
 from pyspark.sql import types as T
 
-from medallion_assets.delta._catalog import LOCATION_METADATA, quoted, stored_location
-from medallion_assets.delta._snapshot import normalize_path, resolve_snapshot
-from medallion_assets.engine import jar_files
+from medallion_assets.delta import LOCATION_METADATA, normalize_path, quoted, resolve_snapshot, stored_location
+from medallion_assets.settings import refuse_unknown
+from medallion_assets.storage.session import jar_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import DeltaEngine
+    from medallion_assets.storage.engines import DeltaEngine
 
 # A Dagster logger: what it says inside a step goes to the run's log.
 log = get_dagster_logger("medallion_assets.catalog")
@@ -143,12 +143,9 @@ class LakeCatalog(Config):
     @field_validator("kind", mode="before")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        if type(value) is str and value not in CATALOG_KINDS:
-            raise ValueError(
-                f"LakeCatalog.kind={value!r} is not a catalog: use session, hive or none "
-                "(MEDALLION_CATALOG sets it in the deployed definitions)"
-            )
-        return value
+        return refuse_unknown(
+            value, CATALOG_KINDS, field="LakeCatalog.kind", what="a catalog", variable="MEDALLION_CATALOG"
+        )
 
     @field_validator("database_prefix", mode="before")
     @classmethod
