@@ -254,12 +254,14 @@ import sys
 from pyspark.sql import SparkSession
 from medallion_assets.ingest import start_kafka_stream
 from medallion_assets.kafka import KafkaError, KafkaResource
+from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.resources import LakeResource
 
 remote, root, servers, topic = sys.argv[1:]
 spark = SparkSession.builder.remote(remote).getOrCreate()
 try:
-    start_kafka_stream(spark, LakeResource(root=root), KafkaResource(bootstrap_servers=servers, topic=topic))
+    kafka = KafkaResource(bootstrap_servers=servers, topic=topic)
+    start_kafka_stream(spark, LakeResource(root=root), kafka, ORDERS_KAFKA)
 except KafkaError as error:
     print(error)
 spark.stop()
