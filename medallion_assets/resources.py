@@ -30,6 +30,7 @@ from medallion_assets.settings import (
     LakeRoot,
     Settings,
     SettingsError,
+    is_s3_uri,
     one_of,
     read_settings,
     variables_feeding,
@@ -510,6 +511,19 @@ class LakeResource(ConfigurableResource):
         description="The environment variable root came from (MEDALLION_LAKE_ROOT), named in errors; "
         "unset: root was given directly or is the default.",
     )
+    s3_endpoint: str | None = Field(
+        default=None, description="The S3-compatible store's endpoint, http(s)://host[:port]; unset: AWS S3's."
+    )
+    s3_region: str | None = Field(default=None, description="The bucket's region; unset: the clients' default.")
+    s3_path_style: bool | None = Field(
+        default=None, description="Address the bucket in the path, not the host name (self-hosted stores)."
+    )
+    s3_access_key_id: str | None = Field(
+        default=None, description="The store's access key (EnvVar AWS_ACCESS_KEY_ID); unset: the credential chain."
+    )
+    s3_secret_access_key: str | None = Field(
+        default=None, description="The store's secret key (EnvVar AWS_SECRET_ACCESS_KEY: never shown or logged)."
+    )
 
     @field_validator("root")
     @classmethod
@@ -520,6 +534,57 @@ class LakeResource(ConfigurableResource):
                 "(MEDALLION_LAKE_ROOT sets it in the deployed definitions)"
             )
         return value
+
+    @property
+    def on_s3(self) -> bool:
+        """The lake is on an S3-compatible store (an ``s3://`` or ``s3a://`` root)."""
+        return is_s3_uri(self.root)
+
+    def delta_storage_options(self) -> dict[str, str] | None:
+        """deltalake's object-store options for the lake's store (secret included: pass them to deltalake
+        only, never to a log); ``None`` for a local lake.
+
+        Unset settings are left out, so the clients' own defaults (``AWS_*`` variables, profiles,
+        instance roles) apply. A plain ``http://`` endpoint is allowed explicitly.
+        """
+        if not self.on_s3:
+            return None
+        options: dict[str, str] = {}
+        if self.s3_endpoint:
+            options["AWS_ENDPOINT_URL"] = self.s3_endpoint.rstrip("/")
+            if self.s3_endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        if self.s3_region:
+            options["AWS_REGION"] = self.s3_region
+        if self.s3_path_style is not None:
+            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false" if self.s3_path_style else "true"
+        if self.s3_access_key_id and self.s3_secret_access_key:
+            options["AWS_ACCESS_KEY_ID"] = self.s3_access_key_id
+            options["AWS_SECRET_ACCESS_KEY"] = self.s3_secret_access_key
+        return options
+
+    def filesystem(self, location: str):
+        """pyarrow's filesystem for ``location`` (a path under the lake, or any local path) and the path in it.
+
+        An ``s3://``/``s3a://`` location is reached with the lake's store settings; another URI
+        through pyarrow's own resolution; a local path through the local filesystem.
+        """
+        from pyarrow import fs
+
+        if is_s3_uri(location):
+            endpoint = (self.s3_endpoint or "").rstrip("/")
+            filesystem = fs.S3FileSystem(
+                endpoint_override=endpoint.split("://", 1)[1] if endpoint else None,
+                scheme=endpoint.split("://", 1)[0] if endpoint else "https",
+                region=self.s3_region,
+                access_key=self.s3_access_key_id if self.s3_secret_access_key else None,
+                secret_key=self.s3_secret_access_key if self.s3_access_key_id else None,
+                force_virtual_addressing=self.s3_path_style is False,
+            )
+            return filesystem, location.split("://", 1)[1]
+        if "://" in location:
+            return fs.FileSystem.from_uri(location)
+        return fs.LocalFileSystem(), location
 
     def _join(self, *parts: str) -> str:
         if "://" in self.root:
@@ -585,7 +650,7 @@ class LakeResource(ConfigurableResource):
         contract, when it landed)."""
         from pyarrow import fs
 
-        filesystem, base = fs.FileSystem.from_uri(folder) if "://" in folder else (fs.LocalFileSystem(), folder)
+        filesystem, base = self.filesystem(folder)
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
         return {
             f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0
@@ -593,16 +658,12 @@ class LakeResource(ConfigurableResource):
             if info.type == fs.FileType.File and info.base_name.endswith(suffix)
         }
 
-    @staticmethod
-    def _list(folder: str, *, directories: bool) -> list[str]:
+    def _list(self, folder: str, *, directories: bool) -> list[str]:
         # Through pyarrow's filesystems on the driver, so an object-store root lists as a local
         # one does (given pyarrow's support for that store), with no JVM (Spark Connect has none).
         from pyarrow import fs
 
-        if "://" in folder:
-            filesystem, base = fs.FileSystem.from_uri(folder)
-        else:
-            filesystem, base = fs.LocalFileSystem(), folder
+        filesystem, base = self.filesystem(folder)
         wanted = fs.FileType.Directory if directories else fs.FileType.File
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
         return sorted(info.base_name for info in infos if info.type == wanted)
@@ -669,8 +730,14 @@ def lake_resource(settings: Settings | None = None) -> LakeResource:
     Args:
         settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
     """
-    root = (settings or read_settings()).lake_root
-    return LakeResource(root=root.location, root_variable=root.variable)
+    settings = settings or read_settings()
+    root = settings.lake_root
+    return LakeResource(
+        root=root.location,
+        root_variable=root.variable,
+        **{name: value for name, value in settings.fields_of("LakeResource").items() if name != "root"},
+        **_credentials(settings, "LakeResource"),
+    )
 
 
 #: Environment variables of the Delta engine choice and the connectors' jars -> SparkResource fields.
