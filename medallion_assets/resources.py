@@ -41,8 +41,8 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import DeltaEngine
     from medallion_assets.feeds import Feed
+    from medallion_assets.storage.engines import DeltaEngine
 
 #: Spark settings of the embedded session, sized for one machine: few shuffle
 #: partitions because the tables are small, and UTC so that timestamps read the
@@ -249,7 +249,7 @@ class SparkResource(LazyPySparkResource):
     def delta_engine_in_use(self) -> DeltaEngine:
         """The Delta engine of this resource's session (starts the session if needed)."""
         if self._engine is None:
-            from medallion_assets.engine import engine_for
+            from medallion_assets.storage.engines import engine_for
 
             self._engine = engine_for(self.session_by_path)
         return self._engine
@@ -260,8 +260,8 @@ class SparkResource(LazyPySparkResource):
             return
         from pyspark.sql import SparkSession
 
-        from medallion_assets.engine import merged_session_config, plan_engine, start_engine
         from medallion_assets.kafka import kafka_connector_config
+        from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
 
         # A Connect client's jars are its server's: no Maven probe. A session already running in
         # this process (Dagster builds this resource twice, for the assets and inside the IO manager)

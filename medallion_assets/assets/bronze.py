@@ -37,13 +37,13 @@ from medallion_assets.ingest import (
 from medallion_assets.io_manager import (
     DELTA_KINDS,
     SOURCE,
-    DeltaTableClient,
     delta_table,
     latest_materialization_metadata,
     table_metadata,
 )
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
 
 

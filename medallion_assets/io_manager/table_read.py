@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
+from medallion_assets.storage.arrow_client import ArrowDeltaClient
 
 if TYPE_CHECKING:
     import deltalake
