@@ -22,6 +22,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
+from medallion_assets.object_store import S3Store, hadoop_aws_package
 from medallion_assets.settings import (
     DEFAULT_LAKE_ROOT,
     DELTA_ENGINES,
@@ -203,6 +204,13 @@ class SparkResource(LazyPySparkResource):
             "metastore, or none."
         ),
     )
+    object_store: S3Store | None = Field(
+        default=None,
+        description=(
+            "The S3-compatible store of a lake on s3:// (MEDALLION_S3_*, AWS_* key pair): the session gets "
+            "hadoop-aws from Maven and S3A's settings, its key pair on the Hadoop configuration only."
+        ),
+    )
     python_workers_use_driver_interpreter: bool = Field(
         default=True,
         description=(
@@ -261,7 +269,12 @@ class SparkResource(LazyPySparkResource):
         from pyspark.sql import SparkSession
 
         from medallion_assets.kafka import kafka_connector_config
-        from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
+        from medallion_assets.storage.session import (
+            maven_resolution_config,
+            merged_session_config,
+            plan_engine,
+            start_engine,
+        )
 
         # A Connect client's jars are its server's: no Maven probe. A session already running in
         # this process (Dagster builds this resource twice, for the assets and inside the IO manager)
@@ -292,6 +305,13 @@ class SparkResource(LazyPySparkResource):
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if not self.remote:
             config = merged_session_config(config, self.catalog.spark_config())
+        if self.object_store is not None and not self.remote:
+            # hadoop-aws through the same Maven route as delta-spark's jars (a Connect server carries its own).
+            config = merged_session_config(
+                config,
+                {"spark.jars.packages": hadoop_aws_package(), **maven_resolution_config(config)},
+                self.object_store.spark_config(),
+            )
         # A local master: the JVM this process starts is the driver and the only executor.
         embedded = not self.remote and str(self.master).startswith("local")
         if plan.source and embedded:
@@ -332,7 +352,9 @@ class SparkResource(LazyPySparkResource):
                 "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine)."
             )
         started = time.monotonic()
-        secrets = self.catalog.hadoop_secrets() if not self.remote else {}
+        secrets = {} if self.remote else self.catalog.hadoop_secrets()
+        if self.object_store is not None and not self.remote:
+            secrets.update(self.object_store.hadoop_secrets())
         if secrets:
             _start_context_with_hadoop_secrets(config, master=str(self.master), app_name=self.app_name, secrets=secrets)
         session = builder.getOrCreate()
@@ -369,9 +391,16 @@ class SparkResource(LazyPySparkResource):
 
     def _attach_lake(self, session: SparkSession) -> None:
         if self.catalog.enabled and self.catalog.lake_root and not self._lake_attached:
-            self.catalog.attach(
-                session, self.delta_engine_in_use, LakeResource(root=self.catalog.lake_root).delta_tables()
+            store = self.object_store or S3Store()
+            lake = LakeResource(
+                root=self.catalog.lake_root,
+                s3_endpoint=store.endpoint,
+                s3_region=store.region,
+                s3_path_style=store.path_style,
+                s3_access_key_id=store.access_key_id,
+                s3_secret_access_key=store.secret_access_key,
             )
+            self.catalog.attach(session, self.delta_engine_in_use, lake.delta_tables())
             self._lake_attached = True
 
     @property
@@ -540,28 +569,24 @@ class LakeResource(ConfigurableResource):
         """The lake is on an S3-compatible store (an ``s3://`` or ``s3a://`` root)."""
         return is_s3_uri(self.root)
 
-    def delta_storage_options(self) -> dict[str, str] | None:
-        """deltalake's object-store options for the lake's store (secret included: pass them to deltalake
-        only, never to a log); ``None`` for a local lake.
-
-        Unset settings are left out, so the clients' own defaults (``AWS_*`` variables, profiles,
-        instance roles) apply. A plain ``http://`` endpoint is allowed explicitly.
-        """
+    @property
+    def store(self) -> S3Store | None:
+        """The lake's S3-compatible store (its settings), ``None`` for a lake not on S3."""
         if not self.on_s3:
             return None
-        options: dict[str, str] = {}
-        if self.s3_endpoint:
-            options["AWS_ENDPOINT_URL"] = self.s3_endpoint.rstrip("/")
-            if self.s3_endpoint.startswith("http://"):
-                options["AWS_ALLOW_HTTP"] = "true"
-        if self.s3_region:
-            options["AWS_REGION"] = self.s3_region
-        if self.s3_path_style is not None:
-            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false" if self.s3_path_style else "true"
-        if self.s3_access_key_id and self.s3_secret_access_key:
-            options["AWS_ACCESS_KEY_ID"] = self.s3_access_key_id
-            options["AWS_SECRET_ACCESS_KEY"] = self.s3_secret_access_key
-        return options
+        return S3Store(
+            endpoint=self.s3_endpoint,
+            region=self.s3_region,
+            path_style=self.s3_path_style,
+            access_key_id=self.s3_access_key_id,
+            secret_access_key=self.s3_secret_access_key,
+        )
+
+    def delta_storage_options(self) -> dict[str, str] | None:
+        """deltalake's object-store options for the lake's store (:meth:`S3Store.delta_storage_options`: the
+        secret included, for deltalake only); ``None`` for a local lake."""
+        store = self.store
+        return store.delta_storage_options() if store else None
 
     def filesystem(self, location: str):
         """pyarrow's filesystem for ``location`` (a path under the lake, or any local path) and the path in it.
@@ -572,16 +597,7 @@ class LakeResource(ConfigurableResource):
         from pyarrow import fs
 
         if is_s3_uri(location):
-            endpoint = (self.s3_endpoint or "").rstrip("/")
-            filesystem = fs.S3FileSystem(
-                endpoint_override=endpoint.split("://", 1)[1] if endpoint else None,
-                scheme=endpoint.split("://", 1)[0] if endpoint else "https",
-                region=self.s3_region,
-                access_key=self.s3_access_key_id if self.s3_secret_access_key else None,
-                secret_key=self.s3_secret_access_key if self.s3_access_key_id else None,
-                force_virtual_addressing=self.s3_path_style is False,
-            )
-            return filesystem, location.split("://", 1)[1]
+            return (self.store or S3Store()).filesystem(), location.split("://", 1)[1]
         if "://" in location:
             return fs.FileSystem.from_uri(location)
         return fs.LocalFileSystem(), location
@@ -846,6 +862,9 @@ def spark_resource(deployment: Deployment | None = None, *, settings: Settings |
     settings = settings or read_settings()
     deployment = deployment or settings.deployment
     engine = {**engine_settings(settings), "catalog": lake_catalog(settings)}
+    store = lake_resource(settings).store
+    if store is not None:
+        engine["object_store"] = store
     # The endpoints may carry credentials (a Connect token, a master's user:password@): named, read at run start.
     if deployment == "local":
         return SparkResource(**engine)

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pytest
 from pyarrow import fs
 
+from medallion_assets.definitions import resources_for
 from medallion_assets.resources import lake_resource
 from medallion_assets.settings import read_settings
 from medallion_assets_tests.support import object_store
+from medallion_assets_tests.support.processes import process_list_watch
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +128,33 @@ def test_the_lake_resource_lists_tables_and_files_in_the_bucket_from_the_setting
     assert list(lake.files_modified(f"s3://{bucket}/lake/landing/orders", ".csv")) == [
         f"s3://{bucket}/lake/landing/orders/part-1.csv"
     ]
+
+
+@pytest.mark.slow
+def test_delta_spark_writes_the_lake_in_the_bucket_through_hadoop_aws_and_delta_rs_reads_it(store, bucket, monkeypatch):
+    # delta-spark and hadoop-aws (at pyspark's Hadoop version) from Maven through spark.jars.packages;
+    # the key pair reaches S3A on the Hadoop configuration, never the JVM's command line.
+    for name, value in store.environment(bucket).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MEDALLION_DELTA_ENGINE", "delta-spark")
+    monkeypatch.setenv("MEDALLION_DELTA_SPARK_MAVEN", "true")
+    settings = read_settings()
+    lake = lake_resource(settings).process_config_and_initialize()
+    spark_resource = resources_for(settings=settings)["spark"]
+    assert store.secret_access_key not in repr(spark_resource)
+    with process_list_watch(store.secret_access_key) as seen:
+        spark = spark_resource.process_config_and_initialize().spark_session
+        try:
+            assert spark.conf.get("spark.hadoop.fs.s3a.endpoint") == store.endpoint
+            assert "org.apache.hadoop:hadoop-aws:" in spark.conf.get("spark.jars.packages")
+            path = lake.table_path(["silver", "numbers"])
+            spark.range(10).write.format("delta").save(path)
+            spark.range(10, 15).write.format("delta").mode("append").save(path)
+            assert spark.read.format("delta").load(path).count() == 15
+        finally:
+            spark.stop()
+    assert seen == []
+    table = deltalake.DeltaTable(path, storage_options=lake.delta_storage_options())
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(15))
+    assert lake.delta_tables() == [("silver", "numbers", path)]
