@@ -8,7 +8,10 @@ missing (the server's jars come from Maven Central).
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 import threading
 
 import deltalake
@@ -131,30 +134,32 @@ def test_the_lake_resource_lists_tables_and_files_in_the_bucket_from_the_setting
 
 
 @pytest.mark.slow
-def test_delta_spark_writes_the_lake_in_the_bucket_through_hadoop_aws_and_delta_rs_reads_it(store, bucket, monkeypatch):
-    # delta-spark and hadoop-aws (at pyspark's Hadoop version) from Maven through spark.jars.packages;
-    # the key pair reaches S3A on the Hadoop configuration, never the JVM's command line.
-    for name, value in store.environment(bucket).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MEDALLION_DELTA_ENGINE", "delta-spark")
-    monkeypatch.setenv("MEDALLION_DELTA_SPARK_MAVEN", "true")
-    settings = read_settings()
-    lake = lake_resource(settings).process_config_and_initialize()
-    spark_resource = resources_for(settings=settings)["spark"]
-    assert store.secret_access_key not in repr(spark_resource)
+def test_delta_spark_writes_the_lake_in_the_bucket_through_hadoop_aws_and_delta_rs_reads_it(store, bucket):
+    # delta-spark and hadoop-aws (at pyspark's Hadoop version) from Maven through spark.jars.packages, in a
+    # process of its own; the key pair reaches S3A on the Hadoop configuration, never a command line.
+    env = {**os.environ, **store.environment(bucket), "MEDALLION_DELTA_ENGINE": "delta-spark"}
+    env["MEDALLION_DELTA_SPARK_MAVEN"] = "true"
+    settings = read_settings(env)
+    lake = lake_resource(settings)
+    path = lake.table_path(["silver", "numbers"])
+    assert store.secret_access_key not in repr(resources_for(settings=settings)["spark"])
+    command = [sys.executable, "-m", "medallion_assets_tests.support.object_store", "write-with-spark", path]
     with process_list_watch(store.secret_access_key) as seen:
-        spark = spark_resource.process_config_and_initialize().spark_session
-        try:
-            assert spark.conf.get("spark.hadoop.fs.s3a.endpoint") == store.endpoint
-            assert "org.apache.hadoop:hadoop-aws:" in spark.conf.get("spark.jars.packages")
-            path = lake.table_path(["silver", "numbers"])
-            spark.range(10).write.format("delta").save(path)
-            spark.range(10, 15).write.format("delta").mode("append").save(path)
-            assert spark.read.format("delta").load(path).count() == 15
-        finally:
-            spark.stop()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-6000:]
     assert seen == []
-    table = deltalake.DeltaTable(path, storage_options=lake.delta_storage_options())
+    assert store.secret_access_key not in done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["endpoint"] == store.endpoint
+    assert "org.apache.hadoop:hadoop-aws:" in report["packages"]
+    assert report["rows"] == 15
+    options = store.storage_options()
+    table = deltalake.DeltaTable(path, storage_options=options)
     assert table.version() == 1
     assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(15))
-    assert lake.delta_tables() == [("silver", "numbers", path)]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in store.environment(bucket).items():
+            patch.setenv(name, value)
+        assert lake_resource(read_settings()).process_config_and_initialize().delta_tables() == [
+            ("silver", "numbers", path)
+        ]
