@@ -34,6 +34,7 @@ from medallion_assets.settings import (
     is_s3_uri,
     one_of,
     read_settings,
+    refuse_unknown,
     variables_feeding,
 )
 
@@ -58,13 +59,13 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
 
 #: The garbage collector of an embedded session's driver. The parallel collector suits a batch
 #: run's throughput better than the JDK's default G1, which spends CPU on short pauses nobody
-#: waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance-record.md, "The garbage collector").
+#: waits for (docs/decisions/0007-embedded-jvm-settings.md).
 EMBEDDED_DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
 
 #: When an embedded session's optimizing JIT compiler (C2) takes a method: after four times the
 #: JDK's default calls and loop iterations. A run plans and generates code for hundreds of small
-#: queries whose code runs a few times; with the defaults, C2 spent a third of an SF 0.1 run's
-#: JVM CPU compiling it, on 2 cores shared with the tasks (docs/performance-record.md, "The JIT compiler").
+#: queries whose code runs a few times; with the defaults, C2 spends much of a small run's JVM CPU
+#: compiling it, on cores shared with the tasks (docs/decisions/0007-embedded-jvm-settings.md).
 EMBEDDED_DRIVER_JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
     "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000"
@@ -236,13 +237,13 @@ class SparkResource(LazyPySparkResource):
     @field_validator("delta_engine", mode="before")
     @classmethod
     def _known_engine(cls, value: str) -> str:
-        # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
-        if type(value) is str and value not in DELTA_ENGINES:
-            raise ValueError(
-                f"SparkResource.delta_engine={value!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
-                "(MEDALLION_DELTA_ENGINE sets it in the deployed definitions)"
-            )
-        return value
+        return refuse_unknown(
+            value,
+            DELTA_ENGINES,
+            field="SparkResource.delta_engine",
+            what="a Delta engine",
+            variable="MEDALLION_DELTA_ENGINE",
+        )
 
     @model_validator(mode="after")
     def _master_or_remote(self) -> SparkResource:
@@ -317,8 +318,8 @@ class SparkResource(LazyPySparkResource):
         if plan.source and embedded:
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, and VACUUM lists
             # a table's folders with Spark's partition-discovery parallelism, 10000 tasks: both
-            # sized for clusters (a 5-row table's VACUUM took 28.6 s instead of 2.4 on 2 cores:
-            # benchmarks/delta_fixed_costs.py). An embedded session has its cores. Clusters keep the defaults.
+            # sized for clusters (docs/decisions/0007-embedded-jvm-settings.md). An embedded session
+            # has its cores. Clusters keep the defaults.
             cores = str(_local_cores(str(self.master)))
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
@@ -410,7 +411,7 @@ class SparkResource(LazyPySparkResource):
         With the ``session`` catalog the names are registered here, on first use:
         registering reads each table's log, seconds for a whole lake, which a run
         whose steps work by path (:attr:`session_by_path`) pays only for the tables
-        it reads (``docs/performance-record.md``, "Tables by name").
+        it reads.
 
         Raises:
             CatalogError: the catalog refused a table (the message names it and the fix).

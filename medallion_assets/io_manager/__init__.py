@@ -1,17 +1,8 @@
 """The Delta IO manager: asset key ``[layer, table]`` <-> ``<lake root>/<layer>/<table>``.
 
 What faces Dagster, and nothing else; reading and writing tables is
-:mod:`medallion_assets.storage`'s. Split the way dagster-deltalake splits its IO manager:
-
-* ``spec``: how an asset declares its storage (:func:`delta_table`, the
-  ``delta/*`` keys, :func:`write_spec_from_metadata`).
-* ``manager``: :class:`DeltaIOManager` (the configuration, loading inputs,
-  handling outputs) and :class:`SparkDataFrameTypeHandler`.
-* ``arrow_handlers``: pandas, polars and Arrow in and out, one handler per library.
-* ``table_read``: :class:`TableRead`, an input computed on in Arrow while
-  the version read is small, else with Spark; :class:`ChangesWithTable`, an
-  input's new rows and its whole table.
-* ``metadata``: a table's description as Dagster output metadata.
+:mod:`medallion_assets.storage`'s. Its modules are listed in the module map
+(docs/architecture.md, "Where each concern lives").
 """
 
 from medallion_assets.io_manager.manager import DeltaIOManager, SparkDataFrameTypeHandler, check_once_per_version

@@ -325,7 +325,7 @@ class DeltaIOManager(ConfigurableIOManager):
         description=(
             "A small MERGE (see arrow_write_max_rows) is run by deltalake only into a table whose current "
             "files total at most this many MiB: deltalake rewrites the files holding matched keys in the "
-            "Python process, which grows with them (by about 0.9 GB for a 600 MiB table). A larger table is "
+            "Python process, which grows with them. A larger table is "
             "merged by Spark. 0: always Spark. A deployment sets it with MEDALLION_ARROW_MERGE_MAX_TABLE_MB."
         ),
     )

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 _PREVIEW_ROWS = 5
 #: A table of at most this many rows (known from its Delta log) previews its first rows by key, a
-#: top-k over the whole table (about 0.1 s more than a bare limit at this size, on delta-rs); a larger
+#: top-k over the whole table (cheap at this size, on delta-rs); a larger
 #: one previews the rows a limit reads first, in key order, so the preview never scans it.
 SORTED_PREVIEW_MAX_ROWS = 10_000
 #: Types Spark sorts and Python compares alike (maps, structs, arrays and variants are left out of the order).
@@ -137,8 +137,8 @@ def _preview_from_files(
     """The preview of the described version read by delta-rs, or None where delta-rs cannot open the table.
 
     delta-rs reads a few rows of one file in milliseconds; Spark's first read of a
-    new version costs delta-spark a snapshot of it, about a second per output
-    (``benchmarks/pipeline_vs_plain.py``), on every write of every run. Where
+    new version costs delta-spark a snapshot of it on every write of every run
+    (docs/decisions/0010-writes-computed-once.md). Where
     delta-rs cannot open the location (a Hadoop-only scheme, a lake only the Spark
     server sees) or a table feature it does not read, Spark previews it. Column
     mapping is one: delta-rs opens such a table, but its Arrow dataset reads the
@@ -229,8 +229,7 @@ def first_rows(dataset: ds.FileSystemDataset, rows: int) -> pa.Table:
     Read through ``pyarrow.parquet.ParquetFile`` with a buffered stream and no
     pre-buffering, it holds about one page per column. A dataset scan holds the
     whole first row group instead, even for a ``head`` of five rows without read-ahead
-    (``benchmarks/pipeline_vs_plain.py`` saw the Python driver rise by 405 MB in the
-    step that previews SF 1's raw order lines; up to 128 MB a row group compressed).
+    (up to 128 MB a row group compressed; docs/decisions/0010-writes-computed-once.md).
     Where a file does not convert to the dataset's schema, the dataset's own scan reads it.
     """
     schema = dataset.schema

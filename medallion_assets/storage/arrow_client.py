@@ -27,8 +27,8 @@ from medallion_assets.delta import (
     conform_source,
     map_values_grown_error,
 )
-from medallion_assets.storage.changes import MergeClause, with_unacted_matches_kept
 from medallion_assets.storage.engines import user_metadata
+from medallion_assets.storage.merge_clauses import MergeClause, with_unacted_matches_kept
 from medallion_assets.storage.write_spec import WriteSpec, check_engine_reads, declared_table_properties
 
 #: What delta-rs raises where it cannot read a location or a table (a Hadoop-only scheme, a lake only

@@ -1,7 +1,7 @@
 """Applying changes to a table: MERGE clauses, the merge strategies, replaced groups and tombstones.
 
-:class:`MergeClause` is one ``WHEN`` clause of a MERGE, the language every
-engine and the deltalake writer take a merge in.
+:class:`~medallion_assets.storage.merge_clauses.MergeClause` is one ``WHEN``
+clause of a MERGE, the language every engine and the deltalake writer take a merge in.
 
 A plain merge upserts on the merge keys, applying a change only when its
 ``sequence_column`` is newer than the stored row, and deletes the keys whose
@@ -28,60 +28,19 @@ it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from medallion_assets.delta import grown_type
+from medallion_assets.storage.merge_clauses import MergeClause
 from medallion_assets.storage.write_spec import WriteSpec
 
 if TYPE_CHECKING:
-    # Type only: the engines take their merges as this module's clauses.
+    # Type only: the Tables protocol names the client's engine.
     from medallion_assets.storage.engines import DeltaEngine
-
-
-@dataclass(frozen=True)
-class MergeClause:
-    """One ``WHEN`` clause of a MERGE into a target aliased ``t`` from a source aliased ``s``.
-
-    Attributes:
-        action: ``delete`` and ``update`` apply to matched rows, ``insert`` to unmatched ones.
-        condition: SQL over ``t.`` and ``s.`` columns, or None for every row.
-        assignments: target column -> SQL expression (update and insert).
-    """
-
-    action: Literal["delete", "update", "insert"]
-    condition: str | None = None
-    assignments: Mapping[str, str] | None = None
-
-
-def with_unacted_matches_kept(clauses: Sequence[MergeClause], *, column: str) -> list[MergeClause]:
-    """``clauses``, ending with an update that keeps as it is a matched row no other clause acts on.
-
-    For MERGEs delta-rs runs. A matched row that none of the ``WHEN MATCHED``
-    clauses acts on (a stale change: a redelivered row whose stored sequence
-    is not older) made deltalake 1.6.6's MERGE hold twice the memory: 1.57 to
-    1.76 GB against 0.76 GB into SF 3's ``orders`` with 15% of the source
-    stale (docs/performance-record.md, "Stale changes in deltalake's MERGE").
-    With the last clause the files written are the same, but delta-rs counts
-    such a row as updated rather than copied. The clause is added only when
-    every matched clause has a condition.
-
-    Args:
-        clauses: the MERGE's ``WHEN`` clauses, in order.
-        column: a column the target table has: the last clause sets it to its stored value.
-
-    Example:
-        >>> with_unacted_matches_kept([MergeClause("update", "s.seq > t.seq", {"v": "s.v"})], column="id")[-1]
-        MergeClause(action='update', condition=None, assignments={'id': 't.`id`'})
-    """
-    matched = [clause for clause in clauses if clause.action != "insert"]
-    if not matched or not all(clause.condition for clause in matched):
-        return list(clauses)
-    return [*clauses, MergeClause("update", None, {column: f"t.`{column}`"})]
 
 
 class Tables(Protocol):
@@ -140,10 +99,9 @@ def merge(
 
     ``new_table``: the write created the table just now, so it has no rows.
     A MERGE into it would only insert the changes that do not delete, so
-    those are appended instead: the first load of SF 1's ``lineitem`` took
-    33 s as a MERGE (which searches and rewrites the table, and on the
-    delta-rs engine collects the source to the driver); an append is one
-    write job.
+    those are appended instead: a MERGE searches and rewrites the table (and
+    on the delta-rs engine collects the source to the driver), where an append
+    is one write job (docs/decisions/0010-writes-computed-once.md).
 
     Returns:
         Why no row was merged, or ``None`` when the merge was committed.
@@ -254,7 +212,7 @@ def _append_to_new_table(client: Tables, rows: DataFrame, path: str, commit_meta
         Why nothing was written (every change deletes its key), or ``None``.
     """
     # Appended without asking first whether there is a row: that question computed the
-    # rows once more (4.1 s of SF 1's first loads). The commit answers it instead:
+    # rows once more (docs/decisions/0010-writes-computed-once.md). The commit answers it instead:
     # delta-spark commits no empty append, and the delta-rs engine's commit counts no
     # row. On delta-rs the client's empty commit then follows that one (two commits
     # where there was one, only when every first change deletes its key).

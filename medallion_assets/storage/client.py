@@ -23,8 +23,8 @@ from pyspark.sql.types import StructType
 from medallion_assets.delta import DeltaError as DeltaRsEngineError
 from medallion_assets.storage import changes
 from medallion_assets.storage.arrow_client import DELTA_RS_CANNOT_READ, ArrowDeltaClient
-from medallion_assets.storage.changes import MergeClause
 from medallion_assets.storage.engines import CommitFacts, DeltaEngine, engine_for
+from medallion_assets.storage.merge_clauses import MergeClause
 from medallion_assets.storage.write_spec import (
     WriteSpec,
     check_engine_reads,
@@ -498,9 +498,7 @@ def computed_once(frame: DataFrame) -> Iterator[tuple[DataFrame, int]]:
     that size but not the step's plan: each action of the write (a MERGE and
     the queries that build its source, the tombstones) plans a scan of the
     kept rows instead of the whole step again, which for the order step is
-    the parse of every field. The order step of a 1% batch took about 5 s
-    less at SF 0.01 and at SF 1 (docs/performance-record.md, "The write's source
-    without its lineage").
+    the parse of every field (docs/decisions/0010-writes-computed-once.md).
 
     Yields:
         The frame to write from and its number of rows.

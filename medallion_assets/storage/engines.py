@@ -54,7 +54,7 @@ from medallion_assets.delta import (
     snapshot_dataframe,
     write_delta,
 )
-from medallion_assets.storage.changes import MergeClause, with_unacted_matches_kept
+from medallion_assets.storage.merge_clauses import MergeClause, with_unacted_matches_kept
 
 log = logging.getLogger(__name__)
 
@@ -254,9 +254,9 @@ class DeltaEngine:
         """The newest ``limit`` commits' info (``None``: every retained one), newest first.
 
         Read from the log by delta-rs: these look-ups run for every input and
-        output of every step, and delta-rs answers one in milliseconds where
-        a history DataFrame costs a quarter of a second on delta-spark
-        (``benchmarks/materialize_all.py``). Where delta-rs cannot open the
+        output of every step, and delta-rs answers one from the log where a
+        history DataFrame costs delta-spark a job
+        (docs/decisions/0010-writes-computed-once.md). Where delta-rs cannot open the
         location (a Hadoop-only scheme, a lake only the Spark server sees),
         Spark's ``DESCRIBE HISTORY`` answers.
         """

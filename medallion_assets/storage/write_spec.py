@@ -150,9 +150,8 @@ def skipping_stats_columns(spec: WriteSpec, schema: StructType) -> list[str]:
     are in the path, and Delta refuses them here), the delete column, which is
     not stored, and the sequence column: a MERGE compares it row by row after
     its join and no reader filters on it, so its min/max never skip a file.
-    delta-spark pays for each kept column on every row it writes (about four
-    hundredths of a Parquet write of 4M rows per date or number column, a
-    tenth for a text sequence: ``docs/performance-record.md``). Delta's default (the
+    delta-spark pays for each kept column on every row it writes
+    (docs/decisions/0009-statistics-on-filtered-columns.md). Delta's default (the
     first 32 columns) also keeps min/max of comments and raw text, which no
     reader filters on and which fill the log.
 

@@ -39,15 +39,15 @@ Operation = Literal["overwrite", "append", "merge", "empty_commit"]
 
 #: Rows up to which a write of a Spark DataFrame is committed by deltalake (``WriterLimits.max_rows``,
 #: the IO manager's ``arrow_write_max_rows``); the collected rows are what the driver holds meanwhile.
-#: Measured in docs/performance-record.md, "Overwrites of up to 250,000 rows".
+#: Why this size: docs/decisions/0001-small-writes-by-deltalake.md.
 ARROW_WRITE_MAX_ROWS = 250_000
 
 #: Files of a table's current version (bytes) up to which a small MERGE into it is run by deltalake
 #: (``WriterLimits.max_merge_table_bytes``). deltalake rewrites the files holding matched keys in this
 #: process, with no memory bound (a bound can deadlock it, see
 #: :meth:`.ArrowDeltaClient.merge_into_existing`), so the process grows with them. Past this, the
-#: session's engine merges, spilling in the JVM or spread over a cluster. Measured in
-#: docs/performance-record.md, "A MERGE that never returned".
+#: session's engine merges, spilling in the JVM or spread over a cluster
+#: (docs/decisions/0005-driver-memory-bounds.md).
 ARROW_MERGE_MAX_TABLE_BYTES = 1024 * 1024 * 1024
 
 
