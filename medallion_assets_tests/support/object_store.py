@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from medallion_assets_tests.support.kafka_broker import free_port
-from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
-from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies, small_jvm_options
+from medallion_assets_tests.support.processes import start_logged, stop_group
 
 #: The S3Proxy release the tests run (built for Java 17).
 S3PROXY_VERSION = "4.1.0"
@@ -55,8 +55,6 @@ _LOGBACK = """<configuration>
   <root level="WARN"><appender-ref ref="out"/></root>
 </configuration>
 """
-
-_JVM_OPTIONS = ["-Xmx256m", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
 def server_jars(version: str = S3PROXY_VERSION) -> tuple[Path | None, str]:
@@ -103,22 +101,20 @@ class ObjectStore:
         )
         (folder / "logback.xml").write_text(_LOGBACK)
         self.log = folder / "s3proxy.log"
-        with open(self.log, "ab") as out:
-            self.process: subprocess.Popen | None = subprocess.Popen(
-                [
-                    "java",
-                    *_JVM_OPTIONS,
-                    f"-Dlogback.configurationFile={folder / 'logback.xml'}",
-                    "-cp",
-                    str(jars / "*"),
-                    "org.gaul.s3proxy.Main",
-                    "--properties",
-                    str(properties),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process: subprocess.Popen | None = start_logged(
+            [
+                "java",
+                *small_jvm_options("256m"),
+                f"-Dlogback.configurationFile={folder / 'logback.xml'}",
+                "-cp",
+                str(jars / "*"),
+                "org.gaul.s3proxy.Main",
+                "--properties",
+                str(properties),
+            ],
+            cwd=folder,
+            log=self.log,
+        )
         self._wait_until_listening()
 
     def _wait_until_listening(self, timeout: float = 60) -> None:
