@@ -27,7 +27,10 @@ def local_path(path: str) -> str:
     if path.startswith("file:"):
         return unquote(urlparse(path).path)
     if "://" in path:
-        raise ValueError(f"reading checkpoints on object stores is not supported here: {path}")
+        raise ValueError(
+            f"{path} is on an object store: stream checkpoints, landing-folder health and full refreshes "
+            "are read and removed on a local lake only; set MEDALLION_LAKE_ROOT to a local folder to use them"
+        )
     return path
 
 

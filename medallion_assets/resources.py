@@ -22,6 +22,7 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
+from medallion_assets.object_store import S3Store, hadoop_aws_package
 from medallion_assets.settings import (
     DEFAULT_LAKE_ROOT,
     DELTA_ENGINES,
@@ -30,6 +31,7 @@ from medallion_assets.settings import (
     LakeRoot,
     Settings,
     SettingsError,
+    is_s3_uri,
     one_of,
     read_settings,
     refuse_unknown,
@@ -203,6 +205,13 @@ class SparkResource(LazyPySparkResource):
             "metastore, or none."
         ),
     )
+    object_store: S3Store | None = Field(
+        default=None,
+        description=(
+            "The S3-compatible store of a lake on s3:// (MEDALLION_S3_*, AWS_* key pair): the session gets "
+            "hadoop-aws from Maven and S3A's settings, its key pair on the Hadoop configuration only."
+        ),
+    )
     python_workers_use_driver_interpreter: bool = Field(
         default=True,
         description=(
@@ -261,7 +270,12 @@ class SparkResource(LazyPySparkResource):
         from pyspark.sql import SparkSession
 
         from medallion_assets.kafka import kafka_connector_config
-        from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
+        from medallion_assets.storage.session import (
+            maven_resolution_config,
+            merged_session_config,
+            plan_engine,
+            start_engine,
+        )
 
         # A Connect client's jars are its server's: no Maven probe. A session already running in
         # this process (Dagster builds this resource twice, for the assets and inside the IO manager)
@@ -292,6 +306,13 @@ class SparkResource(LazyPySparkResource):
         config = merged_session_config(plan.spark_config, connector) if not self.remote else {}
         if not self.remote:
             config = merged_session_config(config, self.catalog.spark_config())
+        if self.object_store is not None and not self.remote:
+            # hadoop-aws through the same Maven route as delta-spark's jars (a Connect server carries its own).
+            config = merged_session_config(
+                config,
+                {"spark.jars.packages": hadoop_aws_package(), **maven_resolution_config(config)},
+                self.object_store.spark_config(),
+            )
         # A local master: the JVM this process starts is the driver and the only executor.
         embedded = not self.remote and str(self.master).startswith("local")
         if plan.source and embedded:
@@ -332,7 +353,9 @@ class SparkResource(LazyPySparkResource):
                 "The first table waits for it (a JVM's start takes up to a minute or two on a busy machine)."
             )
         started = time.monotonic()
-        secrets = self.catalog.hadoop_secrets() if not self.remote else {}
+        secrets = {} if self.remote else self.catalog.hadoop_secrets()
+        if self.object_store is not None and not self.remote:
+            secrets.update(self.object_store.hadoop_secrets())
         if secrets:
             _start_context_with_hadoop_secrets(config, master=str(self.master), app_name=self.app_name, secrets=secrets)
         session = builder.getOrCreate()
@@ -369,9 +392,16 @@ class SparkResource(LazyPySparkResource):
 
     def _attach_lake(self, session: SparkSession) -> None:
         if self.catalog.enabled and self.catalog.lake_root and not self._lake_attached:
-            self.catalog.attach(
-                session, self.delta_engine_in_use, LakeResource(root=self.catalog.lake_root).delta_tables()
+            store = self.object_store or S3Store()
+            lake = LakeResource(
+                root=self.catalog.lake_root,
+                s3_endpoint=store.endpoint,
+                s3_region=store.region,
+                s3_path_style=store.path_style,
+                s3_access_key_id=store.access_key_id,
+                s3_secret_access_key=store.secret_access_key,
             )
+            self.catalog.attach(session, self.delta_engine_in_use, lake.delta_tables())
             self._lake_attached = True
 
     @property
@@ -511,6 +541,19 @@ class LakeResource(ConfigurableResource):
         description="The environment variable root came from (MEDALLION_LAKE_ROOT), named in errors; "
         "unset: root was given directly or is the default.",
     )
+    s3_endpoint: str | None = Field(
+        default=None, description="The S3-compatible store's endpoint, http(s)://host[:port]; unset: AWS S3's."
+    )
+    s3_region: str | None = Field(default=None, description="The bucket's region; unset: the clients' default.")
+    s3_path_style: bool | None = Field(
+        default=None, description="Address the bucket in the path, not the host name (self-hosted stores)."
+    )
+    s3_access_key_id: str | None = Field(
+        default=None, description="The store's access key (EnvVar AWS_ACCESS_KEY_ID); unset: the credential chain."
+    )
+    s3_secret_access_key: str | None = Field(
+        default=None, description="The store's secret key (EnvVar AWS_SECRET_ACCESS_KEY: never shown or logged)."
+    )
 
     @field_validator("root")
     @classmethod
@@ -521,6 +564,44 @@ class LakeResource(ConfigurableResource):
                 "(MEDALLION_LAKE_ROOT sets it in the deployed definitions)"
             )
         return value
+
+    @property
+    def on_s3(self) -> bool:
+        """The lake is on an S3-compatible store (an ``s3://`` or ``s3a://`` root)."""
+        return is_s3_uri(self.root)
+
+    @property
+    def store(self) -> S3Store | None:
+        """The lake's S3-compatible store (its settings), ``None`` for a lake not on S3."""
+        if not self.on_s3:
+            return None
+        return S3Store(
+            endpoint=self.s3_endpoint,
+            region=self.s3_region,
+            path_style=self.s3_path_style,
+            access_key_id=self.s3_access_key_id,
+            secret_access_key=self.s3_secret_access_key,
+        )
+
+    def delta_storage_options(self) -> dict[str, str] | None:
+        """deltalake's object-store options for the lake's store (:meth:`S3Store.delta_storage_options`: the
+        secret included, for deltalake only); ``None`` for a local lake."""
+        store = self.store
+        return store.delta_storage_options() if store else None
+
+    def filesystem(self, location: str):
+        """pyarrow's filesystem for ``location`` (a path under the lake, or any local path) and the path in it.
+
+        An ``s3://``/``s3a://`` location is reached with the lake's store settings; another URI
+        through pyarrow's own resolution; a local path through the local filesystem.
+        """
+        from pyarrow import fs
+
+        if is_s3_uri(location):
+            return (self.store or S3Store()).filesystem(), location.split("://", 1)[1]
+        if "://" in location:
+            return fs.FileSystem.from_uri(location)
+        return fs.LocalFileSystem(), location
 
     def _join(self, *parts: str) -> str:
         if "://" in self.root:
@@ -586,7 +667,7 @@ class LakeResource(ConfigurableResource):
         contract, when it landed)."""
         from pyarrow import fs
 
-        filesystem, base = fs.FileSystem.from_uri(folder) if "://" in folder else (fs.LocalFileSystem(), folder)
+        filesystem, base = self.filesystem(folder)
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
         return {
             f"{folder.rstrip('/')}/{info.base_name}": info.mtime_ns or 0
@@ -594,16 +675,12 @@ class LakeResource(ConfigurableResource):
             if info.type == fs.FileType.File and info.base_name.endswith(suffix)
         }
 
-    @staticmethod
-    def _list(folder: str, *, directories: bool) -> list[str]:
+    def _list(self, folder: str, *, directories: bool) -> list[str]:
         # Through pyarrow's filesystems on the driver, so an object-store root lists as a local
         # one does (given pyarrow's support for that store), with no JVM (Spark Connect has none).
         from pyarrow import fs
 
-        if "://" in folder:
-            filesystem, base = fs.FileSystem.from_uri(folder)
-        else:
-            filesystem, base = fs.LocalFileSystem(), folder
+        filesystem, base = self.filesystem(folder)
         wanted = fs.FileType.Directory if directories else fs.FileType.File
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
         return sorted(info.base_name for info in infos if info.type == wanted)
@@ -670,8 +747,14 @@ def lake_resource(settings: Settings | None = None) -> LakeResource:
     Args:
         settings: the checked settings (default: :func:`~medallion_assets.settings.read_settings`'s).
     """
-    root = (settings or read_settings()).lake_root
-    return LakeResource(root=root.location, root_variable=root.variable)
+    settings = settings or read_settings()
+    root = settings.lake_root
+    return LakeResource(
+        root=root.location,
+        root_variable=root.variable,
+        **{name: value for name, value in settings.fields_of("LakeResource").items() if name != "root"},
+        **_credentials(settings, "LakeResource"),
+    )
 
 
 #: Environment variables of the Delta engine choice and the connectors' jars -> SparkResource fields.
@@ -780,6 +863,9 @@ def spark_resource(deployment: Deployment | None = None, *, settings: Settings |
     settings = settings or read_settings()
     deployment = deployment or settings.deployment
     engine = {**engine_settings(settings), "catalog": lake_catalog(settings)}
+    store = lake_resource(settings).store
+    if store is not None:
+        engine["object_store"] = store
     # The endpoints may carry credentials (a Connect token, a master's user:password@): named, read at run start.
     if deployment == "local":
         return SparkResource(**engine)

@@ -165,6 +165,48 @@ VARIABLES: tuple[Variable, ...] = (
         feeds="LakeResource.root",
     ),
     Variable(
+        "MEDALLION_S3_ENDPOINT",
+        "The S3-compatible store's endpoint, with an s3:// (or s3a://) MEDALLION_LAKE_ROOT.",
+        "http(s)://host[:port]",
+        "none: AWS S3's endpoint of the region",
+        setting="s3_endpoint",
+        feeds="LakeResource.s3_endpoint",
+    ),
+    Variable(
+        "MEDALLION_S3_REGION",
+        "The bucket's region, with an s3:// (or s3a://) MEDALLION_LAKE_ROOT.",
+        "an AWS region name (us-east-1)",
+        "none: the clients' default (AWS_REGION, their configuration)",
+        setting="s3_region",
+        feeds="LakeResource.s3_region",
+    ),
+    Variable(
+        "MEDALLION_S3_PATH_STYLE",
+        "Address the bucket in the path (http://host/bucket/key) instead of the host name "
+        "(http://bucket.host/key): most self-hosted S3-compatible stores need it.",
+        "true/false (also yes/no, on/off, 1/0)",
+        "false",
+        setting="s3_path_style",
+        feeds="LakeResource.s3_path_style",
+    ),
+    Variable(
+        "AWS_ACCESS_KEY_ID",
+        "The object store's access key, with an s3:// MEDALLION_LAKE_ROOT; unset with "
+        "AWS_SECRET_ACCESS_KEY: the clients' own credential chain (instance role, profile).",
+        "any text",
+        "none",
+        feeds="LakeResource.s3_access_key_id",
+        credential=True,
+    ),
+    Variable(
+        "AWS_SECRET_ACCESS_KEY",
+        "The object store's secret key (never logged or shown), set with AWS_ACCESS_KEY_ID.",
+        "any text",
+        "none",
+        feeds="LakeResource.s3_secret_access_key",
+        credential=True,
+    ),
+    Variable(
         "MEDALLION_DEMO",
         "Include the project's own pipelines (medallion_assets.pipelines: TPC-H) and the "
         "simulator; off: only the MEDALLION_PIPELINES packages (which it then requires).",
@@ -377,6 +419,11 @@ _SPARK_MASTER = re.compile(
 )
 _SPARK_REMOTE = re.compile(r"^sc://[^/:;\s]+(:\d+)?/?(;\S*)?$")
 _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: The URI schemes of an S3 lake root: ``s3`` (delta-rs, pyarrow, DuckDB) and ``s3a`` (Hadoop's S3A, Spark's).
+S3_SCHEMES = ("s3", "s3a")
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_S3_ENDPOINT = re.compile(r"^https?://[^/\s:]+(:\d{1,5})?/?$")
+_S3_REGION = re.compile(r"^[a-z0-9-]{2,40}$")
 
 
 @dataclass(frozen=True)
@@ -413,6 +460,8 @@ class Settings:
         kafka_connector_jars: ``KAFKA_SPARK_JARS`` as given.
         kafka_maven: fetch Spark's Kafka connector from Maven.
         lake_root: the lake's root, and whether ``MEDALLION_LAKE_ROOT`` set it.
+        s3_endpoint, s3_region, s3_path_style: the object store of an ``s3://`` lake root
+            (``MEDALLION_S3_*``), as given.
         simulator: include the demo feed.
         pipelines: the packages ``MEDALLION_PIPELINES`` names.
         demo: include the project's own pipelines (:data:`PROJECT_PIPELINES`, TPC-H).
@@ -443,6 +492,9 @@ class Settings:
     metastore_jars: str | None = None
     metastore_uris: str | None = None
     warehouse_dir: str | None = None
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_path_style: bool | None = None
     arrow_read_max_rows: int | None = None
     arrow_write_max_rows: int | None = None
     arrow_merge_max_table_mb: int | None = None
@@ -667,6 +719,9 @@ def read_settings(environ: Mapping[str, str] | None = None, *, overrides: Mappin
             if problem:
                 problems.append(problem)
 
+    path_style = boolean("MEDALLION_S3_PATH_STYLE", unset=None)
+    problems.extend(_object_store_problems(env, lake_root.location))
+
     pipelines = _named_pipelines(env)
     if demo is False and not pipelines:
         problems.append(
@@ -724,6 +779,9 @@ def read_settings(environ: Mapping[str, str] | None = None, *, overrides: Mappin
         metastore_jars=given("MEDALLION_METASTORE_JARS"),
         metastore_uris=given("MEDALLION_METASTORE_URIS"),
         warehouse_dir=given("MEDALLION_WAREHOUSE_DIR"),
+        s3_endpoint=given("MEDALLION_S3_ENDPOINT"),
+        s3_region=given("MEDALLION_S3_REGION"),
+        s3_path_style=path_style,
         arrow_read_max_rows=limits.get("MEDALLION_ARROW_READ_MAX_ROWS"),
         arrow_write_max_rows=limits.get("MEDALLION_ARROW_WRITE_MAX_ROWS"),
         arrow_merge_max_table_mb=limits.get("MEDALLION_ARROW_MERGE_MAX_TABLE_MB"),
@@ -856,6 +914,54 @@ def _catalog_problems(env: Mapping[str, str], catalog: str) -> list[str]:
             problems.append(
                 f"{' and '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but MEDALLION_CATALOG is "
                 f"{catalog}: set MEDALLION_CATALOG=hive to use the metastore, or unset {stray[0]}"
+            )
+    return problems
+
+
+def is_s3_uri(location: str) -> bool:
+    """``location`` is an ``s3://`` or ``s3a://`` URI (:data:`S3_SCHEMES`)."""
+    return location.split("://", 1)[0].lower() in S3_SCHEMES and "://" in location
+
+
+def _object_store_problems(env: Mapping[str, str], root: str) -> list[str]:
+    problems = []
+    if is_s3_uri(root):
+        bucket = root.split("://", 1)[1].split("/", 1)[0]
+        if not _S3_BUCKET.match(bucket) or ".." in bucket:
+            problems.append(
+                f"MEDALLION_LAKE_ROOT={root!r} does not name an S3 bucket ({bucket!r}): use "
+                "s3://<bucket>/<prefix> with a bucket of 3 to 63 lower-case letters, digits, '.' and '-'"
+            )
+        endpoint = env.get("MEDALLION_S3_ENDPOINT", "")
+        if endpoint and not _S3_ENDPOINT.match(endpoint):
+            problems.append(
+                f"MEDALLION_S3_ENDPOINT={endpoint!r} is not an endpoint: use http(s)://host[:port] "
+                "(e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:9000), or unset it for AWS S3"
+            )
+        region = env.get("MEDALLION_S3_REGION", "")
+        if region and not _S3_REGION.match(region):
+            problems.append(f"MEDALLION_S3_REGION={region!r} is not a region name: use e.g. us-east-1, or unset it")
+        key, secret = env.get("AWS_ACCESS_KEY_ID", ""), env.get("AWS_SECRET_ACCESS_KEY", "")
+        if bool(key) != bool(secret):
+            given, missing = (
+                ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+                if key
+                else ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID")
+            )
+            problems.append(
+                f"{given} is set and {missing} is not: set both (the store's key pair), or neither "
+                "for the clients' own credential chain"
+            )
+    else:
+        stray = [
+            name
+            for name in ("MEDALLION_S3_ENDPOINT", "MEDALLION_S3_REGION", "MEDALLION_S3_PATH_STYLE")
+            if env.get(name, "").strip()
+        ]
+        if stray:
+            problems.append(
+                f"{' and '.join(stray)} {'is' if len(stray) == 1 else 'are'} set but MEDALLION_LAKE_ROOT "
+                f"({root!r}) is not on S3: set MEDALLION_LAKE_ROOT to s3://<bucket>/<prefix>, or unset {stray[0]}"
             )
     return problems
 

@@ -597,3 +597,97 @@ def test_metastore_uris_are_thrift_host_and_port_and_name_the_variable():
             f"MEDALLION_METASTORE_URIS={wrong!r} is not a list of metastore services: use "
             "thrift://host:9083[,thrift://host:9083]"
         ), wrong
+
+
+# ---------------------------------------------------------------- the lake on S3
+
+_S3 = {
+    "MEDALLION_LAKE_ROOT": "s3://team-lake/prod",
+    "MEDALLION_S3_ENDPOINT": "http://127.0.0.1:9000",
+    "MEDALLION_S3_REGION": "eu-west-1",
+    "MEDALLION_S3_PATH_STYLE": "yes",
+    "AWS_ACCESS_KEY_ID": "reader",
+    "AWS_SECRET_ACCESS_KEY": "s3cret-store",
+}
+
+
+def test_an_s3_lake_reads_its_store_settings_and_names_its_credentials_only():
+    settings = read_settings(_S3)
+    assert (settings.s3_endpoint, settings.s3_region, settings.s3_path_style) == (
+        "http://127.0.0.1:9000",
+        "eu-west-1",
+        True,
+    )
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= settings.credentials
+    lake = lake_resource(settings)
+    assert (lake.root, lake.s3_endpoint, lake.s3_path_style) == ("s3://team-lake/prod", "http://127.0.0.1:9000", True)
+    assert lake.s3_secret_access_key == EnvVar("AWS_SECRET_ACCESS_KEY")
+    assert lake.s3_access_key_id == EnvVar("AWS_ACCESS_KEY_ID")
+    assert "s3cret" not in repr(settings) + repr(lake)
+
+
+def test_the_store_options_given_to_deltalake_follow_the_settings():
+    lake = LakeResource(
+        root="s3a://team-lake/prod",
+        s3_endpoint="http://127.0.0.1:9000/",
+        s3_region="eu-west-1",
+        s3_path_style=True,
+        s3_access_key_id="reader",
+        s3_secret_access_key="secret",
+    )
+    assert lake.on_s3
+    assert lake.delta_storage_options() == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "eu-west-1",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_ACCESS_KEY_ID": "reader",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+    }
+    # Nothing set: the clients' own chain (AWS_* variables, profile, instance role) decides.
+    assert LakeResource(root="s3://team-lake/prod").delta_storage_options() == {}
+    assert LakeResource(root="/data/lake").delta_storage_options() is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "line"),
+    [
+        (
+            {"MEDALLION_S3_ENDPOINT": "127.0.0.1:9000"},
+            "MEDALLION_S3_ENDPOINT='127.0.0.1:9000' is not an endpoint: use http(s)://host[:port] "
+            "(e.g. https://s3.eu-west-1.amazonaws.com or http://127.0.0.1:9000), or unset it for AWS S3",
+        ),
+        (
+            {"MEDALLION_S3_PATH_STYLE": "maybe"},
+            "MEDALLION_S3_PATH_STYLE='maybe' is not a switch: use true or false (also yes/no, on/off, 1/0), "
+            "or unset it for false",
+        ),
+        (
+            {"AWS_SECRET_ACCESS_KEY": ""},
+            "AWS_ACCESS_KEY_ID is set and AWS_SECRET_ACCESS_KEY is not: set both (the store's key pair), "
+            "or neither for the clients' own credential chain",
+        ),
+        (
+            {"MEDALLION_LAKE_ROOT": "s3://Team_Lake/prod"},
+            "MEDALLION_LAKE_ROOT='s3://Team_Lake/prod' does not name an S3 bucket ('Team_Lake'): use "
+            "s3://<bucket>/<prefix> with a bucket of 3 to 63 lower-case letters, digits, '.' and '-'",
+        ),
+        (
+            {"MEDALLION_S3_REGION": "EU West"},
+            "MEDALLION_S3_REGION='EU West' is not a region name: use e.g. us-east-1, or unset it",
+        ),
+    ],
+)
+def test_an_s3_setting_the_project_cannot_use_is_named_at_load(changes, line):
+    with pytest.raises(SettingsError) as caught:
+        read_settings({**_S3, **changes})
+    assert str(caught.value).splitlines() == [line]
+
+
+def test_s3_settings_without_an_s3_lake_root_are_refused(tmp_path):
+    with pytest.raises(SettingsError) as caught:
+        read_settings({"MEDALLION_LAKE_ROOT": str(tmp_path), "MEDALLION_S3_ENDPOINT": "http://127.0.0.1:9000"})
+    assert str(caught.value) == (
+        f"MEDALLION_S3_ENDPOINT is set but MEDALLION_LAKE_ROOT ({str(tmp_path)!r}) is not on S3: set "
+        "MEDALLION_LAKE_ROOT to s3://<bucket>/<prefix>, or unset MEDALLION_S3_ENDPOINT"
+    )

@@ -15,6 +15,9 @@ import datetime as _dt
 from collections.abc import Iterator
 
 import pyarrow as pa
+from deltalake import DeltaTable as _RsTable
+from deltalake.exceptions import DeltaError as _RsDeltaError
+from deltalake.exceptions import TableNotFoundError
 
 from medallion_assets.delta.errors import DeltaError, DeltaOptionError, NotADeltaTableError
 
@@ -138,10 +141,6 @@ def read_change_feed_batches(
         >>> changes.column("_change_type").to_pylist()  # doctest: +SKIP
         ['update_preimage', 'update_postimage']
     """
-    from deltalake import DeltaTable as _RsTable
-    from deltalake.exceptions import DeltaError as _RsDeltaError
-    from deltalake.exceptions import TableNotFoundError
-
     if starting_version is not None and starting_timestamp is not None:
         raise DeltaOptionError(
             "Give either startingVersion or startingTimestamp for the change feed, not both.",

@@ -22,13 +22,17 @@ import deltalake
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.exceptions import DeltaError as DeltaRsError
+from deltalake.schema import Field
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction, create_table_with_add_actions
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.datasource import WriterCommitMessage
 
 from medallion_assets.delta._engine import PredicateError, check_predicate, holds
 from medallion_assets.delta._files import TableFileWriter, WrittenFile
+from medallion_assets.delta._merge import add_assigned_fields
 from medallion_assets.delta._options import WriteOptions
+from medallion_assets.delta._read import read_data_file
 from medallion_assets.delta._schema import (
     delta_to_spark_schema,
     refuse_growth_inside_maps,
@@ -390,8 +394,6 @@ def _partition_verdicts(table: deltalake.DeltaTable, snapshot: Snapshot, predica
 
 
 def _read_file(data_file: DataFile, snapshot: Snapshot) -> pa.Table:
-    from medallion_assets.delta._read import read_data_file
-
     return read_data_file(data_file, snapshot.arrow_schema, snapshot.partition_columns, table=snapshot.location)
 
 
@@ -530,10 +532,6 @@ def _add_new_columns(table: deltalake.DeltaTable, plan: WritePlan) -> None:
     gain, then the data. If the data commit then fails, the table keeps the
     new (empty) columns and fields, and no rows.
     """
-    from deltalake.schema import Field
-
-    from medallion_assets.delta._merge import add_assigned_fields
-
     current = {f.name.lower() for f in delta_to_spark_schema(table.schema()).fields}
     new = [f for f in plan.table_schema.fields if f.name.lower() not in current]
     if new:
@@ -572,7 +570,5 @@ class DeltaCommitMessage(WriterCommitMessage):
 
 def task_id() -> int:
     """The partition id of the Spark task running this code (0 on the driver)."""
-    from pyspark import TaskContext
-
     context = TaskContext.get()
     return context.partitionId() if context is not None else 0

@@ -45,6 +45,7 @@ def load_datafusion() -> ModuleType:
     unset: a value the user exported is kept.
     """
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
+    # deferred: mimalloc reads MIMALLOC_PURGE_DELAY when datafusion loads, so it is set just above
     import datafusion
 
     return datafusion

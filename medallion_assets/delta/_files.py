@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from medallion_assets.delta._engine import holds
+from medallion_assets.delta._schema import conform_table
 from medallion_assets.delta.errors import ConstraintViolationError
 
 # Delta readers truncate string statistics to a prefix; longer values lose
@@ -276,8 +277,6 @@ class TableFileWriter:
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
-        from medallion_assets.delta._schema import conform_table
-
         data = conform_table(batch, self.schema, table=self.table_name)
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
-from deltalake import CommitProperties
+from deltalake import CommitProperties, write_deltalake
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -15,7 +16,7 @@ from medallion_assets.delta.errors import DeltaOptionError, SchemaMismatchError,
 
 if TYPE_CHECKING:
     import deltalake
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, SparkSession
 
 __all__ = ["DeltaMergeBuilder", "MergeTarget", "conform_source", "source_alias"]
 
@@ -149,8 +150,6 @@ def add_assigned_fields(table: deltalake.DeltaTable, source: pa.Schema, assigned
             (an update-all or insert-all clause). ``table`` is left at the version
             with the grown schema, if it grew.
     """
-    from deltalake import write_deltalake
-
     stored = {f.name.lower(): f.type for f in pa.schema(table.schema().to_arrow())}
     wanted = None if assigned is None else {name.lower() for name in assigned}
     growing = [
@@ -199,9 +198,7 @@ class DeltaMergeBuilder:
     """
 
     def __init__(self, table: MergeTarget, source: DataFrame, condition: str | Column) -> None:
-        from pyspark.sql import DataFrame as _DataFrame
-
-        if not isinstance(source, _DataFrame):
+        if not isinstance(source, DataFrame):
             raise DeltaOptionError(
                 f"merge source must be a Spark DataFrame, got {type(source).__name__}", table=table.path
             )

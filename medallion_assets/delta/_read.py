@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import unquote
 
+import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
@@ -254,8 +255,6 @@ def _commits_after(
     listing as at the load (versions only grow), so the listing is retried
     until it is.
     """
-    import deltalake
-
     table = deltalake.DeltaTable(path, storage_options=storage_options)
     for _ in range(attempts):
         loaded = table.version()

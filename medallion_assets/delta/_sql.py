@@ -16,6 +16,8 @@ import datetime as _dt
 import decimal
 from typing import Any
 
+from pyspark.sql import Column
+
 from medallion_assets.delta.errors import DeltaOptionError
 
 __all__ = ["to_sql", "quote_identifier", "pruning_literal"]
@@ -101,8 +103,6 @@ def to_sql(expr: Any, *, what: str = "expression") -> str:
         if not expr.strip():
             raise DeltaOptionError(f"The {what} is an empty string.")
         return expr
-    from pyspark.sql import Column
-
     if not isinstance(expr, Column):
         raise DeltaOptionError(f"The {what} must be a SQL string or a pyspark Column, got {type(expr).__name__}.")
     jc = getattr(expr, "_jc", None)

@@ -59,6 +59,7 @@ from urllib.parse import unquote, urlparse
 
 import deltalake
 import pyarrow as pa
+from pyarrow import fs
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -82,6 +83,7 @@ from medallion_assets.delta._commit import (
 from medallion_assets.delta._files import WrittenFile
 from medallion_assets.delta._options import ReadOptions
 from medallion_assets.delta._read import files_added_and_removed, is_compaction, plan_input_partitions, read_slices
+from medallion_assets.delta._schema import spark_to_arrow_schema
 from medallion_assets.delta._snapshot import DataFile, check_read_support, resolve_snapshot, table_path
 from medallion_assets.delta.errors import DeltaError, DeltaOptionError
 
@@ -263,8 +265,6 @@ class StreamFile:
 
 
 def _filesystem(location: str):
-    from pyarrow import fs
-
     local = _local_path(location)
     if local is not None:
         return fs.LocalFileSystem(), local
@@ -273,8 +273,6 @@ def _filesystem(location: str):
 
 def latest_log_version(location: str) -> int:
     """The newest version with a commit file in ``_delta_log`` (-1 when none)."""
-    from pyarrow import fs
-
     filesystem, base = _filesystem(location)
     infos = filesystem.get_file_info(fs.FileSelector(f"{base.rstrip('/')}/_delta_log", allow_not_found=True))
     versions = [int(i.base_name[:-5]) for i in infos if i.base_name.endswith(".json") and i.base_name[:-5].isdigit()]
@@ -478,8 +476,6 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan_input_partitions(files, self.options.max_partition_bytes)
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        from medallion_assets.delta._schema import spark_to_arrow_schema
-
         arrow_schema = spark_to_arrow_schema(self.schema, table=self.location)
         yield from read_slices(partition, arrow_schema, self.partition_columns, table=self.location)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from deltalake.exceptions import DeltaError as DeltaRsError
+from pyspark.sql import datasource as ds
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSource,
@@ -24,6 +25,7 @@ from pyspark.sql.datasource import (
 )
 
 from medallion_assets.delta._catalog import LOCATION_METADATA
+from medallion_assets.delta._cdf import read_change_feed_batches
 from medallion_assets.delta._commit import (
     DeltaCommitMessage,
     WritePlan,
@@ -40,6 +42,7 @@ from medallion_assets.delta._read import (
     read_slices,
     split_budget,
 )
+from medallion_assets.delta._schema import conform_table, spark_to_arrow_schema
 from medallion_assets.delta._snapshot import (
     DataFile,
     Snapshot,
@@ -50,6 +53,7 @@ from medallion_assets.delta._snapshot import (
     table_schema,
 )
 from medallion_assets.delta._sql import pruning_literal, quote_identifier
+from medallion_assets.delta._streaming import DeltaStreamReader, DeltaStreamWriter
 from medallion_assets.delta.errors import DeltaOptionError
 
 # Columns a change data feed read adds, as delta-spark names them.
@@ -130,13 +134,9 @@ class DeltaDataSource(DataSource):
         return DeltaBatchWriter(plan)
 
     def streamWriter(self, schema: T.StructType, overwrite: bool):
-        from medallion_assets.delta._streaming import DeltaStreamWriter
-
         return DeltaStreamWriter.create(self.options, schema, overwrite)
 
     def streamReader(self, schema: T.StructType):
-        from medallion_assets.delta._streaming import DeltaStreamReader
-
         return DeltaStreamReader.create(self.options, schema)
 
 
@@ -154,8 +154,6 @@ def _without_location(schema: T.StructType) -> T.StructType:
 
 def pushed_filter_sql(f) -> str | None:
     """One of Spark's pushed filters as a SQL predicate for delta-rs's file pruning (None: no such form)."""
-    from pyspark.sql import datasource as ds
-
     if isinstance(f, ds.Not):
         inner = pushed_filter_sql(f.child)
         return None if inner is None else f"NOT ({inner})"
@@ -248,9 +246,6 @@ class ChangeFeedReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        from medallion_assets.delta._cdf import read_change_feed_batches
-        from medallion_assets.delta._schema import conform_table, spark_to_arrow_schema
-
         target = spark_to_arrow_schema(self.schema, table=self.location)
         starting = self.options.starting_version
         changes = read_change_feed_batches(

@@ -7,6 +7,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from medallion_assets.delta.datasource import DeltaDataSource
+
 _NATIVE_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 _NATIVE_DELTA_SOURCE = "org.apache.spark.sql.delta.sources.DeltaDataSource"
 
@@ -72,8 +74,6 @@ def enable_delta(spark: SparkSession) -> SparkSession:
     """
     if has_native_delta(spark):
         return spark
-    from medallion_assets.delta.datasource import DeltaDataSource
-
     use_driver_interpreter(spark)
     # The reader skips files with pushed filters; Spark refuses a reader that
     # implements pushFilters while this switch is off.

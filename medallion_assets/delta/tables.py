@@ -26,10 +26,21 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import deltalake
+import pyarrow as pa
+from deltalake import convert_to_deltalake
 from deltalake.exceptions import DeltaError as _RsDeltaError
 from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from medallion_assets.delta._catalog import table_location
+from medallion_assets.delta._cdf import read_change_feed_batches
+from medallion_assets.delta._engine import PredicateError, check_predicate
+from medallion_assets.delta._merge import DeltaMergeBuilder
+from medallion_assets.delta._read import read_delta
+from medallion_assets.delta._schema import delta_to_spark_schema, spark_to_arrow_schema, spark_to_delta_schema
+from medallion_assets.delta._snapshot import normalize_path, open_table, parse_timestamp
 from medallion_assets.delta._sql import to_sql
 from medallion_assets.delta.errors import (
     ConstraintViolationError,
@@ -40,9 +51,7 @@ from medallion_assets.delta.errors import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-    from medallion_assets.delta._merge import DeltaMergeBuilder
+    from pyspark.sql import Column, DataFrame
 
 __all__ = ["DeltaOptimizeBuilder", "DeltaTable", "DeltaTableBuilder"]
 
@@ -82,15 +91,11 @@ _LEGACY_WRITER_FEATURES = [
 
 
 def _normalize_path(path: str) -> str:
-    from medallion_assets.delta._snapshot import normalize_path
-
     return normalize_path(str(path))
 
 
 def _open(path: str, storage_options: dict[str, str] | None = None) -> deltalake.DeltaTable:
     """Open the latest version with delta-rs (no reader-feature check: DML may still work)."""
-    from medallion_assets.delta._snapshot import open_table
-
     return open_table(path, storage_options=storage_options, check_features=False)
 
 
@@ -105,8 +110,6 @@ def _data_type(value: T.DataType | str, column: str) -> T.DataType:
         except PySparkException:
             pass
         try:
-            from pyspark.sql import SparkSession
-
             active = SparkSession.getActiveSession()
             if active is not None:
                 return active.createDataFrame([], f"`{column}` {value}").schema[column].dataType
@@ -254,8 +257,6 @@ class DeltaTable:
             >>> DeltaTable.forName(spark, "gold.pricing_summary").toDF().count()  # doctest: +SKIP
             4
         """
-        from medallion_assets.delta._catalog import table_location
-
         try:
             location = table_location(sparkSession, tableOrViewName)
         except LookupError as error:
@@ -302,8 +303,6 @@ class DeltaTable:
             raise DeltaError("already a Delta table; nothing to convert", table=path)
         partition_by = None
         if partitionSchema is not None:
-            from medallion_assets.delta._schema import spark_to_delta_schema
-
             struct = (
                 partitionSchema
                 if isinstance(partitionSchema, T.StructType)
@@ -312,8 +311,6 @@ class DeltaTable:
             if not isinstance(struct, T.StructType):
                 raise DeltaOptionError(f"partitionSchema {partitionSchema!r} is not a list of columns", table=path)
             partition_by = spark_to_delta_schema(struct, table=path)
-        from deltalake import convert_to_deltalake
-
         with translated(path, "CONVERT TO DELTA"):
             convert_to_deltalake(
                 path,
@@ -376,8 +373,6 @@ class DeltaTable:
 
     def toDF(self) -> DataFrame:
         """The latest version of the table as a Spark DataFrame (aliased if :meth:`alias` was used)."""
-        from medallion_assets.delta._read import read_delta
-
         df = read_delta(self._session(), self._path)
         return df.alias(self._alias) if self._alias else df
 
@@ -571,8 +566,6 @@ class DeltaTable:
             ...    .whenNotMatchedInsertAll("s.op != 'D'")
             ...    .execute())  # doctest: +SKIP
         """
-        from medallion_assets.delta._merge import DeltaMergeBuilder
-
         return DeltaMergeBuilder(self, source, condition)
 
     # ----------------------------------------------------------------- maintenance
@@ -680,8 +673,6 @@ class DeltaTable:
 
     def restoreToTimestamp(self, timestamp: str | _dt.datetime) -> DataFrame:
         """Restore the table to its version as of ``timestamp`` (ISO text or datetime; naive = UTC)."""
-        from medallion_assets.delta._snapshot import parse_timestamp
-
         return self._restore(parse_timestamp(timestamp, table=self._path))
 
     def _restore(self, target: int | _dt.datetime) -> DataFrame:
@@ -777,9 +768,6 @@ class DeltaTable:
         Example:
             >>> dt.addConstraint("amount_positive", "amount > 0")  # doctest: +SKIP
         """
-        from medallion_assets.delta._engine import PredicateError, check_predicate
-        from medallion_assets.delta._schema import delta_to_spark_schema, spark_to_arrow_schema
-
         sql = to_sql(expr, what=f"constraint '{name}'")
         with translated(self._path, f"ADD CONSTRAINT {name}"):
             table = self._table()
@@ -868,10 +856,6 @@ class DeltaTable:
         Example:
             >>> dt.changes(startingVersion=2).groupBy("_change_type").count()  # doctest: +SKIP
         """
-        import pyarrow as pa
-
-        from medallion_assets.delta._cdf import read_change_feed_batches
-
         reader = read_change_feed_batches(
             self._path,
             starting_version=startingVersion,
@@ -881,8 +865,6 @@ class DeltaTable:
             storage_options=self._storage_options,
         )
         data = pa.Table.from_batches(list(reader), schema=reader.schema)
-        from pyspark.sql.pandas.types import from_arrow_schema
-
         schema = from_arrow_schema(data.schema)
         return self._session().createDataFrame(data, schema=schema)
 
@@ -995,8 +977,6 @@ class DeltaTableBuilder:
             DeltaOptionError: no columns, duplicate or unknown partition columns.
             UnsupportedTypeError: a column has a type Delta cannot store.
         """
-        from medallion_assets.delta._schema import spark_to_delta_schema
-
         if self._location is None:
             raise DeltaError("the table builder needs .location(path): there is no catalog to name tables in")
         path = _normalize_path(self._location)
