@@ -180,7 +180,7 @@ def work_of_selection(
     """What a run of the assets ``keys`` of ``graph`` would do: a feed's bronze step by its feed, any other
     asset by its table's marks against its parents' tables."""
     by_bronze = {feed.bronze_key: feed for feed in feeds}
-    selected = sorted(set(keys), key=lambda k: k.path)
+    selected = sorted(set(keys), key=lambda k: k.to_user_string())
     return run_work(
         lake,
         [by_bronze[k] for k in selected if k in by_bronze],
