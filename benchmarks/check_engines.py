@@ -44,8 +44,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from medallion_assets.assets.checks import count_duplicate_keys, count_orphans, one_row
-    from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
     from medallion_assets.pipelines.tpch import gold, gold_transforms
+    from medallion_assets.storage.arrow_client import ArrowDeltaClient
 
     spark = delta_spark_session(parser, args, "check_engines")
     delta_rs = ArrowDeltaClient()

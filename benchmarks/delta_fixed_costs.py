@@ -52,8 +52,9 @@ from engine_runs import (
 )
 from pyspark.sql import functions as F
 
-from medallion_assets.io_manager import DeltaTableClient
-from medallion_assets.io_manager.spec import WriteSpec
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.write_spec import WriteSpec
+from medallion_assets.storage.writers import WriterLimits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,16 +103,16 @@ def main(argv: list[str] | None = None) -> None:
     def append(client: DeltaTableClient, *, empty: bool = False) -> Callable[[], None]:
         def run() -> None:
             frame = rows.limit(0) if empty else rows
-            commit = (f"{client.arrow_append_max_rows}", next(counter)) if empty else None
+            commit = (f"{client.writer_limits.max_rows}", next(counter)) if empty else None
             result = client.write(
                 frame, appended, WriteSpec(mode="append"), commit_metadata={"round": "x"}, empty_commit=commit
             )
-            assert result.by_deltalake == bool(client.arrow_append_max_rows), "the append took the other route"
+            assert result.by_deltalake == bool(client.writer_limits.max_rows), "the append took the other route"
 
         return run
 
     spark_appends = DeltaTableClient(spark)
-    deltalake_appends = DeltaTableClient(spark, arrow_append_max_rows=100_000)
+    deltalake_appends = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=100_000))
     existing = f"{work}/existing"
     rows.write.format("delta").save(existing)
     appended = f"{work}/appended"

@@ -86,9 +86,10 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from medallion_assets.engine import engine_for
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+from medallion_assets.io_manager.spec import write_spec_from_metadata
 from medallion_assets.pipelines.tpch.silver import LINEITEM, orders_and_lineitem
+from medallion_assets.storage.engines import engine_for
+from medallion_assets.storage.write_spec import table_properties_for
 
 
 def make_frame(spark: SparkSession, rows: int):
@@ -241,7 +242,7 @@ def without_statistics(spark: SparkSession) -> session_conf:
 
 #: silver.lineitem's declaration, read from the TPC-H order step's metadata: statistics on what it
 #: declares readers filter and merge on.
-LINEITEM_SPEC = WriteSpec.from_metadata(orders_and_lineitem.metadata_by_key[LINEITEM])
+LINEITEM_SPEC = write_spec_from_metadata(orders_and_lineitem.metadata_by_key[LINEITEM])
 
 
 def create_as_the_io_manager_does(spark: SparkSession, path: str, schema) -> None:

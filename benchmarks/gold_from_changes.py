@@ -224,10 +224,10 @@ def main(argv: list[str] | None = None) -> None:
     add_delta_spark_arguments(parser)
     args = parser.parse_args(argv)
 
-    from medallion_assets.io_manager.client import DeltaTableClient
     from medallion_assets.io_manager.spec import WriteSpec
     from medallion_assets.pipelines.tpch import gold_transforms as G
     from medallion_assets.pipelines.tpch.simulator import tpch_folder
+    from medallion_assets.storage.client import DeltaTableClient
 
     spark = delta_spark_session(parser, args, "gold-from-changes")
     folder = tpch_folder(args.work_dir, args.scale_factor)

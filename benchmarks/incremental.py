@@ -90,7 +90,8 @@ def _merge_tables_with_deletion_vectors() -> None:
     which has no switch for it; the other tables keep none, since the pandas
     report reads gold through delta-rs, which cannot read a table that has them.
     """
-    from medallion_assets.io_manager import DELETION_VECTORS, client
+    from medallion_assets.io_manager import DELETION_VECTORS
+    from medallion_assets.storage import client
 
     declared = client.table_properties_for
 
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     from dagster import DagsterInstance, materialize
 
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.delta._streaming import latest_log_version
+    from medallion_assets.delta import latest_log_version
     from medallion_assets.pipelines.tpch.simulator import land_next_batch
 
     if args.deletion_vectors:

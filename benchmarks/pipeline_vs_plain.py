@@ -32,7 +32,7 @@ HANDLED_OUTPUT events), and from probes this script installs in the Dagster
 process: every Spark action (``count``, ``collect``, ``first``, ``isEmpty``,
 writes, MERGE, streaming queries, Delta ``detail``/``history``/``forPath``...)
 is timed with its call site in the project (e.g.
-``io_manager/client.py:describe``), and so are the IO manager's own methods.
+``storage/client.py:describe``), and so are the IO manager's own methods.
 The probes change no behaviour; ``--ablate`` runs what-ifs that do (for
 measuring a fix before making it): ``cache`` makes ``.cache()`` a no-op,
 ``drift-scan`` skips silver's schema-drift scan. (``lite-metadata``, output
@@ -315,7 +315,10 @@ def load_average() -> str:
 # --------------------------------------------------------------------------
 
 _PROJECT_MARK = f"{os.sep}medallion_assets{os.sep}"
-_ENGINE_PARTS = (f"{os.sep}medallion_assets{os.sep}delta{os.sep}", f"{os.sep}medallion_assets{os.sep}engine.py")
+_ENGINE_PARTS = (
+    f"{os.sep}medallion_assets{os.sep}delta{os.sep}",
+    f"{os.sep}medallion_assets{os.sep}storage{os.sep}engines.py",
+)
 
 
 class Probes:
@@ -428,11 +431,11 @@ def install_probes(ablate: set[str]) -> Probes:
     probes.action(delta_rs.DeltaMergeBuilder, "execute", "delta-rs MERGE")
     probes.action(delta_rs.DeltaTableBuilder, "execute", "delta-rs create table")
 
-    from medallion_assets import engine
-    from medallion_assets.io_manager import client as io_client
     from medallion_assets.io_manager import manager as io_manager
     from medallion_assets.io_manager import metadata as io_metadata
-    from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
+    from medallion_assets.storage import client as io_client
+    from medallion_assets.storage import engines as engine
+    from medallion_assets.storage.arrow_client import ArrowDeltaClient
 
     # The IO manager's small writes, run by deltalake in this process (the driver's memory follows them).
     for method, kind in (
@@ -713,7 +716,7 @@ def summarize_dagster(report: dict) -> dict:
 
 #: (label, what the probes recorded): the calls the framework adds on top of the data work.
 OVERHEAD_RULES: list[tuple[str, str, str]] = [
-    ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "io_manager/client.py:describe"),
+    ("output metadata: row count (`count()` of the new version)", "DataFrame.count", "storage/client.py:describe"),
     (
         "output metadata: 5-row preview (`limit(5).collect()`)",
         "DataFrame.collect",
@@ -722,18 +725,18 @@ OVERHEAD_RULES: list[tuple[str, str, str]] = [
     (
         "output metadata: table state (files, bytes, rows of the written version)",
         "engine.table_state",
-        "io_manager/client.py:describe",
+        "storage/client.py:describe",
     ),
-    ("output metadata: `detail()` (Connect, fallback)", "detail", "io_manager/client.py:describe"),
-    ("output metadata: `detail().first()`", "DataFrame.first", "io_manager/client.py:describe"),
+    ("output metadata: `detail()` (Connect, fallback)", "detail", "storage/client.py:describe"),
+    ("output metadata: `detail().first()`", "DataFrame.first", "storage/client.py:describe"),
     (
         "output metadata: last commit (`history(1)` / delta-rs log)",
         "engine.latest_commit",
-        "io_manager/client.py:describe",
+        "storage/client.py:describe",
     ),
-    ("output metadata: `forPath` / snapshot", "forPath", "io_manager/client.py:describe"),
-    ("output metadata: schema (read of the table)", "engine.read", "io_manager/client.py:describe"),
-    ("`latest_version()` after writes and loads", "engine.latest_commit", "io_manager/client.py:latest_version"),
+    ("output metadata: `forPath` / snapshot", "forPath", "storage/client.py:describe"),
+    ("output metadata: schema (read of the table)", "engine.read", "storage/client.py:describe"),
+    ("`latest_version()` after writes and loads", "engine.latest_commit", "storage/client.py:latest_version"),
     ("`exists()` (`isDeltaTable`)", "isDeltaTable", ""),
     ("`isEmpty()` before append / merge / tombstones", "DataFrame.isEmpty", ""),
     (

@@ -59,9 +59,9 @@ def measure(args: argparse.Namespace) -> dict:
     import deltalake
     from pyspark.sql import functions as F
 
-    from medallion_assets.io_manager import DeltaTableClient
-    from medallion_assets.io_manager.manager import ARROW_WRITE_MAX_ROWS
-    from medallion_assets.io_manager.spec import WriteSpec
+    from medallion_assets.storage.client import DeltaTableClient
+    from medallion_assets.storage.write_spec import WriteSpec
+    from medallion_assets.storage.writers import ARROW_WRITE_MAX_ROWS, WriterLimits
 
     work = tempfile.mkdtemp(prefix="small_merge_")
     path = os.path.join(work, "table")
@@ -72,7 +72,7 @@ def measure(args: argparse.Namespace) -> dict:
     try:
         spark, _ = build_session("delta-spark", "local[*]", args.delta_spark_jars, "small_merge")
         bound = (args.bound or ARROW_WRITE_MAX_ROWS) if args.route == "deltalake" else 0
-        client = DeltaTableClient(spark, arrow_append_max_rows=bound)
+        client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=bound))
         stored = client.read(path)
         unit = args.group or args.keys[0]
         # Chosen by a hash of the group, so that both routes' runs change the same rows.

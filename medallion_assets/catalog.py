@@ -63,14 +63,13 @@ from dagster import Config, get_dagster_logger
 from pydantic import Field, field_validator
 from pyspark.sql import types as T
 
-from medallion_assets.delta._catalog import LOCATION_METADATA, quoted, stored_location
-from medallion_assets.delta._snapshot import normalize_path, resolve_snapshot
-from medallion_assets.engine import jar_files
+from medallion_assets.delta import LOCATION_METADATA, normalize_path, quoted, resolve_snapshot, stored_location
+from medallion_assets.storage.session import jar_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import DeltaEngine
+    from medallion_assets.storage.engines import DeltaEngine
 
 # A Dagster logger: what it says inside a step goes to the run's log.
 log = get_dagster_logger("medallion_assets.catalog")

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from dagster import AssetKey, AssetSelection, DagsterError, DagsterEventType, DagsterInstance, materialize
 
 from medallion_assets.definitions import build_definitions
-from medallion_assets.feeds import pipeline_hooks, pipeline_modules
 from medallion_assets.jobs import all_partitions_tags
+from medallion_assets.project import pipeline_hooks, pipeline_modules
 from medallion_assets.settings import SettingsError, read_settings
 
 if TYPE_CHECKING:

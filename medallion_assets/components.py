@@ -26,7 +26,7 @@ only one. Only what YAML cannot say is translated here: type names
 
 The project finds these files in its pipeline packages' folders
 (:func:`yaml_feeds`), and their feeds join the Python ones in
-:func:`~medallion_assets.feeds.project_feeds`, so a YAML feed gets its bronze,
+:func:`~medallion_assets.project.project_feeds`, so a YAML feed gets its bronze,
 silver, quarantine, checks and sensors from the same factories, once, with the
 project-wide pieces (landing sensor, freshness sensor, jobs). ``build_defs``
 builds the feed's own pieces from those factories for a Dagster project that

@@ -25,6 +25,7 @@ from pydantic import Field
 from medallion_assets.feeds import KafkaTopic, feed_named, stream_feeds
 from medallion_assets.ingest import start_bronze_stream, start_kafka_stream
 from medallion_assets.kafka import KafkaResource
+from medallion_assets.project import project_feeds
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource, lake_resource, spark_resource
 from medallion_assets.settings import LakeRoot, SettingsError, read_settings
 
@@ -49,7 +50,7 @@ class ContinuousStreamsConfig(Config):
     """How the bronze streams run in continuous mode."""
 
     streams: list[str] = Field(
-        default_factory=lambda: [feed.name for feed in stream_feeds()],
+        default_factory=lambda: [feed.name for feed in stream_feeds(project_feeds())],
         description="Bronze streams to run, by feed name (default: every streamed feed); a Kafka feed runs "
         "where the Kafka resource is configured.",
     )
@@ -135,7 +136,7 @@ def run_continuous(
 
     try:
         for stream in config.streams:
-            feed = feed_named(stream)
+            feed = feed_named(stream, project_feeds())
             if isinstance(feed.source, KafkaTopic):
                 if kafka is None or not kafka.configured:
                     say(f"{stream}: no Kafka source configured, not started")
@@ -224,7 +225,7 @@ def bronze_streams_continuous():
 
 def _parse_pairs(values: Iterable[str], what: str) -> dict[str, str]:
     pairs = {}
-    landed = [feed.name for feed in stream_feeds() if not isinstance(feed.source, KafkaTopic)]
+    landed = [feed.name for feed in stream_feeds(project_feeds()) if not isinstance(feed.source, KafkaTopic)]
     for item in values or []:
         name, sep, value = item.partition("=")
         if not sep or name not in landed:
@@ -273,7 +274,7 @@ def add_stream_parser(subcommands) -> None:
 
 def _stream_command(args) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    known = [feed.name for feed in stream_feeds()]
+    known = [feed.name for feed in stream_feeds(project_feeds())]
     unknown = [name for name in args.streams or () if name not in known]
     if unknown:
         raise SystemExit(

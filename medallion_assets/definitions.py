@@ -6,7 +6,7 @@ environment and starts nothing. ``MEDALLION_DEPLOYMENT`` picks the resources:
 ``SPARK_MASTER_URL``) or ``connect`` (Spark Connect at ``SPARK_REMOTE``); the
 asset code is the same in all three. ``MEDALLION_DELTA_ENGINE``,
 ``DELTA_SPARK_JARS`` and ``MEDALLION_DELTA_SPARK_MAVEN`` choose the Delta engine
-(:mod:`medallion_assets.engine`). ``MEDALLION_SIMULATOR=off`` leaves the demo
+(:mod:`medallion_assets.storage.session`). ``MEDALLION_SIMULATOR=off`` leaves the demo
 producers out (TPC-H's ``landing/simulated_batch``, :data:`PRODUCER_HOOK`);
 ``MEDALLION_DEMO=off`` leaves out the project's own pipelines too (TPC-H), so
 only the ``MEDALLION_PIPELINES`` packages' feeds and assets are there. Without
@@ -115,8 +115,9 @@ def build_definitions(
     from medallion_assets.assets.checks import feed_checks, freshness_sensor
     from medallion_assets.assets.silver import silver_assets
     from medallion_assets.continuous import bronze_streams_continuous
-    from medallion_assets.feeds import KafkaTopic, pipeline_hooks, pipeline_modules, project_feeds
+    from medallion_assets.feeds import KafkaTopic
     from medallion_assets.jobs import ingest_job
+    from medallion_assets.project import pipeline_hooks, pipeline_modules, project_feeds
     from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
 
     if pipelines is None:

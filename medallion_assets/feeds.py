@@ -12,7 +12,7 @@ sensor's coverage, continuous mode, the schema-drift rule, the silver parse
 -> validate -> quarantine -> merge step and its checks. No code outside a pipeline module branches on a feed's name.
 
 Pipelines live in :mod:`medallion_assets.pipelines`: every module there is
-read by :func:`project_feeds` (its :class:`Feed` objects) and by the
+read by :func:`medallion_assets.project.project_feeds` (its :class:`Feed` objects) and by the
 definitions (its Dagster assets and checks). Nothing is read at import.
 
 Example:
@@ -35,15 +35,11 @@ Example:
 from __future__ import annotations
 
 import copy
-import importlib
 import json
-import os
-import pkgutil
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
-from functools import cache, cached_property
-from types import ModuleType
+from functools import cached_property
 from typing import Literal
 
 from dagster import AssetKey
@@ -60,7 +56,6 @@ from pyspark.sql.types import (
 )
 
 from medallion_assets.expectations import DEFAULT_MAX_REJECTED_SHARE, Expectation
-from medallion_assets.settings import pipeline_packages as of_environment
 
 #: The field types silver validates text against (see ``transforms.silver.validated``).
 SUPPORTED_TYPES = (StringType, LongType, IntegerType, DecimalType, DateType, TimestampType)
@@ -524,127 +519,21 @@ class Feed:
         return {key for key in record if key not in self.field_names} if isinstance(record, dict) else set()
 
 
-# ---- the project's feeds -----------------------------------------------------------
+# ---- feeds of a given list ----------------------------------------------------------
 
 
-def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) -> tuple[Feed, ...]:
-    """Every :class:`Feed` defined at the top level of ``modules``, then in the ``defs.yaml`` files under
-    ``yaml_folders`` (:func:`medallion_assets.components.yaml_feeds`), each once, names unique.
-
-    Raises:
-        FeedDeclarationError: two feeds share a name, or two silver tables do; a ``defs.yaml``
-            feed that cannot be read (:class:`~medallion_assets.components.FeedYamlError`).
-    """
-    declared = [
-        (module.__name__, value) for module in modules for value in vars(module).values() if isinstance(value, Feed)
-    ]
-    if yaml_folders:
-        # cycle: medallion_assets.components imports this module (the feed component builds Feeds)
-        from medallion_assets.components import yaml_feeds
-
-        declared += [found for folder in yaml_folders for found in yaml_feeds(folder)]
-    found: dict[str, Feed] = {}
-    tables: dict[str, str] = {}
-    for origin, value in declared:
-        if found.get(value.name) is value:
-            continue
-        if value.name in found:
-            raise FeedDeclarationError(
-                f"two feeds are named {value.name!r} (one in {origin}): rename one; "
-                "the name is its bronze table and checkpoint"
-            )
-        found[value.name] = value
-        if value.silver_table is not None:
-            if value.silver_table in tables:
-                raise FeedDeclarationError(
-                    f"feeds {tables[value.silver_table]!r} and {value.name!r} "
-                    f"both declare silver.{value.silver_table}: "
-                    "give each feed its own silver table"
-                )
-            tables[value.silver_table] = value.name
-    return tuple(found.values())
+def stream_feeds(feeds: Iterable[Feed]) -> tuple[Feed, ...]:
+    """The feeds of ``feeds`` that bronze streams in (landed files and Kafka)."""
+    return tuple(f for f in feeds if f.is_stream)
 
 
-#: Packages of pipelines besides the project's own, comma-separated (read when the feeds are first looked up).
-PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
-
-
-def pipeline_packages() -> tuple[str, ...]:
-    """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
-    return of_environment()
-
-
-def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType, ...]:
-    """The modules of the pipeline packages (sub-packages' modules too), imported.
-
-    Raises:
-        FeedDeclarationError: a package named in ``MEDALLION_PIPELINES`` cannot be imported.
-    """
-    modules = []
-    for package in pipeline_packages() if packages is None else packages:
-        try:
-            root = importlib.import_module(package)
-        except ModuleNotFoundError as error:
-            raise FeedDeclarationError(
-                f"{PIPELINES_VARIABLE} names the package {package!r}, which cannot be imported ({error}): "
-                "install it or put its folder on PYTHONPATH"
-            ) from error
-        modules.append(root)
-        for info in pkgutil.walk_packages(getattr(root, "__path__", []), prefix=f"{package}."):
-            modules.append(importlib.import_module(info.name))
-    return tuple(modules)
-
-
-def pipeline_hooks(modules: Iterable[ModuleType], name: str) -> tuple[Callable, ...]:
-    """The functions called ``name`` that ``modules`` define, each once.
-
-    A hook is how the machinery asks the pipelines for something it must not
-    name itself (a demo producer, a sample landing); a package that re-exports
-    a module's hook still offers it once.
-    """
-    return tuple(dict.fromkeys(hook for module in modules if callable(hook := getattr(module, name, None))))
-
-
-def package_folders(modules: Iterable[ModuleType]) -> tuple[str, ...]:
-    """The folders of the packages among ``modules`` that are not inside another's.
-
-    Where ``defs.yaml`` feeds are found.
-    """
-    folders = [folder for module in modules for folder in getattr(module, "__path__", [])]
-    return tuple(
-        f
-        for f in dict.fromkeys(folders)
-        if not any(f != other and f.startswith(other.rstrip(os.sep) + os.sep) for other in folders)
-    )
-
-
-@cache
-def _feeds_of(packages: tuple[str, ...]) -> tuple[Feed, ...]:
-    modules = pipeline_modules(packages)
-    return feeds_in(modules, package_folders(modules))
-
-
-def project_feeds(packages: Iterable[str] | None = None) -> tuple[Feed, ...]:
-    """The feeds the pipelines declare, in Python modules and in ``defs.yaml`` files (each package read once).
-
-    Args:
-        packages: the pipeline packages (default: :func:`pipeline_packages`, from the environment).
-    """
-    return _feeds_of(tuple(pipeline_packages() if packages is None else packages))
-
-
-def stream_feeds(feeds: Iterable[Feed] | None = None) -> tuple[Feed, ...]:
-    """The feeds bronze streams in (landed files and Kafka), of ``feeds`` or the project's."""
-    return tuple(f for f in (project_feeds() if feeds is None else feeds) if f.is_stream)
-
-
-def feed_named(name: str, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed called ``name``, of ``feeds`` or the project's: where a name (CLI, settings) becomes a feed.
+def feed_named(name: str, feeds: Iterable[Feed]) -> Feed:
+    """The feed of ``feeds`` called ``name``: where a name (CLI, job config) becomes a feed.
 
     Raises:
         FeedDeclarationError: no feed has that name; the message lists the declared ones.
     """
-    candidates = tuple(project_feeds() if feeds is None else feeds)
+    candidates = tuple(feeds)
     for feed in candidates:
         if feed.name == name:
             return feed
@@ -654,22 +543,12 @@ def feed_named(name: str, feeds: Iterable[Feed] | None = None) -> Feed:
     )
 
 
-def kafka_feed(feed: Feed | None = None, feeds: Iterable[Feed] | None = None) -> Feed:
-    """The feed read from the Kafka topic: ``feed``, or the one of ``feeds`` (or the project's) declared with
-    :class:`KafkaTopic`.
+def kafka_feed(feed: Feed) -> Feed:
+    """``feed``, checked to be read from a Kafka topic.
 
     Raises:
-        ValueError: ``feed`` is not a Kafka feed, or there is not exactly one to default to.
+        ValueError: ``feed`` is not a Kafka feed.
     """
-    if feed is not None:
-        if not isinstance(feed.source, KafkaTopic):
-            raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
-        return feed
-    candidates = [f for f in (project_feeds() if feeds is None else feeds) if isinstance(f.source, KafkaTopic)]
-    if len(candidates) != 1:
-        raise ValueError(
-            f"{len(candidates)} feeds are declared with KafkaTopic() "
-            f"({', '.join(f.name for f in candidates) or 'none'}): "
-            "name the one to read"
-        )
-    return candidates[0]
+    if not isinstance(feed.source, KafkaTopic):
+        raise ValueError(f"bronze.{feed.name} is not read from Kafka (its source is {feed.source!r})")
+    return feed

@@ -25,13 +25,13 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
 from medallion_assets.checkpoints import local_path
-from medallion_assets.delta._options import parse_bytes
-from medallion_assets.engine import DeltaEngine, engine_for
+from medallion_assets.delta import parse_bytes
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
-from medallion_assets.io_manager.client import DeltaTableClient
-from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
 from medallion_assets.kafka import KafkaResource, latest_offsets
 from medallion_assets.resources import LakeResource
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.engines import DeltaEngine, engine_for
+from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 from medallion_assets.transforms import bronze
 
 
@@ -126,7 +126,7 @@ def start_kafka_stream(
     spark: SparkSession,
     lake: LakeResource,
     kafka: KafkaResource,
-    feed: Feed | None = None,
+    feed: Feed,
     *,
     trigger: Mapping[str, Any] | None = None,
     commit_metadata: Mapping[str, str] | None = None,
@@ -145,7 +145,7 @@ def start_kafka_stream(
         spark: the session (``delta`` enabled, Spark's Kafka connector on it).
         lake: gives the checkpoint and the table path.
         kafka: the broker, topic and read options.
-        feed: the Kafka feed (default: the one declared with :class:`KafkaTopic`).
+        feed: the Kafka feed.
         trigger: as for :func:`start_bronze_stream` (default ``availableNow``).
         commit_metadata: custom keys recorded in each Delta commit.
         query_name: the streaming query's name (default ``bronze_<feed name>``).

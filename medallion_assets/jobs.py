@@ -19,10 +19,11 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
-from medallion_assets.feeds import KafkaTopic, project_feeds
-from medallion_assets.io_manager import DeltaTableClient
+from medallion_assets.feeds import KafkaTopic
 from medallion_assets.pending_work import work_of_selection
+from medallion_assets.project import project_feeds
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
+from medallion_assets.storage.client import DeltaTableClient
 
 #: Bronze streams and the silver tables merged from them (with their quarantines, written by the same steps).
 ingest_job = define_asset_job(

@@ -24,9 +24,9 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import Field, field_validator
 
-from medallion_assets.engine import jar_files, maven_resolution_config
 from medallion_assets.settings import SASL_MECHANISMS as _SASL_MECHANISMS
 from medallion_assets.settings import SECURITY_PROTOCOLS as _SECURITY_PROTOCOLS
+from medallion_assets.storage.session import jar_files, maven_resolution_config
 
 #: Maven coordinates of Spark's Kafka connector, for sessions that can reach Maven.
 KAFKA_MAVEN_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
@@ -41,7 +41,7 @@ def kafka_connector_config(
         jars: ``KAFKA_SPARK_JARS``: a folder of the connector's jars or a comma list of them
             (spark-sql-kafka, spark-token-provider-kafka, kafka-clients, commons-pool2).
         maven: fetch the connector matching the installed pyspark from Maven instead, resolved
-            as :func:`medallion_assets.engine.maven_resolution_config` says.
+            as :func:`medallion_assets.storage.session.maven_resolution_config` says.
         spark_config: the session's settings, for the Ivy settings the user configured.
     """
     if jars:

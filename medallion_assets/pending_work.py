@@ -28,9 +28,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from medallion_assets.checkpoints import local_path
-from medallion_assets.engine import user_metadata
 from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
 from medallion_assets.resources import LakeResource
+from medallion_assets.storage.engines import user_metadata
 from medallion_assets.stream_monitoring import unseen_landed_files
 from medallion_assets.transforms.bronze import latest_snapshot
 

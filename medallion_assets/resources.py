@@ -40,8 +40,8 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import DeltaEngine
     from medallion_assets.feeds import Feed
+    from medallion_assets.storage.engines import DeltaEngine
 
 #: Spark settings of the embedded session, sized for one machine: few shuffle
 #: partitions because the tables are small, and UTC so that timestamps read the
@@ -56,13 +56,13 @@ EMBEDDED_SPARK_CONFIG: dict[str, Any] = {
 
 #: The garbage collector of an embedded session's driver. The parallel collector suits a batch
 #: run's throughput better than the JDK's default G1, which spends CPU on short pauses nobody
-#: waits for: an SF 0.1 run took about 9% less time and CPU (docs/performance-record.md, "The garbage collector").
+#: waits for (docs/decisions/0007-embedded-jvm-settings.md).
 EMBEDDED_DRIVER_GC_OPTIONS = "-XX:+UseParallelGC"
 
 #: When an embedded session's optimizing JIT compiler (C2) takes a method: after four times the
 #: JDK's default calls and loop iterations. A run plans and generates code for hundreds of small
-#: queries whose code runs a few times; with the defaults, C2 spent a third of an SF 0.1 run's
-#: JVM CPU compiling it, on 2 cores shared with the tasks (docs/performance-record.md, "The JIT compiler").
+#: queries whose code runs a few times; with the defaults, C2 spends much of a small run's JVM CPU
+#: compiling it, on cores shared with the tasks (docs/decisions/0007-embedded-jvm-settings.md).
 EMBEDDED_DRIVER_JIT_OPTIONS = (
     "-XX:Tier4InvocationThreshold=20000 -XX:Tier4MinInvocationThreshold=2400 "
     "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=160000"
@@ -248,7 +248,7 @@ class SparkResource(LazyPySparkResource):
     def delta_engine_in_use(self) -> DeltaEngine:
         """The Delta engine of this resource's session (starts the session if needed)."""
         if self._engine is None:
-            from medallion_assets.engine import engine_for
+            from medallion_assets.storage.engines import engine_for
 
             self._engine = engine_for(self.session_by_path)
         return self._engine
@@ -259,8 +259,8 @@ class SparkResource(LazyPySparkResource):
             return
         from pyspark.sql import SparkSession
 
-        from medallion_assets.engine import merged_session_config, plan_engine, start_engine
         from medallion_assets.kafka import kafka_connector_config
+        from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
 
         # A Connect client's jars are its server's: no Maven probe. A session already running in
         # this process (Dagster builds this resource twice, for the assets and inside the IO manager)
@@ -296,8 +296,8 @@ class SparkResource(LazyPySparkResource):
         if plan.source and embedded:
             # delta-spark rebuilds a table's snapshot with 50 tasks by default, and VACUUM lists
             # a table's folders with Spark's partition-discovery parallelism, 10000 tasks: both
-            # sized for clusters (a 5-row table's VACUUM took 28.6 s instead of 2.4 on 2 cores:
-            # benchmarks/delta_fixed_costs.py). An embedded session has its cores. Clusters keep the defaults.
+            # sized for clusters (docs/decisions/0007-embedded-jvm-settings.md). An embedded session
+            # has its cores. Clusters keep the defaults.
             cores = str(_local_cores(str(self.master)))
             config["spark.databricks.delta.snapshotPartitions"] = cores
             config["spark.sql.sources.parallelPartitionDiscovery.parallelism"] = cores
@@ -380,7 +380,7 @@ class SparkResource(LazyPySparkResource):
         With the ``session`` catalog the names are registered here, on first use:
         registering reads each table's log, seconds for a whole lake, which a run
         whose steps work by path (:attr:`session_by_path`) pays only for the tables
-        it reads (``docs/performance-record.md``, "Tables by name").
+        it reads.
 
         Raises:
             CatalogError: the catalog refused a table (the message names it and the fix).

@@ -45,7 +45,7 @@ from dagster import (
 )
 
 from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
-from medallion_assets.feeds import Feed, KafkaTopic, kafka_feed, project_feeds, stream_feeds
+from medallion_assets.feeds import Feed, KafkaTopic, kafka_feed, stream_feeds
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.stream_monitoring import (
@@ -260,11 +260,11 @@ def build_stream_health_check(feed: Feed, *, policy: StreamHealthPolicy | None =
     return _stream_health
 
 
-def build_kafka_lag_check(feed: Feed | None = None):
+def build_kafka_lag_check(feed: Feed):
     """The ``stream_health`` check of a Kafka feed's bronze table: consumer lag per partition against its limits.
 
     Args:
-        feed: the Kafka feed (default: the one declared with ``KafkaTopic()``).
+        feed: the Kafka feed.
     """
     feed = kafka_feed(feed)
 
@@ -317,7 +317,7 @@ def _all_landed(lake: LakeResource, feeds: tuple[Feed, ...]) -> dict[str, float]
 def build_landing_sensor(
     job,
     *,
-    feeds: tuple[Feed, ...] | None = None,
+    feeds: tuple[Feed, ...],
     minimum_interval_seconds: int = 30,
     default_status: DefaultSensorStatus = DefaultSensorStatus.STOPPED,
 ):
@@ -325,7 +325,7 @@ def build_landing_sensor(
 
     Args:
         job: the ingest job.
-        feeds: the feeds whose landing folders it watches (default: the project's).
+        feeds: the feeds whose landing folders it watches.
 
     The run key is a digest of the new files' names, so one set of files
     never starts two runs, even if the cursor were lost.
@@ -340,7 +340,7 @@ def build_landing_sensor(
     )
     def _landing_sensor(context: SensorEvaluationContext, lake: LakeResource):
         cursor = LandingCursor.parse(context.cursor)
-        files = _all_landed(lake, project_feeds() if feeds is None else tuple(feeds))
+        files = _all_landed(lake, tuple(feeds))
         new = sorted(
             path
             for path, mtime in files.items()
@@ -359,11 +359,11 @@ def build_landing_sensor(
     return _landing_sensor
 
 
-def stream_sensors(feeds: tuple[Feed, ...] | None = None, policy: StreamHealthPolicy | None = None) -> list:
-    """A checkpoint sensor per streamed feed (landed files and Kafka), of ``feeds`` or the project's."""
+def stream_sensors(feeds: tuple[Feed, ...], policy: StreamHealthPolicy | None = None) -> list:
+    """A checkpoint sensor per streamed feed (landed files and Kafka), of ``feeds``."""
     return [build_checkpoint_sensor(f, policy=policy) for f in stream_feeds(feeds)]
 
 
-def stream_health_checks(feeds: tuple[Feed, ...] | None = None, policy: StreamHealthPolicy | None = None) -> list:
+def stream_health_checks(feeds: tuple[Feed, ...], policy: StreamHealthPolicy | None = None) -> list:
     """A ``stream_health`` check per streamed feed's bronze asset (consumer lag for a Kafka feed)."""
     return [build_stream_health_check(f, policy=policy) for f in stream_feeds(feeds)]

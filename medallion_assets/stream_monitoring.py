@@ -181,7 +181,7 @@ class KafkaLag(_Verdict):
         }
 
 
-def kafka_lag(lake: LakeResource, kafka, feed: Feed | None = None, *, now: float | None = None) -> KafkaLag:
+def kafka_lag(lake: LakeResource, kafka, feed: Feed, *, now: float | None = None) -> KafkaLag:
     """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
 
     Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when

@@ -75,14 +75,14 @@ def use_maven_where_reachable() -> None:
     a fresh machine downloads them once, before two workers would start JVMs that resolve them
     side by side into one Ivy cache. An explicit setting of either variable is kept.
     """
-    from medallion_assets.engine import (
+    from medallion_assets.kafka import kafka_connector_config
+    from medallion_assets.storage.session import (
         DELTA_SPARK_MAVEN_PACKAGE,
         maven_reachable,
         maven_repositories,
         merged_session_config,
         plan_engine,
     )
-    from medallion_assets.kafka import kafka_connector_config
 
     if os.environ.get(TEST_MAVEN_VARIABLE, "").lower() == "false":
         return
@@ -165,8 +165,8 @@ def spark(tmp_path_factory):
     """
     from pyspark.sql import SparkSession
 
-    from medallion_assets.engine import merged_session_config, plan_engine, start_engine
     from medallion_assets.kafka import kafka_connector_config
+    from medallion_assets.storage.session import merged_session_config, plan_engine, start_engine
     from medallion_assets_tests.support.delta_spark import delta_spark_plan
 
     engine = session_engine()

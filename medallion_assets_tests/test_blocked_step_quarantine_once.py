@@ -24,7 +24,7 @@ from dagster import AssetKey, DagsterInstance, materialize
 
 from medallion_assets.assets.silver import QUARANTINE
 from medallion_assets.definitions import resources_for
-from medallion_assets.io_manager import WriteSpec, delta_table
+from medallion_assets.io_manager import delta_table, write_spec_from_metadata
 from medallion_assets.pipelines.tpch import silver
 from medallion_assets_tests.support import tpch_assets as bronze
 from medallion_assets_tests.support.order_events import order_event_line
@@ -82,7 +82,7 @@ def assert_each_reject_once(lake: Path, when: str) -> None:
 
 
 def test_a_quarantine_is_told_apart_by_all_but_its_write_time_and_only_an_append_declares_that():
-    assert WriteSpec.from_metadata(QUARANTINE).append_keys == ("table_name", "reason", "record", "_source_file")
+    assert write_spec_from_metadata(QUARANTINE).append_keys == ("table_name", "reason", "record", "_source_file")
     with pytest.raises(ValueError, match="append_keys apply to write mode 'append' only"):
         delta_table(write_mode="merge", merge_keys=["id"], append_keys=["id"])
 

@@ -112,7 +112,7 @@ def test_a_session_attaching_a_lake_names_every_table_and_for_name_opens_it(spar
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from medallion_assets.engine import engine_for
+    from medallion_assets.storage.engines import engine_for
 
     root = tmp_path / "lake"
     # Written by delta-rs, not by the engine under test; a folder without a Delta log is not a table.

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from medallion_assets.engine import plan_engine
+from medallion_assets.storage.session import plan_engine
 from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_plan, delta_spark_source
 from medallion_assets_tests.support.deployments import connect_server, standalone_cluster
 from medallion_assets_tests.support.pipeline_checks import (
@@ -114,7 +114,8 @@ def test_pipeline_over_spark_connect(tmp_path, engine):
 _WRITE_OVER_CONNECT = """
 import sys
 from pyspark.sql import SparkSession, functions as F, types as T
-from medallion_assets.io_manager import DeltaTableClient, WriteSpec
+from medallion_assets.io_manager import WriteSpec
+from medallion_assets.storage.client import DeltaTableClient
 
 remote, path = sys.argv[1:]
 spark = SparkSession.builder.remote(remote).getOrCreate()

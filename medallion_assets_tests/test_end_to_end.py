@@ -91,11 +91,11 @@ def assert_history_is_one_rebuild_of_bronze(spark, lake: Path) -> None:
     bronze gives, with what silver (and its tombstones) adopted at the end."""
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.feeds import feed_named
-    from medallion_assets.io_manager.client import DeltaTableClient
+    from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC
+    from medallion_assets.storage.client import DeltaTableClient
     from medallion_assets.transforms import silver as T
 
-    feed = feed_named("customers_cdc")
+    feed = CUSTOMERS_CDC
     records, _ = T.parse_changes(spark.read.format("delta").load(str(lake / "bronze" / "customers_cdc")), feed)
     silver = lake / "silver" / "customers"
     tombstones = Path(DeltaTableClient.tombstone_path(str(silver)))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from medallion_assets.engine import DELTA_SPARK_SESSION_CONFIG, plan_engine
+from medallion_assets.storage.session import DELTA_SPARK_SESSION_CONFIG, plan_engine
 from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spark_source
 from medallion_assets_tests.support.timing import DURATIONS_OUT_VARIABLE, NESTED_SESSION_PROPERTY
 
@@ -57,7 +57,7 @@ def test_maven_true_fetches_without_probing_and_false_never_fetches():
 
 
 def test_session_runs_the_engine_it_was_built_for(spark, delta_engine):
-    from medallion_assets.engine import engine_for
+    from medallion_assets.storage.engines import engine_for
 
     assert engine_for(spark).name == delta_engine
 
@@ -125,8 +125,8 @@ session.stop()
 def test_a_fresh_clone_on_auto_writes_with_delta_spark_from_maven(tmp_path):
     from deltalake import DeltaTable
 
-    from medallion_assets.engine import DELTA_SPARK_MAVEN_PACKAGE
     from medallion_assets.settings import VARIABLES
+    from medallion_assets.storage.session import DELTA_SPARK_MAVEN_PACKAGE
 
     if os.environ.get("MEDALLION_DELTA_SPARK_MAVEN") != "true":
         pytest.skip("Maven not used by these tests (unreachable, or DELTA_SPARK_JARS names the jars)")

@@ -53,7 +53,7 @@ def _shown(packages: tuple[str, ...]):
 
 
 def test_the_yaml_form_of_the_page_is_the_python_form(both_forms):
-    from medallion_assets.feeds import project_feeds
+    from medallion_assets.project import project_feeds
 
     python_feed = importlib.import_module("forms_python.payments").PAYMENTS
     yaml_feed = feed_from_yaml(both_forms / "forms_yaml" / "payments" / "defs.yaml")

@@ -18,9 +18,8 @@ from medallion_assets.feeds import (
     LandingFiles,
     LandingSnapshots,
     Replace,
-    feeds_in,
-    pipeline_hooks,
 )
+from medallion_assets.project import feeds_in, pipeline_hooks
 
 PACKAGE = Path(medallion_assets.__file__).parent
 #: What is not machinery: the pipelines (TPC-H's with its landing contract, demo landing and simulator).
@@ -237,11 +236,11 @@ def test_a_snapshot_feed_with_keys_is_applied_as_changes_ordered_by_its_snapshot
 
 def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_with_them():
     from medallion_assets.assets.silver import silver_assets
-    from medallion_assets.io_manager import DELETION_VECTORS, WriteSpec
+    from medallion_assets.io_manager import DELETION_VECTORS, WriteSpec, write_spec_from_metadata
 
     def silver_spec(feed: Feed) -> WriteSpec:
         [step] = silver_assets([feed])
-        return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata)
+        return write_spec_from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata)
 
     plain = _payments()
     with_vectors = _payments(
@@ -253,11 +252,11 @@ def test_a_change_feed_declared_with_deletion_vectors_creates_its_silver_table_w
 
 def test_a_change_feed_declares_the_fields_its_silver_table_is_filtered_by():
     from medallion_assets.assets.silver import silver_assets
-    from medallion_assets.io_manager import WriteSpec
+    from medallion_assets.io_manager import write_spec_from_metadata
 
     def filtered_by(feed: Feed) -> tuple[str, ...] | None:
         [step] = silver_assets([feed])
-        return WriteSpec.from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata).filtered_by
+        return write_spec_from_metadata(step.specs_by_key[AssetKey(["silver", "payments"])].metadata).filtered_by
 
     assert filtered_by(_payments()) is None  # the default: every date and timestamp column
     assert filtered_by(

@@ -101,7 +101,7 @@ def test_broker_down_and_unknown_topic_are_clear_errors(spark, kafka_broker, tmp
     lake = LakeResource(root=str(tmp_path / "lake"))
     missing = KafkaResource(bootstrap_servers=kafka_broker.bootstrap, topic="no-such-topic")
     with pytest.raises(KafkaError, match="topic 'no-such-topic' does not exist"):
-        start_kafka_stream(spark, lake, missing)
+        start_kafka_stream(spark, lake, missing, ORDERS_KAFKA)
     down = KafkaResource(bootstrap_servers=f"127.0.0.1:{free_port()}", topic="orders")
     with pytest.raises(KafkaError, match="did not answer"):
         watermark_offsets(down, timeout_seconds=3)
@@ -128,13 +128,13 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     for partition in range(3):  # every partition, several records per batch
         produce(kafka.client_config(), kafka.topic, lines[partition::3], partition=partition)
 
-    behind = kafka_lag(lake, kafka)
+    behind = kafka_lag(lake, kafka, ORDERS_KAFKA)
     assert not behind.passed and behind.lag == {0: 11, 1: 11, 2: 10}, behind
     assert behind.latest == kafka_broker.end_offsets(kafka.topic), "the broker's own ListOffsets answer"
     assert "consumer lag 32 messages" in behind.problems[0]
 
     instance = DagsterInstance.ephemeral()
-    check = build_kafka_lag_check()
+    check = build_kafka_lag_check(ORDERS_KAFKA)
     run = materialize([orders_kafka, check], resources=_resources(spark, lake, kafka), instance=instance)
     [evaluation] = run.get_asset_check_evaluations()
     assert evaluation.passed, evaluation.description
@@ -161,7 +161,7 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     produce(kafka.client_config(), kafka.topic, [b'{"late": 1}', b'{"late": 2}'], partition=4)
     produce(kafka.client_config(), kafka.topic, [b'{"late": 3}'], partition=0)
     time.sleep(3)
-    stalled = kafka_lag(lake, kafka)
+    stalled = kafka_lag(lake, kafka, ORDERS_KAFKA)
     assert not stalled.passed and any("stopped committing" in p for p in stalled.problems), stalled
     assert stalled.latest == kafka_broker.end_offsets(kafka.topic) == {0: 12, 1: 11, 2: 10, 3: 0, 4: 2}
     assert stalled.lag == {0: 1, 1: 0, 2: 0, 3: 0, 4: 2}, "lag per partition, the new ones included"
@@ -248,7 +248,7 @@ def test_continuous_mode_rides_a_broker_restart(spark, kafka_broker, tmp_path):
     published = _published_messages(kafka)
     assert sum(published.values()) == 30
     assert _bronze_messages(table, read_with_deltalake) == published, "every (partition, offset) once"
-    assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
+    assert kafka_lag(lake, kafka, ORDERS_KAFKA).lag == {0: 0, 1: 0, 2: 0}
 
 
 @pytest.mark.slow
@@ -393,7 +393,7 @@ def test_noisy_tpch_delivery_over_kafka(spark, kafka_broker, tmp_path, monkeypat
     assert_silver_matches_contract(lake, landing=contract_view)
     assert_gold_matches_duckdb(lake)
     first_version = deltalake.DeltaTable(table).version()
-    ends_after_1 = kafka_lag(LakeResource(root=str(lake)), kafka).committed
+    ends_after_1 = kafka_lag(LakeResource(root=str(lake)), kafka, ORDERS_KAFKA).committed
 
     batch2 = simulator.land_next_batch(lake / "landing", **land)
     run2 = materialize_everything(defs, instance)
@@ -500,5 +500,5 @@ def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_eng
     assert _bronze_messages(table, read_with_deltalake) == published
     assert _bronze_messages(table, read_with_duckdb) == published
     assert read_checkpoint(ckpt).pending() == []
-    assert kafka_lag(lake, kafka).lag == {0: 0, 1: 0, 2: 0}
+    assert kafka_lag(lake, kafka, ORDERS_KAFKA).lag == {0: 0, 1: 0, 2: 0}
     assert sink_engines(table) == {delta_engine}, "the runs used the test session's engine"

@@ -28,6 +28,7 @@ from dagster import (
 from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.ingest import FullRefreshRefusedError, full_refresh_stream
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
+from medallion_assets.project import project_feeds
 from medallion_assets.resources import LakeResource
 from medallion_assets.sensors import (
     build_checkpoint_sensor,
@@ -244,7 +245,7 @@ def test_landing_sensor_keys_runs_by_file_set(lake, instance):
     def ingest():
         noop()
 
-    sensor_def = build_landing_sensor(ingest)
+    sensor_def = build_landing_sensor(ingest, feeds=project_feeds())
     assert isinstance(tick(sensor_def, lake, instance, None), SkipReason)
     stream = FakeStream(lake)
     stream.land("a.json", 1)

@@ -23,11 +23,11 @@ from dagster import DagsterInstance, EnvVar, asset, materialize
 
 from medallion_assets.catalog import LakeCatalog
 from medallion_assets.definitions import defs, resources_for
-from medallion_assets.engine import MAVEN_CENTRAL, maven_reachable, plan_engine
 from medallion_assets.io_manager import DeltaIOManager
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource, SparkResource, engine_settings, lake_resource
 from medallion_assets.settings import VARIABLES, Settings, SettingsError, read_settings
+from medallion_assets.storage.session import MAVEN_CENTRAL, maven_reachable, plan_engine
 
 REPO = Path(__file__).resolve().parent.parent
 SETTING_NAMES = [v.name for v in VARIABLES]
@@ -502,7 +502,7 @@ def test_a_delta_spark_version_maven_does_not_serve_is_named_with_the_fix(tmp_pa
 def test_the_projects_ivy_settings_resolve_from_maven_central_alone(monkeypatch):
     import xml.etree.ElementTree as ElementTree
 
-    from medallion_assets.engine import maven_repositories, maven_resolution_config
+    from medallion_assets.storage.session import maven_repositories, maven_resolution_config
 
     monkeypatch.delenv("DEFAULT_ARTIFACT_REPOSITORY", raising=False)
     path = plan_engine("auto", maven=True, delta_version="9.9.9").spark_config["spark.jars.ivySettings"]

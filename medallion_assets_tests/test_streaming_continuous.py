@@ -170,8 +170,8 @@ def test_continuous_stream_and_checkpoint_sensor(tmp_path, delta_engine):
 def test_continuous_dagster_job_runs_streams_until_its_time_is_up(spark, tmp_path, delta_engine):
     """The ``bronze_streams_continuous`` job (bounded by run_seconds here) ingests what lands."""
     from medallion_assets.continuous import bronze_streams_continuous
-    from medallion_assets.engine import engine_for
     from medallion_assets.resources import SparkResource
+    from medallion_assets.storage.engines import engine_for
 
     # A session's first Delta write is slow (delta-spark loads and compiles its
     # classes: half a minute or more on a busy machine). Pay that before the

@@ -249,7 +249,7 @@ def test_materialize_all_from_the_ui_is_one_run_with_no_error_check_then_a_broke
 
         # Every Delta table says which engine wrote it, the engine this session was started with
         # (a pandas asset's table: deltalake itself).
-        from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+        from medallion_assets.io_manager.metadata import ENGINE_NAME
 
         engine = os.environ["MEDALLION_DELTA_ENGINE"]
         engines = {

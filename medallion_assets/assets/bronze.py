@@ -37,7 +37,6 @@ from medallion_assets.ingest import (
 from medallion_assets.io_manager import (
     DELTA_KINDS,
     SOURCE,
-    DeltaTableClient,
     delta_table,
     latest_materialization_metadata,
     table_metadata,
@@ -45,6 +44,7 @@ from medallion_assets.io_manager import (
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.pending_work import work_of_selection
 from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
+from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
 
 

@@ -41,7 +41,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from medallion_assets.delta._engine import load_datafusion
+from medallion_assets.delta import load_datafusion
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
 

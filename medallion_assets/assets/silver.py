@@ -65,8 +65,8 @@ from medallion_assets.expectations import (
 )
 from medallion_assets.feeds import ApplyChanges, Feed, Replace
 from medallion_assets.io_manager import DELETION_VECTORS, DELTA_KINDS, READ, ChangesWithTable, delta_table
-from medallion_assets.io_manager.client import DeltaTableClient
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms import silver as T
 
 #: The columns of every quarantine table (``medallion_assets.expectations.quarantine_rows`` writes them).

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from dagster import (
     AssetCheckEvaluation,
     AssetCheckKey,
@@ -24,27 +23,14 @@ from dagster import (
     MetadataValue,
     OutputContext,
 )
-from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 from pydantic import Field
 from pyspark.sql import DataFrame
 
-from medallion_assets.delta.errors import UnsupportedFeatureError
-from medallion_assets.io_manager.arrow_handlers import (
-    DELTA_RS_CANNOT_READ,
-    ENGINE_NAME,
-    ArrowDeltaClient,
-    TimeWindowFilter,
-    handler_for_object,
-    handler_for_type,
-    logged_rows,
-)
-from medallion_assets.io_manager.client import (
-    ARROW_MERGE_MAX_TABLE_BYTES,
-    DeltaTableClient,
-    WriteResult,
-    check_column_names,
-)
+from medallion_assets.delta import UnsupportedFeatureError
+from medallion_assets.io_manager.arrow_handlers import handler_for_object, handler_for_type
 from medallion_assets.io_manager.metadata import (
+    ENGINE_NAME,
+    arrow_table_metadata,
     check_column_descriptions,
     latest_materialization_metadata,
     spark_table_schema,
@@ -57,18 +43,15 @@ from medallion_assets.io_manager.spec import (
     READ,
     SOURCE,
     VERSION,
-    WriteSpec,
     column_descriptions,
+    write_spec_from_metadata,
 )
 from medallion_assets.io_manager.table_read import ARROW_READ_MAX_ROWS, ChangesWithTable, TableRead
 from medallion_assets.resources import LakeResource, SparkResource
-
-#: Rows up to which an overwrite, an append or a MERGE source of a Spark DataFrame is committed by
-#: deltalake (``arrow_write_max_rows``); the collected rows are what the driver holds meanwhile. At SF 1
-#: it takes every gold table, the reference tables but partsupp, customers_history and a batch's MERGEs:
-#: an overwrite of 150,000 to 200,000 rows took 1.2 to 2.5 s less than delta-spark's (100,000 before).
-#: See docs/performance-record.md, "Overwrites of up to 250,000 rows".
-ARROW_WRITE_MAX_ROWS = 250_000
+from medallion_assets.storage.arrow_client import DELTA_RS_CANNOT_READ, ArrowDeltaClient, TimeWindowFilter, logged_rows
+from medallion_assets.storage.client import DeltaTableClient, WriteResult
+from medallion_assets.storage.write_spec import WriteSpec
+from medallion_assets.storage.writers import ARROW_MERGE_MAX_TABLE_BYTES, ARROW_WRITE_MAX_ROWS, WriterLimits
 
 _CONSUMED_PREFIX = "medallion/consumed/"
 #: Commit metadata key (``consumed.<layer>/<table>``) of the upstream version a write took in.
@@ -77,6 +60,32 @@ _CONSUMED_COMMIT_PREFIX = "consumed."
 _INPUTS = "medallion/inputs"
 #: Commit metadata key of an overwrite's fingerprint (inputs' versions, partition, source) as JSON.
 _COMPUTED_FROM = "computed_from"
+
+
+@dataclass(frozen=True)
+class _OutputWrite:
+    """What a write of one output records and replaces, whoever writes it.
+
+    Attributes:
+        replace_where: the partition an overwrite replaces, for a partitioned asset.
+        fingerprint: what an overwrite is computed from (its inputs' versions, partition,
+            source), as recorded in its commit; None when it reads no table and names no source.
+        descriptions: the asset's column descriptions.
+        commit_metadata: custom keys of the commit.
+        step_metadata: output metadata of the step's reads, whatever was written.
+        transaction: the run's transaction of this output (and partition): an append commits it once.
+        empty_commit: the transaction of a commit without rows recording newly consumed upstream commits.
+        reads: what the step's inputs read.
+    """
+
+    replace_where: str | None
+    fingerprint: str | None
+    descriptions: dict[str, str]
+    commit_metadata: dict[str, str]
+    step_metadata: dict[str, Any]
+    transaction: tuple[str, int]
+    empty_commit: tuple[str, int] | None
+    reads: _StepReads
 
 
 @dataclass
@@ -155,7 +164,8 @@ class SparkDataFrameTypeHandler:
             return result, {"dagster/row_count": 0}
         if result.by_deltalake:
             # The session has not read that version: delta-rs describes it from the log it just wrote.
-            metadata = ArrowDeltaClient().metadata(
+            metadata = arrow_table_metadata(
+                ArrowDeltaClient(),
                 path,
                 column_descriptions=column_descriptions,
                 key_columns=spec.key_columns,
@@ -315,7 +325,7 @@ class DeltaIOManager(ConfigurableIOManager):
         description=(
             "A small MERGE (see arrow_write_max_rows) is run by deltalake only into a table whose current "
             "files total at most this many MiB: deltalake rewrites the files holding matched keys in the "
-            "Python process, which grows with them (by about 0.9 GB for a 600 MiB table). A larger table is "
+            "Python process, which grows with them. A larger table is "
             "merged by Spark. 0: always Spark. A deployment sets it with MEDALLION_ARROW_MERGE_MAX_TABLE_MB."
         ),
     )
@@ -324,8 +334,10 @@ class DeltaIOManager(ConfigurableIOManager):
         return DeltaTableClient(
             self.spark.session_by_path,
             self.spark.delta_engine_in_use,
-            arrow_append_max_rows=self.arrow_write_max_rows,
-            arrow_merge_max_table_bytes=self.arrow_merge_max_table_mb * 1024 * 1024,
+            writer_limits=WriterLimits(
+                max_rows=self.arrow_write_max_rows,
+                max_merge_table_bytes=self.arrow_merge_max_table_mb * 1024 * 1024,
+            ),
         )
 
     def _path(self, key: AssetKey) -> str:
@@ -394,7 +406,7 @@ class DeltaIOManager(ConfigurableIOManager):
     def _load_table_read(self, context: InputContext) -> TableRead:
         """A :class:`TableRead` of the input's version.
 
-        delta-rs' table (Arrow while small) when it reads it, else Spark.
+        delta-rs' table (Arrow while small) when delta-rs reads it, else Spark.
         """
         key = context.asset_key
         path = self._path(key)
@@ -461,8 +473,8 @@ class DeltaIOManager(ConfigurableIOManager):
         except UnsupportedFeatureError as error:
             raise UnsupportedFeatureError(
                 f"input {key.to_user_string()} of {context.op_def.name}: delta-rs cannot read it as "
-                f"{kind.__name__} ({error.message}); "
-                "annotate the input as a Spark DataFrame, which reads it through Spark",
+                f"{kind.__name__} ({error.message}); annotate the input as a Spark DataFrame, which reads it "
+                "through Spark",
                 table=path,
             ) from error
         return handler.from_dataset(dataset, kind)
@@ -490,10 +502,62 @@ class DeltaIOManager(ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: Any) -> None:
         key = context.asset_key
         path = self._path(key)
-        spec = WriteSpec.from_metadata(context.definition_metadata or {})
-        descriptions = column_descriptions(context.definition_metadata or {})
-        reads = step_reads(context.step_context.instance, context.run_id, context.step_context.step.key)
+        spec = write_spec_from_metadata(context.definition_metadata or {})
+        output = self._output_write(context, spec)
+        handler = handler_for_object(obj)
+        if handler is not None:
+            context.log.info(
+                f"{key.to_user_string()}: Delta engine {ENGINE_NAME} (a {type(obj).__name__} output, no Spark)"
+            )
+            self._store_without_spark(context, handler.to_arrow(obj), path, spec, output)
+            return
+        client = self._client()
+        if self._unchanged(
+            output, spec, exists=lambda: client.exists(path), computed_from=lambda: _computed_from(client, path)
+        ):
+            metadata = table_metadata(
+                client,
+                path,
+                column_descriptions=output.descriptions,
+                key_columns=spec.key_columns,
+                newest_first=spec.newest_first,
+                earlier=latest_materialization_metadata(context.step_context.instance, key),
+            )
+            metadata["delta/skipped"] = "inputs unchanged since the last materialization"
+            self._register(client, key, path)
+            context.add_output_metadata({**metadata, **output.step_metadata})
+            return
+        if spec.append_keys and output.reads.consumed and isinstance(obj, DataFrame):
+            obj = _rows_not_held(client, obj, path, spec.append_keys, output.reads)
+        if output.descriptions and isinstance(obj, DataFrame):
+            _check_descriptions_before_writing(client, obj, path, output.descriptions, asset=key.to_user_string())
+        context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
+        result, metadata = SparkDataFrameTypeHandler().handle_output(
+            client,
+            obj,
+            path,
+            spec,
+            replace_where=output.replace_where,
+            commit_metadata=output.commit_metadata,
+            transaction=output.transaction if spec.mode == "append" else None,
+            empty_commit=output.empty_commit,
+            column_descriptions=output.descriptions,
+            earlier=latest_materialization_metadata(context.step_context.instance, key),
+        )
+        if result.by_deltalake:
+            context.log.info(
+                f"{key.to_user_string()}: committed by deltalake, without Spark's jobs (writes of at most "
+                f"arrow_write_max_rows={self.arrow_write_max_rows} rows)"
+            )
+        if result.skipped_reason:
+            metadata["delta/skipped"] = result.skipped_reason
+        self._register(client, key, path)
+        context.add_output_metadata({**metadata, **output.step_metadata})
 
+    def _output_write(self, context: OutputContext, spec: WriteSpec) -> _OutputWrite:
+        """What a write of this output records and replaces, whoever writes it."""
+        key = context.asset_key
+        reads = step_reads(context.step_context.instance, context.run_id, context.step_context.step.key)
         replace_where = None
         fingerprint: dict[str, Any] = {"inputs": dict(sorted(reads.inputs.items()))}
         source = (context.output_metadata or {}).get(SOURCE)
@@ -515,6 +579,7 @@ class DeltaIOManager(ConfigurableIOManager):
         step_metadata["dagster/table_name"] = (
             catalog.qualified_name(key.path) if catalog.enabled else ".".join(key.path)
         )
+        path = self._path(key)
         if spec.delete_column:
             # The deleted keys live in a Delta table of their own next to this one (maintained with it).
             step_metadata["delta/tombstones"] = MetadataValue.path(DeltaTableClient.tombstone_path(path))
@@ -524,144 +589,42 @@ class DeltaIOManager(ConfigurableIOManager):
         if spec.mode == "overwrite":
             commit_metadata[_COMPUTED_FROM] = fingerprint_json
 
-        handler = handler_for_object(obj)
-        if handler is not None:
-            context.log.info(
-                f"{key.to_user_string()}: Delta engine {ENGINE_NAME} (a {type(obj).__name__} output, no Spark)"
-            )
-            self._store_without_spark(
-                context,
-                handler.to_arrow(obj),
-                path,
-                spec,
-                descriptions=descriptions,
-                replace_where=replace_where,
-                commit_metadata=commit_metadata,
-                step_metadata=step_metadata,
-                unchanged=bool(reads.inputs or source is not None) and fingerprint_json,
-            )
-            return
-        client = self._client()
-        if (
-            self.skip_unchanged
-            and spec.mode == "overwrite"
-            and (reads.inputs or source is not None)
-            and client.exists(path)
-            and _computed_from(client, path) == fingerprint_json
-        ):
-            metadata = table_metadata(
-                client,
-                path,
-                column_descriptions=descriptions,
-                key_columns=spec.key_columns,
-                newest_first=spec.newest_first,
-                earlier=latest_materialization_metadata(context.step_context.instance, key),
-            )
-            metadata["delta/skipped"] = "inputs unchanged since the last materialization"
-            self._register(client, key, path)
-            context.add_output_metadata({**metadata, **step_metadata})
-            return
-
-        small = self._small_overwrite(client, obj, path, spec, replace_where=replace_where)
-        if small is not None:
-            try:
-                self._store_without_spark(
-                    context,
-                    small,
-                    path,
-                    spec,
-                    descriptions=descriptions,
-                    replace_where=None,
-                    commit_metadata=commit_metadata,
-                    step_metadata=step_metadata,
-                    unchanged=False,
-                    spark_frame=obj,
-                )
-            except (DeltaProtocolError, CommitFailedError) as error:
-                # Nothing was committed: a table feature deltalake does not write (row tracking, type
-                # widening), found when it commits, or another writer's commit in between.
-                context.log.info(f"{key.to_user_string()}: deltalake did not commit it ({error}); Spark writes it")
-            else:
-                context.log.info(
-                    f"{key.to_user_string()}: {small.num_rows} rows committed by deltalake, without Spark's jobs "
-                    f"(outputs of at most arrow_write_max_rows={self.arrow_write_max_rows} rows)"
-                )
-                self._register(client, key, path)
-                return
-
-        if spec.append_keys and reads.consumed and isinstance(obj, DataFrame):
-            obj = _rows_not_held(client, obj, path, spec.append_keys, reads)
         # A step retried after its append committed (a retry policy, a lost executor)
         # must not append again: one Delta transaction per run, output and partition.
-        partition = fingerprint.get("partition")
-        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{partition[0]}" if partition else "")
-        transaction = (run_output, 0) if spec.mode == "append" else None
+        window_start = fingerprint.get("partition")
+        run_output = f"dagster:{_key_name(key)}:{context.run_id}" + (f":{window_start[0]}" if window_start else "")
         # A write that took in new upstream commits records them even without rows (an
         # empty commit), so the next run starts after them. Its own transaction, versioned
         # by the sum of the consumed versions (it grows with any of them): a retry that
         # read further commits records again, one that read the same does not.
         empty_commit = (run_output + ":consumed", sum(reads.consumed.values())) if reads.advanced else None
-
-        if descriptions and isinstance(obj, DataFrame):
-            _check_descriptions_before_writing(client, obj, path, descriptions, asset=key.to_user_string())
-        context.log.info(f"{key.to_user_string()}: Delta engine {client.engine.describe()}")
-        result, metadata = SparkDataFrameTypeHandler().handle_output(
-            client,
-            obj,
-            path,
-            spec,
+        return _OutputWrite(
             replace_where=replace_where,
+            fingerprint=fingerprint_json if (reads.inputs or source is not None) else None,
+            descriptions=column_descriptions(context.definition_metadata or {}),
             commit_metadata=commit_metadata,
-            transaction=transaction,
+            step_metadata=step_metadata,
+            transaction=(run_output, 0),
             empty_commit=empty_commit,
-            column_descriptions=descriptions,
-            earlier=latest_materialization_metadata(context.step_context.instance, key),
+            reads=reads,
         )
-        if result.skipped_reason:
-            metadata["delta/skipped"] = result.skipped_reason
-        self._register(client, key, path)
-        context.add_output_metadata({**metadata, **step_metadata})
 
-    def _small_overwrite(
-        self, client: DeltaTableClient, frame: Any, path: str, spec: WriteSpec, *, replace_where: str | None
-    ) -> pa.Table | None:
-        """``frame`` as Arrow when delta-rs is to write it (see ``arrow_write_max_rows``), else None.
-
-        Only a whole-table overwrite whose declaration both writers carry out
-        alike: no partitions, no declared properties, a lake on this machine's
-        file system (delta-rs writes from this process), and a driver in this
-        process (not Spark Connect). An existing table must be one delta-rs
-        opens, and no larger than the bound: its size predicts the output's,
-        so a large table is not computed once to find that out. A first write
-        finds out by collecting at most one row past the bound, and a larger
-        output is then written by Spark.
-        """
-        bound = self.arrow_write_max_rows
-        if (
-            not bound
-            or not isinstance(frame, DataFrame)
-            or not hasattr(frame, "_jdf")
-            or spec.mode != "overwrite"
-            or replace_where
-            or spec.partition_columns
-            or spec.table_properties
-            or "://" in path
-        ):
-            return None
-        check_column_names(frame.columns, path)
-        if client.exists(path):
-            try:
-                _, rows = ArrowDeltaClient().readable_rows(path)
-            except DELTA_RS_CANNOT_READ:
-                return None
-            if rows is None or rows > bound:
-                return None
-        data = frame.limit(bound + 1).toArrow()
-        if data.num_rows > bound:
-            return None
-        # Nullable, as delta-spark stores a DataFrame's columns: a NOT NULL the frame's plan
-        # happens to know (a count) would otherwise become a constraint of the table.
-        return data.cast(pa.schema([column.with_nullable(True) for column in data.schema]))
+    def _unchanged(
+        self,
+        output: _OutputWrite,
+        spec: WriteSpec,
+        *,
+        exists: Callable[[], bool],
+        computed_from: Callable[[], str | None],
+    ) -> bool:
+        """Whether the overwrite would write what the table already holds: its inputs are those it was computed from."""
+        return (
+            self.skip_unchanged
+            and spec.mode == "overwrite"
+            and output.fingerprint is not None
+            and exists()
+            and computed_from() == output.fingerprint
+        )
 
     def _register(self, client: DeltaTableClient, key: AssetKey, path: str) -> None:
         # After the commit: the entry follows the table (first write, new columns, a re-created table),
@@ -683,70 +646,49 @@ class DeltaIOManager(ConfigurableIOManager):
             )
 
     def _store_without_spark(
-        self,
-        context: OutputContext,
-        data: Any,
-        path: str,
-        spec: WriteSpec,
-        *,
-        descriptions: Mapping[str, str],
-        replace_where: str | None,
-        commit_metadata: Mapping[str, str],
-        step_metadata: Mapping[str, Any],
-        unchanged: str | bool,
-        spark_frame: DataFrame | None = None,
+        self, context: OutputContext, data: Any, path: str, spec: WriteSpec, output: _OutputWrite
     ) -> None:
-        """Store a pandas, polars or Arrow output with delta-rs (no SparkSession).
-
-        ``unchanged``: the overwrite's fingerprint when it has inputs to compare, else false.
-        ``spark_frame``: the Spark DataFrame the rows came from, whose types name the columns in
-        ``dagster/column_schema`` as the Spark route's writes of the same table name them.
-        """
+        """Store a pandas, polars or Arrow output with deltalake (no SparkSession)."""
         key = context.asset_key
         asset = key.to_user_string()
         client = ArrowDeltaClient()
-        if (
-            self.skip_unchanged
-            and spec.mode == "overwrite"
-            and unchanged
-            and client.exists(path)
-            and client.computed_from(path) == unchanged
+        descriptions = output.descriptions
+        if self._unchanged(
+            output, spec, exists=lambda: client.exists(path), computed_from=lambda: client.computed_from(path)
         ):
-            metadata = client.metadata(
-                path, column_descriptions=descriptions, key_columns=spec.key_columns, newest_first=spec.newest_first
+            metadata = arrow_table_metadata(
+                client,
+                path,
+                column_descriptions=descriptions,
+                key_columns=spec.key_columns,
+                newest_first=spec.newest_first,
             )
             metadata["delta/skipped"] = "inputs unchanged since the last materialization"
-            context.add_output_metadata({**metadata, **step_metadata})
+            context.add_output_metadata({**metadata, **output.step_metadata})
             return
         if descriptions:
             columns = list(data.column_names)
             if set(descriptions) - set(columns) and client.exists(path):
                 columns += [name for name in client.dataset(path).schema.names if name not in columns]
             check_column_descriptions(descriptions, columns, table=f"asset {asset} (Delta table {path})")
-        run_output = f"dagster:{_key_name(key)}:{context.run_id}"
-        if replace_where:
-            window = context.asset_partitions_time_window
-            run_output += f":{window.start.isoformat()}"
         skipped = client.write(
             data,
             path,
             spec,
             asset=asset,
-            replace_where=replace_where,
-            commit_metadata=commit_metadata,
-            transaction=(run_output, 0) if spec.mode == "append" else None,
+            replace_where=output.replace_where,
+            commit_metadata=output.commit_metadata,
+            transaction=output.transaction if spec.mode == "append" else None,
         )
         if skipped and not client.exists(path):
-            context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **step_metadata})
+            context.add_output_metadata({"dagster/row_count": 0, "delta/skipped": skipped, **output.step_metadata})
             return
-        metadata = client.metadata(
-            path, column_descriptions=descriptions, key_columns=spec.key_columns, newest_first=spec.newest_first
+        metadata = arrow_table_metadata(
+            client, path, column_descriptions=descriptions, key_columns=spec.key_columns, newest_first=spec.newest_first
         )
-        if spark_frame is not None:
-            metadata = _with_spark_column_types(metadata, spark_frame, descriptions)
         if skipped:
             metadata["delta/skipped"] = skipped
-        context.add_output_metadata({**metadata, **step_metadata})
+        context.add_output_metadata({**metadata, **output.step_metadata})
 
 
 def _with_spark_column_types(

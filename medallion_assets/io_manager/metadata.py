@@ -1,4 +1,5 @@
-"""Dagster output metadata of a Delta table, from the client's :class:`~.client.TableDescription`."""
+"""Dagster output metadata of a Delta table: from the table client's
+:class:`~medallion_assets.storage.client.TableDescription`, or read by deltalake (:func:`arrow_table_metadata`)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,25 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from dagster import MetadataValue, TableColumn, TableSchema
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from medallion_assets.engine import CommitFacts
-from medallion_assets.io_manager.client import DeltaTableClient, TableDescription
+from medallion_assets.storage.arrow_client import (
+    DELTA_RS_CANNOT_READ,
+    ArrowDeltaClient,
+    files_size,
+    rows_by_statistics,
+)
+from medallion_assets.storage.client import DeltaTableClient, TableDescription
+from medallion_assets.storage.engines import CommitFacts
 
 log = logging.getLogger(__name__)
 
 _PREVIEW_ROWS = 5
 #: A table of at most this many rows (known from its Delta log) previews its first rows by key, a
-#: top-k over the whole table (about 0.1 s more than a bare limit at this size, on delta-rs); a larger
+#: top-k over the whole table (cheap at this size, on delta-rs); a larger
 #: one previews the rows a limit reads first, in key order, so the preview never scans it.
 SORTED_PREVIEW_MAX_ROWS = 10_000
 #: Types Spark sorts and Python compares alike (maps, structs, arrays and variants are left out of the order).
@@ -129,16 +137,13 @@ def _preview_from_files(
     """The preview of the described version read by delta-rs, or None where delta-rs cannot open the table.
 
     delta-rs reads a few rows of one file in milliseconds; Spark's first read of a
-    new version costs delta-spark a snapshot of it, about a second per output
-    (``benchmarks/pipeline_vs_plain.py``), on every write of every run. Where
+    new version costs delta-spark a snapshot of it on every write of every run
+    (docs/decisions/0010-writes-computed-once.md). Where
     delta-rs cannot open the location (a Hadoop-only scheme, a lake only the Spark
     server sees) or a table feature it does not read, Spark previews it. Column
     mapping is one: delta-rs opens such a table, but its Arrow dataset reads the
     files' physical column names as missing columns, all null.
     """
-    # Imported here: arrow_handlers imports this module.
-    from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
-
     try:
         client = ArrowDeltaClient()
         table = client.readable_table(description.path, version=description.version)
@@ -224,12 +229,9 @@ def first_rows(dataset: ds.FileSystemDataset, rows: int) -> pa.Table:
     Read through ``pyarrow.parquet.ParquetFile`` with a buffered stream and no
     pre-buffering, it holds about one page per column. A dataset scan holds the
     whole first row group instead, even for a ``head`` of five rows without read-ahead
-    (``benchmarks/pipeline_vs_plain.py`` saw the Python driver rise by 405 MB in the
-    step that previews SF 1's raw order lines; up to 128 MB a row group compressed).
+    (up to 128 MB a row group compressed; docs/decisions/0010-writes-computed-once.md).
     Where a file does not convert to the dataset's schema, the dataset's own scan reads it.
     """
-    import pyarrow.parquet as pq
-
     schema = dataset.schema
     for fragment in dataset.get_fragments():
         with dataset.filesystem.open_input_file(fragment.path) as source:
@@ -297,6 +299,68 @@ def _same_description(
     if described != dict(column_descriptions):
         return None
     return {key: earlier[key] for key in _DESCRIPTION_KEYS}
+
+
+def arrow_table_metadata(
+    client: ArrowDeltaClient,
+    path: str,
+    *,
+    column_descriptions: Mapping[str, str] | None = None,
+    key_columns: Sequence[str] = (),
+    newest_first: bool = False,
+) -> dict[str, Any]:
+    """Output metadata of the table's current version read by deltalake, with the Spark path's keys.
+
+    Rows, files and bytes come from the Delta log's add actions; the preview
+    reads at most the first :data:`SORTED_PREVIEW_MAX_ROWS` rows, or with
+    ``newest_first`` the rows of the newest file (:func:`arrow_markdown_preview`).
+
+    Raises:
+        ValueError: a description names a column the table does not have.
+    """
+    table = client.open_table(path)
+    info, _ = client.newest_commit(path)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    rows = rows_by_statistics(actions)
+    rows = table.count() if rows is None else rows
+    schema = pa.schema(table.schema())
+    descriptions = dict(column_descriptions or {})
+    check_column_descriptions(descriptions, schema.names, table=f"Delta table {path}")
+    partitions = list(table.metadata().partition_columns)
+    metrics = info.get("operationMetrics") or {}
+    return {
+        "delta/engine": ENGINE_NAME,
+        "dagster/column_schema": arrow_table_schema(schema, descriptions),
+        "dagster/row_count": rows,
+        "dagster/uri": MetadataValue.path(path),
+        "delta/version": version_metadata(table.version()),
+        "delta/operation": str(info.get("operation", "")),
+        "delta/operation_metrics": MetadataValue.json(json.loads(json.dumps(metrics, default=str))),
+        "delta/num_files": actions.num_rows,
+        "delta/size_bytes": files_size(actions),
+        "delta/partition_columns": MetadataValue.json(partitions),
+        "preview": MetadataValue.md(
+            arrow_markdown_preview(
+                table.to_pyarrow_dataset(),
+                key_columns=list(key_columns) or partitions,
+                total_rows=rows,
+                newest_of=actions if newest_first else None,
+            )
+        ),
+    }
+
+
+def arrow_table_schema(schema: pa.Schema, column_descriptions: Mapping[str, str] | None = None) -> TableSchema:
+    """An Arrow schema as Dagster's table schema (Arrow's type names).
+
+    Args:
+        schema: the table's schema.
+        column_descriptions: column name -> description; other columns have none.
+    """
+    descriptions = column_descriptions or {}
+    return TableSchema(
+        columns=[TableColumn(name=f.name, type=str(f.type), description=descriptions.get(f.name)) for f in schema]
+    )
 
 
 def version_metadata(version: int) -> MetadataValue:

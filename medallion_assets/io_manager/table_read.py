@@ -5,11 +5,10 @@ when delta-rs reads the version: as delta-rs' table at that version, whatever
 its size (for DataFusion, which plans on it and streams what it reads), or as
 Arrow in hand while it is small.
 
-A check of a table of a few thousand rows (a key, a reference) spends well
-under a second of work on its rows through Spark: its query waits on the
-new version's Delta snapshot and a job of its own, about 0.8 s a check in
-an SF 0.1 run (docs/performance-record.md, "Table checks without Spark"). The same
-count over the version's key columns, read by delta-rs, takes milliseconds.
+A check of a table of a few thousand rows (a key, a reference) through Spark
+waits on the new version's Delta snapshot and a job of its own, for little
+work on its rows; the same count over the version's key columns, read by
+delta-rs, does not (docs/decisions/0002-checks-counted-by-datafusion.md).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
+from medallion_assets.storage.arrow_client import ArrowDeltaClient
 
 if TYPE_CHECKING:
     import deltalake

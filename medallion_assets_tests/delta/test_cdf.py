@@ -191,7 +191,7 @@ def test_added_rows_defer_to_the_change_feed_when_a_commit_removed_data(spark, t
     from pyspark.testing import assertDataFrameEqual
 
     from medallion_assets.delta._read import read_added_rows
-    from medallion_assets.engine import DeltaRsEngine
+    from medallion_assets.storage.engines import DeltaRsEngine
 
     path = str(tmp_path / "t")
     _append(path, [1, 2])

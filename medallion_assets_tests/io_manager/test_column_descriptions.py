@@ -11,13 +11,13 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from medallion_assets.io_manager import (
     COLUMN_DESCRIPTIONS,
     DeltaIOManager,
-    DeltaTableClient,
     TableRead,
     WriteSpec,
     delta_table,
     table_metadata,
 )
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
 
 
 def _resources(tmp_path):

@@ -23,7 +23,7 @@ from dagster import AssetIn, AssetKey, AssetSpec, MonthlyPartitionsDefinition, a
 from deltalake import write_deltalake
 
 from medallion_assets.io_manager import DeltaIOManager, delta_table
-from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+from medallion_assets.io_manager.metadata import ENGINE_NAME
 from medallion_assets.pipelines.tpch.reports import pricing_summary_report
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets_tests.support.readers import read_with_duckdb, rows

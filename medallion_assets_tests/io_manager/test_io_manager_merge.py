@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 from dagster import asset, materialize
 
-from medallion_assets.io_manager import DeltaIOManager, DeltaTableClient, delta_table
+from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
+from medallion_assets.storage.writers import WriterLimits
 from medallion_assets_tests.support.resources import io_manager_resources as _resources
 
 pytestmark = pytest.mark.both_engines
@@ -23,7 +25,7 @@ def _route(merged_by: str) -> dict:
 
 def _assert_merged_by(result, node: str, merged_by: str, delta_engine: str) -> None:
     """The write's metadata names the route that committed it (on the delta-rs engine both are delta-rs' commits)."""
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
 
     by_deltalake = merged_by == "deltalake" and delta_engine == "delta-spark"
     written = result.asset_materializations_for_node(node)[0].metadata
@@ -351,7 +353,7 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets.resources import io_manager_settings
     from medallion_assets_tests.support.readers import read_with_duckdb
 
@@ -440,7 +442,7 @@ def test_a_small_merge_is_committed_by_deltalake_and_a_larger_one_by_the_engine(
     # A small source, but no table is small enough for deltalake to rewrite, set as a deployment sets
     # it (the variable, read by Dagster when the run starts): the engine merges, and the log says why.
     monkeypatch.setenv("MEDALLION_ARROW_MERGE_MAX_TABLE_MB", "0")
-    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    caplog.set_level(logging.INFO, logger="medallion_assets.storage")
     metadata, commit = merge([(7, 1, Decimal("7.00"), at(5), False)], **io_manager_settings())
     assert metadata["delta/engine"].value == delta_engine and commit["operation"] == "MERGE"
     assert "more than the 0 deltalake may rewrite" in caplog.text
@@ -455,7 +457,7 @@ def test_a_small_merge_into_a_table_deltalake_cannot_write_is_merged_by_delta_sp
 
     from medallion_assets.io_manager.spec import WriteSpec
 
-    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10))
     spec = WriteSpec(
         mode="merge",
         merge_keys=("id",),
@@ -483,7 +485,7 @@ def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_b
 
     from medallion_assets.io_manager.spec import WriteSpec
 
-    caplog.set_level(logging.INFO, logger="medallion_assets.io_manager.client")
+    caplog.set_level(logging.INFO, logger="medallion_assets.storage")
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq")
     path = tmp_path / "things"
     schema = "id long, seq long, name string"
@@ -494,7 +496,7 @@ def test_a_small_merge_into_a_table_past_the_size_deltalake_rewrites_is_merged_b
 
     def merged_by_deltalake(max_table_bytes: int, changes: list[tuple]) -> bool:
         caplog.clear()
-        client = DeltaTableClient(spark, arrow_append_max_rows=10, arrow_merge_max_table_bytes=max_table_bytes)
+        client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10, max_merge_table_bytes=max_table_bytes))
         before = deltalake.DeltaTable(str(path)).version()
         result = client.write(spark.createDataFrame(changes, schema), str(path), spec)
         assert result.version == before + 1 and client.last_commit_info(str(path))["operation"] == "MERGE"
@@ -520,7 +522,7 @@ def test_a_merges_small_tombstone_append_and_empty_commit_are_committed_by_delta
     from medallion_assets.io_manager.spec import WriteSpec
     from medallion_assets_tests.support.readers import read_with_deltalake
 
-    client = DeltaTableClient(spark, arrow_append_max_rows=10)
+    client = DeltaTableClient(spark, writer_limits=WriterLimits(max_rows=10))
     spec = WriteSpec(mode="merge", merge_keys=("id",), sequence_column="seq", delete_column="_deleted")
     path = str(tmp_path / "things")
 

@@ -7,7 +7,7 @@ import pytest
 from dagster import AssetIn, MetadataValue, asset, materialize
 from pyspark.sql import functions as F
 
-from medallion_assets.io_manager import DeltaTableClient
+from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets_tests.support.resources import io_manager_resources as _resources
 
 pytestmark = pytest.mark.both_engines
@@ -18,8 +18,8 @@ def test_output_metadata_rows_files_and_bytes_are_those_an_independent_reader_se
     import deltalake
     import pyarrow as pa
 
-    from medallion_assets.engine import DeltaSparkSqlEngine
     from medallion_assets.io_manager import WriteSpec, table_metadata
+    from medallion_assets.storage.engines import DeltaSparkSqlEngine
     from medallion_assets_tests.support.readers import read_with_duckdb
 
     client = DeltaTableClient(spark)
@@ -250,7 +250,7 @@ def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_i
     """``filtered_by`` replaces the every-date default; a group-replaced table keeps its group, not its other keys."""
     from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType
 
-    from medallion_assets.io_manager.spec import WriteSpec, table_properties_for
+    from medallion_assets.storage.write_spec import WriteSpec, table_properties_for
 
     schema = StructType(
         [
@@ -282,10 +282,10 @@ def test_declared_filters_choose_the_statistics_and_a_replace_group_stands_for_i
 
 
 def test_a_misspelt_filter_column_fails_the_write_naming_the_table_and_creates_nothing(spark, tmp_path):
-    from medallion_assets.io_manager import WriteSpec, delta_table
+    from medallion_assets.io_manager import delta_table, write_spec_from_metadata
 
     path = str(tmp_path / "silver" / "events")
-    spec = WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["id"], filtered_by=["dya"]))
+    spec = write_spec_from_metadata(delta_table(write_mode="merge", merge_keys=["id"], filtered_by=["dya"]))
     frame = spark.createDataFrame([(1, "2024-01-01")], "id long, day string").withColumn("day", F.to_date("day"))
     with pytest.raises(ValueError, match=r"table .*events: filtered_by names column\(s\) \['dya'\]"):
         DeltaTableClient(spark).write(frame, path, spec)

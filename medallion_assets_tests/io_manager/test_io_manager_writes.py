@@ -9,8 +9,9 @@ import pytest
 from dagster import AssetIn, AssetKey, MonthlyPartitionsDefinition, asset, materialize
 from pyspark.sql import functions as F
 
-from medallion_assets.io_manager import DeltaIOManager, DeltaTableClient, delta_table
+from medallion_assets.io_manager import DeltaIOManager, delta_table
 from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets_tests.support.resources import io_manager_resources as _resources
 
 pytestmark = pytest.mark.both_engines
@@ -75,7 +76,7 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets_tests.support.readers import read_with_duckdb
 
     days = {"n": 0}
@@ -117,7 +118,7 @@ def test_a_small_overwrite_is_committed_by_deltalake_and_a_larger_one_by_spark(s
 def test_an_unchanged_small_overwrite_reuses_its_description_without_reading_the_table(spark, tmp_path, monkeypatch):
     from dagster import DagsterInstance
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
 
     @asset(key=["bronze", "numbers"])
     def numbers():
@@ -253,7 +254,7 @@ def test_a_small_append_to_an_existing_table_is_committed_by_deltalake_and_a_lar
     import deltalake
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets_tests.support.readers import read_with_duckdb
 
     schema = "id long, reason string, at timestamp"

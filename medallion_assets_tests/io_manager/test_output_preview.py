@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from medallion_assets.io_manager import WriteSpec, delta_table, markdown_preview
+from medallion_assets.io_manager import WriteSpec, delta_table, markdown_preview, write_spec_from_metadata
 from medallion_assets.io_manager.metadata import SORTED_PREVIEW_MAX_ROWS
 
 
@@ -16,12 +16,14 @@ def _shown(preview: str) -> list[list[str]]:
 
 
 def test_the_declared_key_is_what_previews_are_sorted_by():
-    assert WriteSpec.from_metadata(
+    assert write_spec_from_metadata(
         delta_table(write_mode="merge", merge_keys=["o_orderkey"], partition_columns=["day"])
     ).key_columns == ("o_orderkey",)
-    assert WriteSpec.from_metadata(delta_table(partition_columns=["day"], partition_expr="day")).key_columns == ("day",)
-    assert WriteSpec.from_metadata(delta_table(partition_expr="order_month")).key_columns == ("order_month",)
-    assert WriteSpec.from_metadata(delta_table()).key_columns == ()
+    assert write_spec_from_metadata(delta_table(partition_columns=["day"], partition_expr="day")).key_columns == (
+        "day",
+    )
+    assert write_spec_from_metadata(delta_table(partition_expr="order_month")).key_columns == ("order_month",)
+    assert write_spec_from_metadata(delta_table()).key_columns == ()
 
 
 def test_a_small_table_shows_its_first_rows_by_key_and_a_large_one_the_rows_read_first_in_key_order(spark):
@@ -45,8 +47,8 @@ def test_a_small_table_shows_its_first_rows_by_key_and_a_large_one_the_rows_read
 
 def test_a_written_table_is_previewed_from_its_files_as_spark_shows_it_without_a_spark_job(spark, tmp_path):
     # Spark's first read of a new version costs delta-spark a snapshot; delta-rs reads one file instead.
-    from medallion_assets.io_manager import DeltaTableClient
     from medallion_assets.io_manager.metadata import description_metadata
+    from medallion_assets.storage.client import DeltaTableClient
 
     client = DeltaTableClient(spark)
     path = str(tmp_path / "previewed")
@@ -75,8 +77,8 @@ def test_a_large_table_previews_the_first_rows_of_one_file_with_its_partition_va
     from pyspark.sql import functions as F
     from pyspark.testing import assertDataFrameEqual
 
-    from medallion_assets.io_manager import DeltaTableClient
     from medallion_assets.io_manager.metadata import first_rows
+    from medallion_assets.storage.client import DeltaTableClient
 
     path = str(tmp_path / "partitioned")
     written = spark.range(SORTED_PREVIEW_MAX_ROWS + 5, numPartitions=3).select(
@@ -102,12 +104,12 @@ def test_a_table_only_appended_to_previews_its_newest_rows_on_both_routes(spark,
     import deltalake
     import pyarrow as pa
 
-    from medallion_assets.io_manager import DeltaTableClient
-    from medallion_assets.io_manager.arrow_handlers import ArrowDeltaClient
-    from medallion_assets.io_manager.metadata import description_metadata
+    from medallion_assets.io_manager.metadata import arrow_table_metadata, description_metadata
+    from medallion_assets.storage.arrow_client import ArrowDeltaClient
+    from medallion_assets.storage.client import DeltaTableClient
 
-    assert WriteSpec.from_metadata(delta_table(write_mode="append")).newest_first
-    assert not WriteSpec.from_metadata(delta_table(write_mode="merge", merge_keys=["k"])).newest_first
+    assert write_spec_from_metadata(delta_table(write_mode="append")).newest_first
+    assert not write_spec_from_metadata(delta_table(write_mode="merge", merge_keys=["k"])).newest_first
     path = str(tmp_path / "appended")
     for batch in (1, 2, 3):  # written by deltalake, not by the code under test
         deltalake.write_deltalake(
@@ -118,7 +120,7 @@ def test_a_table_only_appended_to_previews_its_newest_rows_on_both_routes(spark,
     spark_route = description_metadata(DeltaTableClient(spark).describe(path), preview_rows=2, newest_first=True)[
         "preview"
     ].value
-    arrow_route = ArrowDeltaClient().metadata(path, newest_first=True)["preview"].value
+    arrow_route = arrow_table_metadata(ArrowDeltaClient(), path, newest_first=True)["preview"].value
     for preview in (spark_route, arrow_route):
         shown = _shown(preview)
         assert shown and {batch for _, batch in shown} == {"3"}, preview

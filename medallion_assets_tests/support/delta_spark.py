@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from medallion_assets.engine import delta_spark_jar_files, plan_engine
+from medallion_assets.storage.session import delta_spark_jar_files, plan_engine
 
 
 def delta_spark_jars_from_env() -> str | None:

@@ -48,6 +48,7 @@ def main(argv: list[str]) -> int:
     max_files = int(argv[2]) if len(argv) > 2 else None
     from medallion_assets.feeds import feed_named
     from medallion_assets.ingest import start_bronze_stream
+    from medallion_assets.project import project_feeds, the_kafka_feed
     from medallion_assets.resources import LakeResource
 
     resource = spark_resource()
@@ -62,9 +63,9 @@ def main(argv: list[str]) -> int:
 
         settings = {field: os.environ[name] for name, field in KAFKA_VARIABLES.items() if os.environ.get(name)}
         kafka = KafkaResource(**settings, max_offsets_per_trigger=max_files)
-        query = start_kafka_stream(spark, LakeResource(root=root), kafka)
+        query = start_kafka_stream(spark, LakeResource(root=root), kafka, the_kafka_feed())
     else:
-        feed = feed_named(stream)
+        feed = feed_named(stream, project_feeds())
         query = start_bronze_stream(spark, LakeResource(root=root), feed, max_files_per_trigger=max_files)
     query.awaitTermination()
     spark.stop()

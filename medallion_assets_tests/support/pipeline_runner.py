@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     from dagster import AssetCheckSeverity, DagsterInstance
 
     from medallion_assets.definitions import build_definitions
-    from medallion_assets.io_manager.arrow_handlers import ENGINE_NAME
+    from medallion_assets.io_manager.metadata import ENGINE_NAME
     from medallion_assets.pipelines.tpch import simulator
     from medallion_assets_tests.support.pipeline_checks import materialize_everything
 

@@ -12,11 +12,11 @@ from typing import Literal
 from dagster import AssetKey, Config, MaterializeResult, asset
 from pydantic import Field
 
-from medallion_assets.feeds import feeds_in
 from medallion_assets.kafka import KafkaResource, publish_files
 from medallion_assets.pipelines.tpch import feeds
 from medallion_assets.pipelines.tpch.feeds import ORDERS_KAFKA
 from medallion_assets.pipelines.tpch.simulator import AllBatchesLandedError, land_all, land_next_batch
+from medallion_assets.project import feeds_in
 from medallion_assets.resources import LakeResource
 
 

@@ -1,7 +1,10 @@
-"""Reading and writing Delta tables on the session's Delta engine: :class:`DeltaTableClient`.
+"""Reading and writing Delta tables with one SparkSession: :class:`DeltaTableClient`.
 
-Knows storage and nothing about Dagster; the merge strategies it writes with
-are in :mod:`.merges`.
+Knows storage and nothing about Dagster, so it serves the IO manager, the
+bronze streams, the jobs and scripts alike. Every write goes one road:
+:meth:`DeltaTableClient.write` asks :func:`~.writers.choose_writer` who
+commits it (the session's engine or deltalake), and merges through
+:mod:`.changes`.
 """
 
 from __future__ import annotations
@@ -12,27 +15,33 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import pyarrow as pa
+from deltalake.exceptions import CommitFailedError, DeltaProtocolError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from medallion_assets.engine import CommitFacts, DeltaEngine, MergeClause, engine_for
-from medallion_assets.io_manager import merges
-from medallion_assets.io_manager.spec import (
+from medallion_assets.delta import DeltaError as DeltaRsEngineError
+from medallion_assets.storage import changes
+from medallion_assets.storage.arrow_client import DELTA_RS_CANNOT_READ, ArrowDeltaClient
+from medallion_assets.storage.engines import CommitFacts, DeltaEngine, engine_for
+from medallion_assets.storage.merge_clauses import MergeClause
+from medallion_assets.storage.write_spec import (
     WriteSpec,
     check_engine_reads,
     declared_table_properties,
     table_properties_for,
 )
+from medallion_assets.storage.writers import (
+    Deployment,
+    Operation,
+    StoredTable,
+    TableShape,
+    Writer,
+    WriterLimits,
+    choose_writer,
+)
 
 log = logging.getLogger(__name__)
-
-#: Files of a table's current version (bytes) up to which a small MERGE into it is run by deltalake
-#: (``arrow_merge_max_table_bytes``). deltalake rewrites the files holding matched keys in this process,
-#: with no memory bound (a bound can deadlock it, see :meth:`.ArrowDeltaClient.merge_into_existing`), so
-#: the process grows with them: by 0.74 GB for SF 1's lineitem (290 MB of files) and 0.86 GB for SF 3's
-#: (606 MB) with a 1% source (docs/performance-record.md, "A MERGE that never returned"). Past this,
-#: the session's engine merges, spilling in the JVM or spread over a cluster.
-ARROW_MERGE_MAX_TABLE_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,38 +97,24 @@ class DeltaTableClient:
     """Reads and writes Delta tables with one SparkSession, on the session's Delta engine.
 
     Knows storage and nothing about Dagster, so it can be used from scripts and
-    maintenance jobs too. What the two engines spell differently is asked of
-    :class:`~medallion_assets.engine.DeltaEngine`; the rest is delta-spark's
-    surface, which both ``DeltaTable`` classes share.
+    maintenance jobs too. What the engines spell differently is asked of
+    :class:`~medallion_assets.storage.engines.DeltaEngine`; the rest is
+    delta-spark's surface, which both ``DeltaTable`` classes share.
 
     Args:
         spark: the session.
         engine: its Delta engine (default: the one the session runs).
-        arrow_append_max_rows: an append of at most this many rows to an existing
-            table (a quarantine, a merge's tombstones, the empty commit that records
-            what a write consumed), and a MERGE whose source has at most this many
-            rows, are collected as Arrow and committed by deltalake, without the
-            jobs a Spark write runs whatever its rows; 0 (the default): Spark
-            commits every write. Only in a classic session on a lake of this
-            machine's file system, and only to an unpartitioned table delta-rs
-            reads and writes.
-        arrow_merge_max_table_bytes: such a MERGE is run by deltalake only into a
-            table whose current files total at most this many bytes; the engine
-            merges into a larger one.
+        writer_limits: how large a write deltalake may commit instead of the
+            engine (:func:`~.writers.choose_writer`); the default, no rows:
+            the engine commits every write.
     """
 
     def __init__(
-        self,
-        spark: SparkSession,
-        engine: DeltaEngine | None = None,
-        *,
-        arrow_append_max_rows: int = 0,
-        arrow_merge_max_table_bytes: int = ARROW_MERGE_MAX_TABLE_BYTES,
+        self, spark: SparkSession, engine: DeltaEngine | None = None, *, writer_limits: WriterLimits | None = None
     ) -> None:
         self.spark = spark
         self.engine = engine or engine_for(spark)
-        self.arrow_append_max_rows = arrow_append_max_rows
-        self.arrow_merge_max_table_bytes = arrow_merge_max_table_bytes
+        self.writer_limits = writer_limits or WriterLimits()
 
     # ---- reading -------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -199,14 +194,15 @@ class DeltaTableClient:
         check_engine_reads(declared_table_properties(spec), path=path, engine=self.engine.name)
         frame = self.engine.prepare_write(frame)
         metadata = dict(commit_metadata or {})
-        if spec.mode not in ("append", "merge", "replace_keys"):
-            return self._write(frame, path, spec, replace_where, metadata, transaction)
+        table = StoredTable(path, exists=lambda: self.exists(path))
+        if spec.mode == "overwrite":
+            return self._overwrite(frame, path, spec, replace_where, metadata, transaction, table)
         # An append or merge source is checked for rows before it is written, and a
         # merge's is read again for its deletes: computed once, not once per action.
         with computed_once(frame) as (frame, rows):
             if rows == 0:
                 result = self._result(path, "no new rows")
-            elif spec.mode == "append" and self._commits_with_deltalake(path, spec, rows):
+            elif spec.mode == "append" and self._writer("append", rows, table, spec) == "deltalake":
                 # When deltalake cannot commit it (it committed nothing), the engine appends.
                 result = self._append_with_deltalake(frame, path, metadata, transaction) or self._write(
                     frame, path, spec, replace_where, metadata, transaction
@@ -215,7 +211,9 @@ class DeltaTableClient:
                 result = self._write(frame, path, spec, replace_where, metadata, transaction, rows=rows)
             if result.skipped_reason is None or empty_commit is None:
                 return result
-            if self._commits_with_deltalake(path, spec, 0):
+            # Asked again: the write may have created the table.
+            after = StoredTable(path, exists=lambda: self.exists(path))
+            if self._writer("empty_commit", 0, after, spec) == "deltalake":
                 recorded = self._append_with_deltalake(None, path, metadata, empty_commit)
                 if recorded is not None:
                     return WriteResult(
@@ -227,20 +225,72 @@ class DeltaTableClient:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             return self._commit_empty(stored.schema, path, spec, metadata, empty_commit, result.skipped_reason)
 
-    def _commits_with_deltalake(self, path: str, spec: WriteSpec, rows: int) -> bool:
-        """Whether deltalake is to commit an append or merge of ``rows`` rows (see ``arrow_append_max_rows``).
-
-        A table that does not exist yet is created by the engine, with the
-        partitions and properties its declaration names.
-        """
-        return (
-            0 < self.arrow_append_max_rows
-            and rows <= self.arrow_append_max_rows
-            and not spec.partition_columns
-            and "://" not in path
-            and hasattr(self.spark, "_jsparkSession")
-            and self.exists(path)
+    def _writer(
+        self,
+        operation: Operation,
+        rows: int | None,
+        table: StoredTable,
+        spec: WriteSpec,
+        *,
+        replace_where: str | None = None,
+        schema_evolution: bool = False,
+    ) -> Writer:
+        """:func:`~.writers.choose_writer` for a write of this client's session to ``table``."""
+        shape = TableShape(
+            partitioned=bool(spec.partition_columns),
+            declares_properties=bool(spec.table_properties),
+            replaces_partition=bool(replace_where),
+            adds_columns=schema_evolution,
         )
+        return choose_writer(
+            operation,
+            rows=rows,
+            table=table,
+            shape=shape,
+            deployment=Deployment.of(self.spark, table.path),
+            limits=self.writer_limits,
+        )
+
+    def _overwrite(
+        self,
+        frame: DataFrame,
+        path: str,
+        spec: WriteSpec,
+        replace_where: str | None,
+        metadata: dict[str, str],
+        transaction: tuple[str, int] | None,
+        table: StoredTable,
+    ) -> WriteResult:
+        """Overwrite the table (or the partition of ``replace_where``) by deltalake when it is to, else the engine."""
+        if self._writer("overwrite", None, table, spec, replace_where=replace_where) == "deltalake":
+            # One row past the bound tells a larger output apart without computing all of it.
+            data = frame.limit(self.writer_limits.max_rows + 1).toArrow()
+            if self._writer("overwrite", data.num_rows, table, spec, replace_where=replace_where) == "deltalake":
+                result = self._overwrite_with_deltalake(data, path, spec, metadata)
+                if result is not None:
+                    return result
+        return self._write(frame, path, spec, replace_where, metadata, transaction)
+
+    def _overwrite_with_deltalake(
+        self, data: pa.Table, path: str, spec: WriteSpec, commit_metadata: dict[str, str]
+    ) -> WriteResult | None:
+        """Overwrite the whole table with ``data`` by deltalake; ``None`` when it cannot, having committed nothing."""
+        # Nullable, as delta-spark stores a DataFrame's columns: a NOT NULL the frame's plan
+        # happens to know (a count) would otherwise become a constraint of the table.
+        data = data.cast(pa.schema([column.with_nullable(True) for column in data.schema]))
+        try:
+            ArrowDeltaClient().write(
+                data, path, spec, asset=path, replace_where=None, commit_metadata=commit_metadata, transaction=None
+            )
+        except (DeltaProtocolError, CommitFailedError) as error:
+            # A table feature deltalake does not write (row tracking, type widening), found
+            # when it commits, or another writer's commit in between.
+            log.info(
+                "deltalake did not overwrite %s and committed nothing (%s); the session's engine writes", path, error
+            )
+            return None
+        commit = self.engine.latest_commit(self.spark, path)
+        return WriteResult(commit.version, None, commit, by_deltalake=True)
 
     def merge(
         self,
@@ -256,39 +306,21 @@ class DeltaTableClient:
     ) -> None:
         """MERGE ``source`` (alias ``s``) into the table at ``path`` (alias ``t``).
 
-        A source of at most ``arrow_append_max_rows`` rows (``max_rows`` bounds
-        it) that adds no column, into a table of at most
-        ``arrow_merge_max_table_bytes`` of files, is collected as Arrow and
-        merged by deltalake, in this process: at SF 1, restating 1% of the
-        orders in ``lineitem`` took 15 s, against 31 s as delta-spark's jobs.
-        Anything deltalake cannot merge (deletion vectors, a writer feature, a
-        condition it does not parse, another writer in between) commits nothing
-        there, and the engine merges instead, as it does every larger source or
-        table. Which of them committed is read from the commit afterwards
-        (:meth:`_write`).
+        Run by deltalake, in this process, where :func:`~.writers.choose_writer`
+        says so for a source of at most ``max_rows`` rows; by the session's
+        engine otherwise. Anything deltalake cannot merge (deletion vectors, a
+        writer feature, a condition it does not parse, another writer in
+        between) commits nothing there, and the engine merges instead. Which of
+        them committed is read from the commit afterwards (:meth:`_write`).
         """
-        if not schema_evolution and self._commits_with_deltalake(path, spec, max_rows):
-            # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
-            from deltalake.exceptions import CommitFailedError, DeltaProtocolError
-
-            from medallion_assets.delta.errors import DeltaError as _PackageError
-            from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
-
-            arrow = ArrowDeltaClient()
+        table = StoredTable(path, exists=lambda: self.exists(path))
+        if self._writer("merge", max_rows, table, spec, schema_evolution=schema_evolution) == "deltalake":
             try:
-                table_bytes = arrow.files_bytes(path)
-                if table_bytes <= self.arrow_merge_max_table_bytes:
-                    arrow.merge_into_existing(source.toArrow(), path, on=on, clauses=clauses, commit_metadata=metadata)
-                    return
-                log.info(
-                    "%s has %d bytes of files, more than the %d deltalake may rewrite in this process (the IO "
-                    "manager's arrow_merge_max_table_mb, MEDALLION_ARROW_MERGE_MAX_TABLE_MB); the session's "
-                    "engine merges",
-                    path,
-                    table_bytes,
-                    self.arrow_merge_max_table_bytes,
+                ArrowDeltaClient().merge_into_existing(
+                    source.toArrow(), path, on=on, clauses=clauses, commit_metadata=metadata
                 )
-            except (*DELTA_RS_CANNOT_READ, _PackageError, DeltaProtocolError, CommitFailedError) as error:
+                return
+            except (*DELTA_RS_CANNOT_READ, DeltaRsEngineError, DeltaProtocolError, CommitFailedError) as error:
                 log.info(
                     "deltalake did not merge into %s and committed nothing (%s); the session's engine merges",
                     path,
@@ -303,13 +335,8 @@ class DeltaTableClient:
     ) -> WriteResult | None:
         """Append ``frame``'s rows (``None``: no row) by deltalake.
 
-        ``None`` when it cannot, having committed nothing.
+        ``None`` when deltalake cannot, having committed nothing.
         """
-        # Imported here: the Arrow handlers describe tables with the metadata module, which imports this one.
-        from deltalake.exceptions import CommitFailedError, DeltaProtocolError
-
-        from medallion_assets.io_manager.arrow_handlers import DELTA_RS_CANNOT_READ, ArrowDeltaClient
-
         try:
             skipped = ArrowDeltaClient().append_to_existing(
                 None if frame is None else frame.toArrow(),
@@ -354,7 +381,7 @@ class DeltaTableClient:
         *,
         rows: int | None = None,
     ) -> WriteResult:
-        """Write as the engine does, a merge through :mod:`.merges` (``rows``: the frame's, known to a merge)."""
+        """Write as the engine does, a merge through :mod:`.changes` (``rows``: the frame's, known to a merge)."""
         # Tables are created by the builder, which both engines accept with partitions
         # and properties (the delta-rs engine's writer cannot take partitionBy).
         created = False
@@ -363,7 +390,7 @@ class DeltaTableClient:
             stored = frame.drop(spec.delete_column) if spec.delete_column else frame
             created = self._create_if_missing(stored.schema, path, spec)
         if merging:
-            skipped = merges.merge(
+            skipped = changes.merge(
                 self,
                 frame,
                 path,
@@ -417,8 +444,8 @@ class DeltaTableClient:
         )
         return True
 
-    #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.merges`).
-    tombstone_path = staticmethod(merges.tombstone_path)
+    #: Where the deleted keys of a merge-with-deletes table are kept (see :mod:`.changes`).
+    tombstone_path = staticmethod(changes.tombstone_path)
 
     # ---- describing ----------------------------------------------------
     def describe(self, path: str, *, commit: CommitFacts | None = None) -> TableDescription:
@@ -471,9 +498,7 @@ def computed_once(frame: DataFrame) -> Iterator[tuple[DataFrame, int]]:
     that size but not the step's plan: each action of the write (a MERGE and
     the queries that build its source, the tombstones) plans a scan of the
     kept rows instead of the whole step again, which for the order step is
-    the parse of every field. The order step of a 1% batch took about 5 s
-    less at SF 0.01 and at SF 1 (docs/performance-record.md, "The write's source
-    without its lineage").
+    the parse of every field (docs/decisions/0010-writes-computed-once.md).
 
     Yields:
         The frame to write from and its number of rows.

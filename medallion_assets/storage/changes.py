@@ -1,4 +1,7 @@
-"""The merge strategies of the Delta table client, and tombstones.
+"""Applying changes to a table: MERGE clauses, the merge strategies, replaced groups and tombstones.
+
+:class:`~medallion_assets.storage.merge_clauses.MergeClause` is one ``WHEN``
+clause of a MERGE, the language every engine and the deltalake writer take a merge in.
 
 A plain merge upserts on the merge keys, applying a change only when its
 ``sequence_column`` is newer than the stored row, and deletes the keys whose
@@ -25,19 +28,23 @@ it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from medallion_assets.delta._schema import grown_type
-from medallion_assets.engine import DeltaEngine, MergeClause
-from medallion_assets.io_manager.spec import WriteSpec
+from medallion_assets.delta import grown_type
+from medallion_assets.storage.merge_clauses import MergeClause
+from medallion_assets.storage.write_spec import WriteSpec
+
+if TYPE_CHECKING:
+    # Type only: the Tables protocol names the client's engine.
+    from medallion_assets.storage.engines import DeltaEngine
 
 
 class Tables(Protocol):
-    """What a merge needs of the client (:class:`~medallion_assets.io_manager.client.DeltaTableClient`).
+    """What a merge needs of the client (:class:`~medallion_assets.storage.client.DeltaTableClient`).
 
     A protocol, so this module does not import the client that calls it.
     """
@@ -84,7 +91,7 @@ def merge(
 
     ``rows``: how many rows ``frame`` has. Each MERGE hands the client an upper
     bound of its source's rows, by which the client picks who runs it
-    (:meth:`~medallion_assets.io_manager.client.DeltaTableClient.merge`).
+    (:meth:`~medallion_assets.storage.client.DeltaTableClient.merge`).
 
     With a delete column, deleted keys are kept with their sequence value in
     a tombstone table next to the target, so a change older than a delete
@@ -92,10 +99,9 @@ def merge(
 
     ``new_table``: the write created the table just now, so it has no rows.
     A MERGE into it would only insert the changes that do not delete, so
-    those are appended instead: the first load of SF 1's ``lineitem`` took
-    33 s as a MERGE (which searches and rewrites the table, and on the
-    delta-rs engine collects the source to the driver); an append is one
-    write job.
+    those are appended instead: a MERGE searches and rewrites the table (and
+    on the delta-rs engine collects the source to the driver), where an append
+    is one write job (docs/decisions/0010-writes-computed-once.md).
 
     Returns:
         Why no row was merged, or ``None`` when the merge was committed.
@@ -206,7 +212,7 @@ def _append_to_new_table(client: Tables, rows: DataFrame, path: str, commit_meta
         Why nothing was written (every change deletes its key), or ``None``.
     """
     # Appended without asking first whether there is a row: that question computed the
-    # rows once more (4.1 s of SF 1's first loads). The commit answers it instead:
+    # rows once more (docs/decisions/0010-writes-computed-once.md). The commit answers it instead:
     # delta-spark commits no empty append, and the delta-rs engine's commit counts no
     # row. On delta-rs the client's empty commit then follows that one (two commits
     # where there was one, only when every first change deletes its key).
