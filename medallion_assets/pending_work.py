@@ -139,7 +139,10 @@ def table_work(lake: LakeResource, key: AssetKey, parents: Iterable[AssetKey]) -
     """Why the table of ``key`` has work, or ``None`` when it took in each parent table's newest version.
 
     A parent that is no table of the lake (a landing simulator, or none written yet) is not compared, and a
-    table none of whose inputs has a table yet has nothing to be computed from.
+    table none of whose inputs has a table yet has nothing to be computed from. A parent the table's commits
+    do not name is not compared either when they name another one: the step reads it whole beside the
+    changes it takes in (silver's history reads silver beside bronze's changes), so it changes only with them.
+    A table whose commits name none of its parents (written by other code) always has work.
     """
     name = key.to_user_string()
     if len(key.path) != 2:
@@ -148,11 +151,13 @@ def table_work(lake: LakeResource, key: AssetKey, parents: Iterable[AssetKey]) -
     upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake.table_path(p.path))) is not None}
     if table is None:
         return f"{name}: no table yet, {len(upstreams)} of its inputs have one" if upstreams else None
+    taken = {parent: _recorded_version(table, parent) for parent in upstreams}
+    if upstreams and all(version is None for version in taken.values()):
+        return f"{name}: its commits name none of its inputs' versions"
     for parent, upstream in upstreams.items():
-        newest = upstream.version()
-        taken = _recorded_version(table, parent)
-        if taken is None or taken < newest:
-            return f"{name}: {parent.to_user_string()} has version {newest}, taken in: {taken}"
+        newest, version = upstream.version(), taken[parent]
+        if version is not None and version < newest:
+            return f"{name}: {parent.to_user_string()} has version {newest}, taken in: {version}"
     return None
 
 
