@@ -11,6 +11,7 @@ a SkipReason again.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pyarrow as pa
 import pytest
@@ -76,3 +77,21 @@ def test_ingest_schedule_runs_only_when_something_landed_or_silver_lags(tmp_path
 def test_ingest_schedule_keeps_its_name_job_and_cron(repository):
     schedule = repository.get_schedule_def("ingest_hourly")
     assert schedule.job_name == "ingest" and schedule.cron_schedule == "0 * * * *"
+
+
+def test_history_reading_silver_whole_beside_bronze_changes_is_up_to_date_by_bronze_alone(tmp_path, repository):
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    _table(root / "bronze" / "customers_cdc")
+    for table in ("silver/customers", "quarantine/customers", "silver/customers_history"):
+        _table(root / table, {"consumed.bronze/customers_cdc": "0"})
+    requests, skipped = _evaluate(repository, lake)
+    assert requests == [] and skipped.startswith("ingest: nothing new")
+
+    # A table whose commits name none of its inputs (written by other code) always has work.
+    shutil.rmtree(root / "silver" / "customers_history")
+    _table(root / "silver" / "customers_history")
+    requests, _ = _evaluate(repository, lake)
+    assert (
+        "silver/customers_history: its commits name none of its inputs' versions" in requests[0].tags["medallion/work"]
+    )
