@@ -64,6 +64,7 @@ from pydantic import Field, field_validator
 from pyspark.sql import types as T
 
 from medallion_assets.delta import LOCATION_METADATA, normalize_path, quoted, resolve_snapshot, stored_location
+from medallion_assets.settings import refuse_unknown
 from medallion_assets.storage.session import jar_files
 
 if TYPE_CHECKING:
@@ -142,12 +143,9 @@ class LakeCatalog(Config):
     @field_validator("kind", mode="before")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        if type(value) is str and value not in CATALOG_KINDS:
-            raise ValueError(
-                f"LakeCatalog.kind={value!r} is not a catalog: use session, hive or none "
-                "(MEDALLION_CATALOG sets it in the deployed definitions)"
-            )
-        return value
+        return refuse_unknown(
+            value, CATALOG_KINDS, field="LakeCatalog.kind", what="a catalog", variable="MEDALLION_CATALOG"
+        )
 
     @field_validator("database_prefix", mode="before")
     @classmethod

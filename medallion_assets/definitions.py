@@ -38,9 +38,16 @@ from dagster import (
     load_assets_from_modules,
 )
 
+from medallion_assets.assets.bronze import bronze_assets
+from medallion_assets.assets.checks import feed_checks, freshness_sensor
+from medallion_assets.assets.silver import silver_assets
+from medallion_assets.continuous import bronze_streams_continuous
+from medallion_assets.feeds import KafkaTopic
 from medallion_assets.io_manager import DeltaIOManager
-from medallion_assets.jobs import jobs, schedules
+from medallion_assets.jobs import ingest_job, jobs, schedules
+from medallion_assets.project import pipeline_hooks, pipeline_modules, project_feeds
 from medallion_assets.resources import io_manager_settings, kafka_resource, lake_resource, spark_resource
+from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
 from medallion_assets.settings import Deployment, Settings, pipeline_packages, read_settings
 
 # Dagster's logger: its handler shows INFO in `dagster dev` and `dagster definitions validate`.
@@ -111,15 +118,6 @@ def build_definitions(
     Raises:
         ValueError: ``simulator`` when no pipeline module offers a producer.
     """
-    from medallion_assets.assets.bronze import bronze_assets
-    from medallion_assets.assets.checks import feed_checks, freshness_sensor
-    from medallion_assets.assets.silver import silver_assets
-    from medallion_assets.continuous import bronze_streams_continuous
-    from medallion_assets.feeds import KafkaTopic
-    from medallion_assets.jobs import ingest_job
-    from medallion_assets.project import pipeline_hooks, pipeline_modules, project_feeds
-    from medallion_assets.sensors import build_landing_sensor, stream_health_checks, stream_sensors
-
     if pipelines is None:
         pipelines = settings.pipeline_packages if settings is not None else pipeline_packages()
     packages = tuple(pipelines)

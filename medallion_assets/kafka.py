@@ -26,6 +26,7 @@ from pydantic import Field, field_validator
 
 from medallion_assets.settings import SASL_MECHANISMS as _SASL_MECHANISMS
 from medallion_assets.settings import SECURITY_PROTOCOLS as _SECURITY_PROTOCOLS
+from medallion_assets.settings import refuse_unknown
 from medallion_assets.storage.session import jar_files, maven_resolution_config
 
 #: Maven coordinates of Spark's Kafka connector, for sessions that can reach Maven.
@@ -141,14 +142,13 @@ class KafkaResource(ConfigurableResource):
     @field_validator("security_protocol", "sasl_mechanism", mode="before")
     @classmethod
     def _known_choice(cls, value: str | None, info) -> str | None:
-        # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
-        allowed = _SECURITY_PROTOCOLS if info.field_name == "security_protocol" else _SASL_MECHANISMS
-        if type(value) is str and value not in allowed:
-            raise ValueError(
-                f"KafkaResource.{info.field_name}={value!r} is not one Kafka knows: use {', '.join(allowed)} "
-                f"(MEDALLION_KAFKA_{info.field_name.upper()} sets it in the deployed definitions)"
-            )
-        return value
+        return refuse_unknown(
+            value,
+            _SECURITY_PROTOCOLS if info.field_name == "security_protocol" else _SASL_MECHANISMS,
+            field=f"KafkaResource.{info.field_name}",
+            what="one Kafka knows",
+            variable=f"MEDALLION_KAFKA_{info.field_name.upper()}",
+        )
 
     @field_validator("max_offsets_per_trigger", "max_lag_messages")
     @classmethod

@@ -32,6 +32,7 @@ from medallion_assets.settings import (
     SettingsError,
     one_of,
     read_settings,
+    refuse_unknown,
     variables_feeding,
 )
 
@@ -227,13 +228,13 @@ class SparkResource(LazyPySparkResource):
     @field_validator("delta_engine", mode="before")
     @classmethod
     def _known_engine(cls, value: str) -> str:
-        # An EnvVar (a str subclass) is checked once Dagster resolves it and validates the resource again.
-        if type(value) is str and value not in DELTA_ENGINES:
-            raise ValueError(
-                f"SparkResource.delta_engine={value!r} is not a Delta engine: use {one_of(DELTA_ENGINES)} "
-                "(MEDALLION_DELTA_ENGINE sets it in the deployed definitions)"
-            )
-        return value
+        return refuse_unknown(
+            value,
+            DELTA_ENGINES,
+            field="SparkResource.delta_engine",
+            what="a Delta engine",
+            variable="MEDALLION_DELTA_ENGINE",
+        )
 
     @model_validator(mode="after")
     def _master_or_remote(self) -> SparkResource:

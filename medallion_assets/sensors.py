@@ -234,6 +234,16 @@ def build_checkpoint_sensor(
     return _checkpoint_sensor
 
 
+def _check_result(health: StreamHealth | KafkaLag, *, healthy: str) -> AssetCheckResult:
+    """A blocking ``stream_health`` result: ``health``'s verdict, metadata and problems (or ``healthy``)."""
+    return AssetCheckResult(
+        passed=health.passed,
+        severity=AssetCheckSeverity.ERROR,
+        metadata=health.metadata(),
+        description="; ".join(health.problems) or healthy,
+    )
+
+
 def build_stream_health_check(feed: Feed, *, policy: StreamHealthPolicy | None = None):
     """The ``stream_health`` asset check of a bronze stream's asset (consumer lag for a Kafka feed)."""
     if isinstance(feed.source, KafkaTopic):
@@ -249,13 +259,7 @@ def build_stream_health_check(feed: Feed, *, policy: StreamHealthPolicy | None =
         f"{policy.max_backlog_age_seconds:.0f}s for a batch.",
     )
     def _stream_health(lake: LakeResource) -> AssetCheckResult:
-        health = stream_health(lake, feed, policy)
-        return AssetCheckResult(
-            passed=health.passed,
-            severity=AssetCheckSeverity.ERROR,
-            metadata=health.metadata(),
-            description="; ".join(health.problems) or "stream healthy",
-        )
+        return _check_result(stream_health(lake, feed, policy), healthy="stream healthy")
 
     return _stream_health
 
@@ -278,13 +282,7 @@ def build_kafka_lag_check(feed: Feed):
     def _kafka_lag(lake: LakeResource, kafka: KafkaResource) -> AssetCheckResult:
         if not kafka.configured:
             return AssetCheckResult(passed=True, description="no Kafka source in this deployment: nothing to lag")
-        lag = kafka_lag(lake, kafka, feed)
-        return AssetCheckResult(
-            passed=lag.passed,
-            severity=AssetCheckSeverity.ERROR,
-            metadata=lag.metadata(),
-            description="; ".join(lag.problems) or "consumer lag within bounds",
-        )
+        return _check_result(kafka_lag(lake, kafka, feed), healthy="consumer lag within bounds")
 
     return _kafka_lag
 

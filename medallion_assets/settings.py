@@ -45,6 +45,22 @@ def one_of(allowed: tuple[str, ...]) -> str:
     return f"{', '.join(allowed[:-1])} or {allowed[-1]}" if len(allowed) > 1 else allowed[0]
 
 
+def refuse_unknown(value: Any, allowed: tuple[str, ...], *, field: str, what: str, variable: str) -> Any:
+    """``value`` as it is, if it is one of ``allowed``; for a resource field's validator.
+
+    An :class:`~dagster.EnvVar` (a ``str`` subclass) passes: Dagster validates the
+    resource again once it has resolved the variable.
+
+    Raises:
+        ValueError: naming ``field``, the value, the allowed values and the ``variable`` that sets it.
+    """
+    if type(value) is str and value not in allowed:
+        raise ValueError(
+            f"{field}={value!r} is not {what}: use {one_of(allowed)} ({variable} sets it in the deployed definitions)"
+        )
+    return value
+
+
 class SettingsError(ValueError):
     """One or more environment variables hold values the project cannot use (one line each)."""
 

@@ -27,7 +27,7 @@ from medallion_assets_tests.support.pipeline_checks import (
     assert_gold_matches_duckdb,
     assert_silver_matches_contract,
 )
-from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
+from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained, pipeline_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -38,14 +38,7 @@ def _run_pipeline(tmp_path, deployment_env: dict[str, str], engine_env: dict[str
     lake, home = tmp_path / "lake", tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
     env = dict(os.environ, MEDALLION_LAKE_ROOT=str(lake), DAGSTER_HOME=str(home), **engine_env, **deployment_env)
-    command = [
-        sys.executable,
-        "-m",
-        "medallion_assets_tests.support.pipeline_runner",
-        str(SCALE_FACTOR),
-        "1",
-        str(SEED),
-    ]
+    command = pipeline_command(SCALE_FACTOR, 1, SEED)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-8000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -51,7 +51,7 @@ from medallion_assets_tests.support.pipeline_checks import (
     duckdb_tpch_answers,
     landed_lines,
 )
-from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained
+from medallion_assets_tests.support.pipeline_runner import assert_the_first_minute_is_explained, pipeline_command
 from medallion_assets_tests.support.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.support.processes import process_list_watch
 from medallion_assets_tests.support.readers import read_with_deltalake
@@ -134,14 +134,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
             **source,
             **catalog,
         )
-        command = [
-            sys.executable,
-            "-m",
-            "medallion_assets_tests.support.pipeline_runner",
-            str(SCALE_FACTOR),
-            str(batches),
-            str(SEED),
-        ]
+        command = pipeline_command(SCALE_FACTOR, batches, SEED)
         with contextlib.ExitStack() as stack:
             if deployment == "cluster":
                 (tmp_path / f"cluster-{run}").mkdir()

@@ -47,6 +47,7 @@ from medallion_assets_tests.support.pipeline_checks import (
     assert_same_rows,
     duckdb_tpch_answers,
 )
+from medallion_assets_tests.support.pipeline_runner import pipeline_command
 from medallion_assets_tests.support.postgres import jdbc_jar, postgres_bin, postgres_cluster
 from medallion_assets_tests.support.processes import process_list_watch
 from medallion_assets_tests.support.trino_server import CATALOG, query, trino_home, trino_java, trino_server
@@ -137,14 +138,7 @@ def _read_by_name_through(
         **source,
     )
     started = time.monotonic()
-    command = [
-        sys.executable,
-        "-m",
-        "medallion_assets_tests.support.pipeline_runner",
-        str(SCALE_FACTOR),
-        "1",
-        str(SEED),
-    ]
+    command = pipeline_command(SCALE_FACTOR, 1, SEED)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1500)
     timings["pipeline run"] = time.monotonic() - started
     outputs = {"pipeline run": done.stdout + done.stderr}

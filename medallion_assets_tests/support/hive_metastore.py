@@ -26,9 +26,14 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from medallion_assets_tests.support.deployments import free_port
-from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
+from medallion_assets_tests.support.maven_artifacts import (
+    CONSOLE_LOG4J2,
+    cache_dir,
+    resolve_dependencies,
+    small_jvm_options,
+)
 from medallion_assets_tests.support.postgres import Postgres
-from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.processes import start_logged, stop_group
 
 #: The Hive release whose standalone metastore the tests run: the newest whose Thrift API still serves
 #: the calls of the Hive 2.3 client built into Spark (Hive 4's metastore dropped ``get_table``).
@@ -64,15 +69,7 @@ _POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
 </project>
 """
 
-_LOG4J2 = """rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-"""
-
-_JVM_OPTIONS = ["-Xmx512m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+_JVM_OPTIONS = small_jvm_options("512m")
 
 
 def metastore_jars(version: str = HIVE_VERSION) -> tuple[Path | None, str]:
@@ -172,7 +169,7 @@ def metastore_service(
             }
         )
     )
-    (conf / "log4j2.properties").write_text(_LOG4J2)
+    (conf / "log4j2.properties").write_text(CONSOLE_LOG4J2)
     class_path = os.pathsep.join([str(conf), str(jars / "*"), jdbc_jar])
     java = [
         "java",
@@ -200,13 +197,7 @@ def metastore_service(
     (folder / "schematool.log").write_text(init.stdout + init.stderr)
     if init.returncode != 0:
         raise RuntimeError(f"schematool -initSchema failed ({init.returncode}):\n{(init.stdout + init.stderr)[-4000:]}")
-    server = subprocess.Popen(
-        [*java, "org.apache.hadoop.hive.metastore.HiveMetaStore"],
-        cwd=folder,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    server = start_logged([*java, "org.apache.hadoop.hive.metastore.HiveMetaStore"], cwd=folder, log=log)
     try:
         _wait_for_port(port, server, log)
         yield MetastoreService(uris=f"thrift://127.0.0.1:{port}", folder=folder)

@@ -24,7 +24,12 @@ import time
 import uuid
 from pathlib import Path
 
-from medallion_assets_tests.support.maven_artifacts import cache_dir, resolve_dependencies
+from medallion_assets_tests.support.maven_artifacts import (
+    CONSOLE_LOG4J2,
+    cache_dir,
+    resolve_dependencies,
+    small_jvm_options,
+)
 
 #: The Apache Kafka release the tests run (Kafka 4 is KRaft only and runs on Java 17).
 KAFKA_VERSION = "4.4.0"
@@ -43,15 +48,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 </project>
 """
 
-_LOG4J2 = """rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = out
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-"""
-
-_JVM_OPTIONS = ["-Xmx256m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+_JVM_OPTIONS = small_jvm_options("256m")
 
 
 def broker_jars(version: str = KAFKA_VERSION) -> tuple[Path | None, str]:
@@ -133,7 +130,7 @@ class Broker:
             )
             + "\n"
         )
-        (folder / "log4j2.properties").write_text(_LOG4J2)
+        (folder / "log4j2.properties").write_text(CONSOLE_LOG4J2)
         self.log = folder / "broker.log"
         # Kafka's cluster id: a random UUID in URL-safe base64 without padding.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

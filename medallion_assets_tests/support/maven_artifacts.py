@@ -93,3 +93,18 @@ def download(path: str, target: Path) -> tuple[Path | None, str]:
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+#: log4j2 settings for a test's JVM service: everything at INFO to the console, which the test logs to a file.
+CONSOLE_LOG4J2 = """rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+"""
+
+
+def small_jvm_options(heap: str) -> list[str]:
+    """JVM options for a small test service: a ``heap`` ceiling, the serial collector, C1 only (fast start)."""
+    return [f"-Xmx{heap}", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]

@@ -84,6 +84,18 @@ def assert_the_first_minute_is_explained(report: dict, *, engine: str, deploymen
     assert f"; Delta engine {engine} (" in ready, ready
 
 
+def pipeline_command(scale_factor: float, batches: int, seed: int) -> list[str]:
+    """The command that runs this module's pipeline (``main``) in a process of its own."""
+    return [
+        sys.executable,
+        "-m",
+        "medallion_assets_tests.support.pipeline_runner",
+        str(scale_factor),
+        str(batches),
+        str(seed),
+    ]
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "orders_step":
         run_orders_step(argv[1])

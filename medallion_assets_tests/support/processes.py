@@ -61,3 +61,8 @@ def process_list_watch(text: str, *, every: float = 0.5):
     finally:
         stop.set()
         watcher.join()
+
+
+def start_logged(command: list[str], *, cwd, log) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (so :func:`stop_group` can end it), its output in ``log``."""
+    return subprocess.Popen(command, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from medallion_assets_tests.support.deployments import free_port
 from medallion_assets_tests.support.maven_artifacts import cache_dir, download
-from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.processes import start_logged, stop_group
 
 #: The Trino release the tests run.
 TRINO_VERSION = "476"
@@ -142,7 +142,7 @@ def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterat
     )
     (catalogs / f"{CATALOG}.properties").write_text(catalog)
     log = folder / "trino.log"
-    server = subprocess.Popen(
+    server = start_logged(
         [
             java,
             *_JVM_OPTIONS,
@@ -155,9 +155,7 @@ def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterat
             "io.trino.server.TrinoServer",
         ],
         cwd=folder,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        log=log,
     )
     try:
         _wait_until_started(url, server, log)
