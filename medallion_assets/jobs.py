@@ -9,6 +9,7 @@ from dagster import (
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    SkipReason,
     define_asset_job,
     job,
     op,
@@ -18,7 +19,10 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
-from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.feeds import KafkaTopic
+from medallion_assets.pending_work import work_of_selection
+from medallion_assets.project import project_feeds
+from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
 from medallion_assets.storage.client import DeltaTableClient
 
 #: Bronze streams and the silver tables merged from them (with their quarantines, written by the same steps).
@@ -87,12 +91,34 @@ def table_maintenance():
     optimize_and_vacuum()
 
 
-ingest_schedule = ScheduleDefinition(
+@schedule(
     job=ingest_job,
     cron_schedule="0 * * * *",
     name="ingest_hourly",
-    description="Hourly, on the hour: the ingest job, newly landed files into bronze and merged into silver.",
+    description=(
+        "Hourly, on the hour: the ingest job, newly landed files into bronze and merged into silver; "
+        "skipped, with the reason, when nothing landed and silver took in all of bronze."
+    ),
 )
+def ingest_schedule(context: ScheduleEvaluationContext, lake: LakeResource) -> RunRequest | SkipReason:
+    """A run of the ingest job when it has work, read without Spark (:mod:`medallion_assets.pending_work`).
+
+    Work is a landed file a stream has not taken, a snapshot not loaded, a
+    Kafka source, or a silver table that has not taken in its bronze table's
+    newest version. Otherwise a :class:`SkipReason` the UI shows on the tick.
+    """
+    job = context.repository_def.get_job(ingest_job.name)
+    feeds = project_feeds()
+    work = work_of_selection(
+        lake,
+        feeds,
+        job.asset_layer.asset_graph,
+        job.asset_layer.selected_asset_keys,
+        kafka_configured=any(isinstance(f.source, KafkaTopic) for f in feeds) and kafka_resource().configured,
+    )
+    if work.nothing_new:
+        return SkipReason(f"ingest: {work.describe()}")
+    return RunRequest(tags={"medallion/work": work.describe(limit=3)[:200]})
 
 
 @schedule(

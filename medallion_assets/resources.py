@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,9 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from dagster import ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
+from pyarrow import fs
 from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
+from medallion_assets.delta import has_native_delta
+from medallion_assets.kafka import KafkaResource, kafka_connector_config
 from medallion_assets.object_store import S3Store, hadoop_aws_package
 from medallion_assets.settings import (
     DEFAULT_LAKE_ROOT,
@@ -37,14 +43,18 @@ from medallion_assets.settings import (
     refuse_unknown,
     variables_feeding,
 )
+from medallion_assets.storage.engines import DeltaEngine, engine_for
+from medallion_assets.storage.session import (
+    maven_resolution_config,
+    merged_session_config,
+    plan_engine,
+    start_engine,
+)
 
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from medallion_assets.feeds import Feed
-    from medallion_assets.storage.engines import DeltaEngine
 
 #: Spark settings of the embedded session, sized for one machine: few shuffle
 #: partitions because the tables are small, and UTC so that timestamps read the
@@ -258,8 +268,6 @@ class SparkResource(LazyPySparkResource):
     def delta_engine_in_use(self) -> DeltaEngine:
         """The Delta engine of this resource's session (starts the session if needed)."""
         if self._engine is None:
-            from medallion_assets.storage.engines import engine_for
-
             self._engine = engine_for(self.session_by_path)
         return self._engine
 
@@ -267,16 +275,6 @@ class SparkResource(LazyPySparkResource):
         # Overrides dagster-pyspark's builder: master/remote first, then enable_delta.
         if self._spark_session is not None:
             return
-        from pyspark.sql import SparkSession
-
-        from medallion_assets.kafka import kafka_connector_config
-        from medallion_assets.storage.session import (
-            maven_resolution_config,
-            merged_session_config,
-            plan_engine,
-            start_engine,
-        )
-
         # A Connect client's jars are its server's: no Maven probe. A session already running in
         # this process (Dagster builds this resource twice, for the assets and inside the IO manager)
         # gets the same plan as the one that started it: the probe's answer is cached per process,
@@ -436,9 +434,6 @@ def _running_jvm_lacks_delta_spark(*, remote: bool) -> bool:
     """Whether this process already runs an embedded Spark JVM that has no delta-spark."""
     if remote or not _session_running(remote=False):
         return False
-    from pyspark.sql import SparkSession
-
-    from medallion_assets.delta import has_native_delta
 
     return not has_native_delta(SparkSession.builder.getOrCreate())
 
@@ -446,10 +441,10 @@ def _running_jvm_lacks_delta_spark(*, remote: bool) -> bool:
 def _session_running(*, remote: bool) -> bool:
     """Whether this process already holds a Spark session of that kind (a JVM's, or a Connect client's)."""
     if remote:
+        # deferred: the Connect client loads grpc and its protobufs, needed only where a session is remote
         from pyspark.sql.connect.session import SparkSession as ConnectSession
 
         return ConnectSession._get_default_session() is not None
-    from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
 
@@ -480,7 +475,6 @@ def _start_context_with_hadoop_secrets(
     A context already running in this process is left as it is (its session and
     catalog were set up by whoever started it).
     """
-    from pyspark import SparkConf, SparkContext
 
     if SparkContext._active_spark_context is not None:
         return
@@ -595,7 +589,6 @@ class LakeResource(ConfigurableResource):
         An ``s3://``/``s3a://`` location is reached with the lake's store settings; another URI
         through pyarrow's own resolution; a local path through the local filesystem.
         """
-        from pyarrow import fs
 
         if is_s3_uri(location):
             return (self.store or S3Store()).filesystem(), location.split("://", 1)[1]
@@ -665,7 +658,6 @@ class LakeResource(ConfigurableResource):
     def files_modified(self, folder: str, suffix: str) -> dict[str, int]:
         """:meth:`files` with each file's modification time (nanoseconds since the epoch: per the landing
         contract, when it landed)."""
-        from pyarrow import fs
 
         filesystem, base = self.filesystem(folder)
         infos = filesystem.get_file_info(fs.FileSelector(base, allow_not_found=True))
@@ -678,7 +670,6 @@ class LakeResource(ConfigurableResource):
     def _list(self, folder: str, *, directories: bool) -> list[str]:
         # Through pyarrow's filesystems on the driver, so an object-store root lists as a local
         # one does (given pyarrow's support for that store), with no JVM (Spark Connect has none).
-        from pyarrow import fs
 
         filesystem, base = self.filesystem(folder)
         wanted = fs.FileType.Directory if directories else fs.FileType.File
@@ -710,7 +701,6 @@ class LakeResource(ConfigurableResource):
         (``s3://``) is not probed: its permissions are the store's, known only to a real
         write, and asking would be a network call.
         """
-        import tempfile
 
         if "://" in self.root:
             return None
@@ -823,7 +813,6 @@ def kafka_resource(settings: Settings | None = None, *, resolved: bool = False):
         resolved: read the SASL password now, for a process outside Dagster (the CLI), instead of
             naming it with ``EnvVar`` for Dagster to resolve (and to keep out of the UI).
     """
-    from medallion_assets.kafka import KafkaResource
 
     settings = settings or read_settings()
     return KafkaResource(

@@ -85,6 +85,16 @@ def landed_files(lake: LakeResource, feed: Feed) -> dict[str, float]:
     return found
 
 
+def unseen_landed_files(lake: LakeResource, feed: Feed, checkpoint: Checkpoint | None = None) -> dict[str, float]:
+    """The feed's landed files its stream's checkpoint has not taken: ``file://`` URI -> mtime.
+
+    ``checkpoint``: the stream's, when read already (default: read here).
+    """
+    checkpoint = read_checkpoint(lake.checkpoint_dir(feed.name)) if checkpoint is None else checkpoint
+    seen = {_same_uri(p) for p in checkpoint.seen_files()}
+    return {p: t for p, t in landed_files(lake, feed).items() if p not in seen}
+
+
 def stream_health(
     lake: LakeResource, feed: Feed, policy: StreamHealthPolicy, *, now: float | None = None
 ) -> StreamHealth:
@@ -95,8 +105,7 @@ def stream_health(
     pending = checkpoint.pending()
     pending_batch = pending[0] if pending else None
     pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
-    seen = {_same_uri(p) for p in checkpoint.seen_files()}
-    backlog = {p: t for p, t in landed_files(lake, feed).items() if p not in seen}
+    backlog = unseen_landed_files(lake, feed, checkpoint)
     oldest = now - min(backlog.values()) if backlog else 0.0
     problems = _stalled_batch(checkpoint, now, policy.stall_after_seconds)
     if backlog and oldest > policy.max_backlog_age_seconds:

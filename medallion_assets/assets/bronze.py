@@ -11,7 +11,7 @@ applied one and names the late or replayed ones it ignored
 (:func:`~medallion_assets.ingest.apply_snapshots`).
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from dagster import (
     AssetExecutionContext,
@@ -42,7 +42,8 @@ from medallion_assets.io_manager import (
     table_metadata,
 )
 from medallion_assets.kafka import KafkaResource
-from medallion_assets.resources import LakeResource, SparkResource
+from medallion_assets.pending_work import work_of_selection
+from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
 
@@ -83,6 +84,34 @@ def _run_to_end(
     }, progress
 
 
+def _run_has_nothing_new(context: AssetExecutionContext, lake: LakeResource, feeds: tuple[Feed, ...]) -> bool:
+    """Whether nothing in this run has work, read without Spark (:mod:`medallion_assets.pending_work`).
+
+    Then the bronze step produces no output, starts no session, and says why in
+    the run's log: Dagster skips every step downstream of it in the run, which is
+    right only because the answer covers the whole run (a step joining two feeds
+    runs whenever either had news). Every bronze step of the run answers alike.
+    """
+    layer = context.job_def.asset_layer
+    selected = layer.selected_asset_keys
+    kafka_feeds = [f for f in feeds if isinstance(f.source, KafkaTopic) and f.bronze_key in selected]
+    work = work_of_selection(
+        lake,
+        feeds,
+        layer.asset_graph,
+        selected,
+        kafka_configured=bool(kafka_feeds) and kafka_resource().configured,
+    )
+    if work.nothing_new:
+        context.log.info(
+            f"{context.asset_key.to_user_string()}: {work.describe()}; no Spark session started, "
+            "and the steps downstream in this run are skipped"
+        )
+    else:
+        context.log.debug(f"this run has work: {work.describe()}")
+    return work.nothing_new
+
+
 def _bronze_asset_args(feed: Feed, deps: Sequence[AssetKey]) -> dict:
     """What every bronze asset of a feed declares alike: its key, group, kinds, description and upstream."""
     return {
@@ -103,9 +132,10 @@ def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, p
     return {"dagster/table_name": catalog.qualified_name(feed.bronze_key.path)}
 
 
-def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
+def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
+        output_required=False,
         metadata={
             "delta/write_mode": "append (Structured Streaming sink)",
             "allow_full_refresh": feed.allow_full_refresh,
@@ -113,7 +143,9 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
     )
     def _bronze_stream(
         context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
-    ) -> MaterializeResult:
+    ) -> Iterator[MaterializeResult]:
+        if not config.full_refresh and _run_has_nothing_new(context, lake, feeds):
+            return
         if config.full_refresh:
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
         session = spark.session_by_path
@@ -121,25 +153,28 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
         metadata, _ = _run_to_end(
             query, DeltaTableClient(session), lake.table_path(feed.bronze_key.path), feed, spark, context
         )
-        return MaterializeResult(metadata=metadata)
+        yield MaterializeResult(metadata=metadata)
 
     return _bronze_stream
 
 
-def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
+def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
+        output_required=False,
         metadata={"delta/write_mode": "append (Structured Streaming sink)"},
     )
     def _bronze_kafka(
         context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
-    ) -> MaterializeResult:
+    ) -> Iterator[MaterializeResult]:
+        if _run_has_nothing_new(context, lake, feeds):
+            return
         session = spark.session_by_path
         client = DeltaTableClient(session)
         descriptions = bronze_column_descriptions(feed)
         if not kafka.configured:
             path = ensure_bronze_table(session, lake, feed)
-            return MaterializeResult(
+            yield MaterializeResult(
                 metadata={
                     **table_metadata(
                         client,
@@ -152,12 +187,13 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
                     "note": "no Kafka source in this deployment (MEDALLION_KAFKA_BOOTSTRAP_SERVERS is not set)",
                 }
             )
+            return
         kafka = kafka.for_feed(feed)
         context.log.info(f"reading {kafka.describe()}")
         query = start_kafka_stream(session, lake, kafka, feed, commit_metadata={"dagster_run_id": context.run_id})
         metadata, progress = _run_to_end(query, client, lake.table_path(feed.bronze_key.path), feed, spark, context)
         ends = progress[-1]["sources"][0].get("endOffset") if progress else None
-        return MaterializeResult(
+        yield MaterializeResult(
             metadata={
                 **metadata,
                 "kafka_topic": kafka.topic,
@@ -168,7 +204,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinitio
     return _bronze_kafka
 
 
-def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
+def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
         output_required=False,
@@ -176,7 +212,9 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
             write_mode="overwrite", schema_mode="overwrite", column_descriptions=bronze_column_descriptions(feed)
         ),
     )
-    def _bronze_snapshot(spark: SparkResource, lake: LakeResource):
+    def _bronze_snapshot(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource):
+        if _run_has_nothing_new(context, lake, feeds):
+            return
         snapshot = load_snapshot(spark.session_by_path, lake, feed)
         if snapshot is not None:
             # The file name lets the IO manager skip rewriting an unchanged snapshot.
@@ -185,14 +223,17 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
     return _bronze_snapshot
 
 
-def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefinition:
+def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...]) -> AssetsDefinition:
     @asset(
         **_bronze_asset_args(feed, deps),
+        output_required=False,
         metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
     )
     def _bronze_snapshot_changes(
         context: AssetExecutionContext, spark: SparkResource, lake: LakeResource
-    ) -> MaterializeResult:
+    ) -> Iterator[MaterializeResult]:
+        if _run_has_nothing_new(context, lake, feeds):
+            return
         session = spark.session_by_path
         done = apply_snapshots(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
         if done.ignored:
@@ -203,7 +244,7 @@ def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey]) -> AssetsDefin
             )
         client = DeltaTableClient(session)
         path = lake.table_path(feed.bronze_key.path)
-        return MaterializeResult(
+        yield MaterializeResult(
             metadata={
                 **table_metadata(
                     client,
@@ -234,15 +275,16 @@ def bronze_assets(
             real landing zone.
     """
     landed_by = landed_by or {}
+    feeds = tuple(feeds)
     built = []
     for feed in feeds:
         deps = landed_by.get(feed.name, ())
         if isinstance(feed.source, KafkaTopic):
-            built.append(_kafka_stream_asset(feed, deps))
+            built.append(_kafka_stream_asset(feed, deps, feeds))
         elif feed.applies_snapshots:
-            built.append(_snapshot_changes_asset(feed, deps))
+            built.append(_snapshot_changes_asset(feed, deps, feeds))
         elif isinstance(feed.source, LandingSnapshots):
-            built.append(_snapshot_asset(feed, deps))
+            built.append(_snapshot_asset(feed, deps, feeds))
         else:
-            built.append(_files_stream_asset(feed, deps))
+            built.append(_files_stream_asset(feed, deps, feeds))
     return built

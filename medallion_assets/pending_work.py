@@ -1,0 +1,194 @@
+"""Whether a run has anything to do, read without Spark.
+
+A run of the ingest or of the whole graph mostly finds nothing new. What it
+would do is known before any JVM starts: the landed files a stream's
+checkpoint has not taken (the file listing and the checkpoint), and, for
+each table downstream, whether it took in its inputs' newest versions (the
+``consumed.<input>`` and ``computed_from`` marks the IO manager writes in
+every commit, read from the Delta logs with deltalake).
+
+The answer is for a whole run, never for one step: Dagster skips a step
+whose upstream output was not produced, so a step may stand down only when
+nothing in the run has work (a gold table joining two feeds must run when
+either feed had news). Where a source cannot be read cheaply (a Kafka topic
+of a deployment that has one, a snapshot feed, a lake on an object store),
+it counts as work: the answer errs towards running.
+
+Nothing here starts Spark or writes anything.
+"""
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dagster import AssetKey
+from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from medallion_assets.checkpoints import local_path
+from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
+from medallion_assets.resources import LakeResource
+from medallion_assets.storage.engines import user_metadata
+from medallion_assets.stream_monitoring import unseen_landed_files
+from medallion_assets.transforms.bronze import latest_snapshot
+
+#: Commit metadata the IO manager writes (``medallion_assets.io_manager.manager``): the newest input
+#: version a step's table took in, and the inputs an overwrite was computed from.
+CONSUMED_PREFIX = "consumed."
+COMPUTED_FROM = "computed_from"
+#: How many of a table's newest commits are searched for its consumed marks.
+_RECENT_COMMITS = 20
+
+
+@dataclass(frozen=True)
+class RunWork:
+    """What a run would do: one line per reason (none: nothing new anywhere in the run)."""
+
+    reasons: tuple[str, ...]
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.reasons
+
+    def describe(self, limit: int = 5) -> str:
+        if self.nothing_new:
+            return "nothing new: no landed file its stream has not taken, and every table took in its inputs"
+        more = f" (and {len(self.reasons) - limit} more)" if len(self.reasons) > limit else ""
+        return "; ".join(self.reasons[:limit]) + more
+
+
+def _open(path: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(path)
+    except (TableNotFoundError, DeltaError, OSError, ValueError):
+        return None
+
+
+def _key_name(key: AssetKey) -> str:
+    return "/".join(key.path)
+
+
+def feed_work(lake: LakeResource, feed: Feed, *, kafka_configured: bool) -> str | None:
+    """Why the feed's bronze step has work, or ``None`` when it has none.
+
+    Nothing landed is nothing to do, whether or not its table exists yet. A
+    Kafka feed has work whenever the deployment has Kafka or its stream has a
+    checkpoint (its end offsets are not compared here); a snapshot feed whose
+    changes are applied (``ApplyChanges``) whenever it has a landed snapshot.
+    """
+    name = feed.bronze_key.to_user_string()
+    newest = None
+    if isinstance(feed.source, LandingSnapshots):
+        newest = latest_snapshot(lake.files(lake.landing_folder(feed), feed.source.file_suffix))
+        if newest is None:  # nothing landed: the step writes nothing
+            return None
+    if isinstance(feed.source, KafkaTopic):
+        if kafka_configured or os.path.isdir(_local(lake.checkpoint_dir(feed.name))):
+            return f"{name}: reads a Kafka topic"
+        return None
+    table = _open(lake.table_path(feed.bronze_key.path))
+    if newest is not None:
+        if table is None:
+            return f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
+        if feed.applies_snapshots:
+            return f"{name}: applies landed snapshots"
+        loaded = json.loads(_newest_custom(table).get(COMPUTED_FROM) or "{}").get("source")
+        return None if loaded == newest else f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
+    try:
+        unseen = unseen_landed_files(lake, feed)
+    except ValueError:  # a lake on an object store: its checkpoint is not read here
+        return f"{name}: its checkpoint is not on a local file system"
+    return f"{name}: {len(unseen)} landed file(s) not taken yet" if unseen else None
+
+
+def _local(path: str) -> str:
+    try:
+        return local_path(path)
+    except ValueError:  # an object store: no folder to look at here
+        return path
+
+
+def _custom(info: dict) -> dict[str, str]:
+    """A commit's custom metadata as delta-rs's ``history()`` gives it: keys of its own, then ``userMetadata``."""
+    return {**{str(k): str(v) for k, v in info.items()}, **user_metadata(info.get("userMetadata"))}
+
+
+def _newest_custom(table: DeltaTable) -> dict[str, str]:
+    history = table.history(1)
+    return _custom(history[0]) if history else {}
+
+
+def _recorded_version(table: DeltaTable, upstream: AssetKey) -> int | None:
+    """The version of ``upstream`` the table's commits say it took in (``None``: no mark)."""
+    key = CONSUMED_PREFIX + _key_name(upstream)
+    history = table.history(_RECENT_COMMITS)
+    for info in history:
+        custom = _custom(info)
+        if key in custom:
+            return int(custom[key])
+        computed = custom.get(COMPUTED_FROM)
+        if computed is not None:
+            version = json.loads(computed).get("inputs", {}).get(_key_name(upstream))
+            return None if version is None else int(version)
+    return None
+
+
+def table_work(lake: LakeResource, key: AssetKey, parents: Iterable[AssetKey]) -> str | None:
+    """Why the table of ``key`` has work, or ``None`` when it took in each parent table's newest version.
+
+    A parent that is no table of the lake (a landing simulator, or none written yet) is not compared, and a
+    table none of whose inputs has a table yet has nothing to be computed from. A parent the table's commits
+    do not name is not compared either when they name another one: the step reads it whole beside the
+    changes it takes in (silver's history reads silver beside bronze's changes), so it changes only with them.
+    A table whose commits name none of its parents (written by other code) always has work.
+    """
+    name = key.to_user_string()
+    if len(key.path) != 2:
+        return f"{name}: not a table of the lake"
+    table = _open(lake.table_path(key.path))
+    upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake.table_path(p.path))) is not None}
+    if table is None:
+        return f"{name}: no table yet, {len(upstreams)} of its inputs have one" if upstreams else None
+    taken = {parent: _recorded_version(table, parent) for parent in upstreams}
+    if upstreams and all(version is None for version in taken.values()):
+        return f"{name}: its commits name none of its inputs' versions"
+    for parent, upstream in upstreams.items():
+        newest, version = upstream.version(), taken[parent]
+        if version is not None and version < newest:
+            return f"{name}: {parent.to_user_string()} has version {newest}, taken in: {version}"
+    return None
+
+
+def run_work(
+    lake: LakeResource,
+    feeds: Iterable[Feed],
+    tables: Iterable[tuple[AssetKey, Iterable[AssetKey]]],
+    *,
+    kafka_configured: bool,
+) -> RunWork:
+    """What a run of the bronze steps of ``feeds`` and of ``tables`` (each with its parents) would do."""
+    reasons = [r for feed in feeds if (r := feed_work(lake, feed, kafka_configured=kafka_configured))]
+    reasons += [r for key, parents in tables if (r := table_work(lake, key, parents))]
+    return RunWork(tuple(reasons))
+
+
+def work_of_selection(
+    lake: LakeResource,
+    feeds: Iterable[Feed],
+    graph: BaseAssetGraph,
+    keys: Iterable[AssetKey],
+    *,
+    kafka_configured: bool,
+) -> RunWork:
+    """What a run of the assets ``keys`` of ``graph`` would do: a feed's bronze step by its feed, any other
+    asset by its table's marks against its parents' tables."""
+    by_bronze = {feed.bronze_key: feed for feed in feeds}
+    selected = sorted(set(keys), key=lambda k: k.to_user_string())
+    return run_work(
+        lake,
+        [by_bronze[k] for k in selected if k in by_bronze],
+        [(k, graph.get(k).parent_keys) for k in selected if k not in by_bronze],
+        kafka_configured=kafka_configured,
+    )
