@@ -27,7 +27,13 @@ from pyspark.sql.types import StructType
 from medallion_assets.checkpoints import local_path
 from medallion_assets.delta import parse_bytes
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
-from medallion_assets.kafka import KafkaResource, latest_offsets
+from medallion_assets.kafka import (
+    KafkaError,
+    KafkaResource,
+    is_connect_session,
+    kafka_connector_missing,
+    latest_offsets,
+)
 from medallion_assets.resources import LakeResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.storage.engines import DeltaEngine, engine_for
@@ -151,22 +157,37 @@ def start_kafka_stream(
         query_name: the streaming query's name (default ``bronze_<feed name>``).
 
     Raises:
-        KafkaError: no broker is configured, it does not answer, or it lacks the topic.
+        KafkaError: no broker is configured, it does not answer, or it lacks the topic; or the
+            session (over Spark Connect: its server) lacks Spark's Kafka connector.
     """
     feed = kafka_feed(feed)
     kafka = kafka.for_feed(feed)
     latest_offsets(kafka)
-    messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
-    frame = bronze.kafka_messages(messages)
-    return _start_bronze_sink(
-        spark,
-        lake,
-        feed.name,
-        frame,
-        bronze.KAFKA_SCHEMA,
-        trigger=trigger,
-        commit_metadata=commit_metadata,
-        query_name=query_name,
+    try:
+        # A classic session looks the source up here; a Connect server only when the query starts.
+        messages = spark.readStream.format("kafka").options(**kafka.spark_source_options()).load()
+        return _start_bronze_sink(
+            spark,
+            lake,
+            feed.name,
+            bronze.kafka_messages(messages),
+            bronze.KAFKA_SCHEMA,
+            trigger=trigger,
+            commit_metadata=commit_metadata,
+            query_name=query_name,
+        )
+    except Exception as error:
+        if not _kafka_source_missing(error):
+            raise
+        raise KafkaError(kafka_connector_missing(over_connect=is_connect_session(spark))) from error
+
+
+def _kafka_source_missing(error: BaseException) -> bool:
+    """Whether Spark refused the ``kafka`` format because no connector on its class path provides it."""
+    # Spark names the Kafka case in words (failedToFindKafkaDataSourceError), other formats by error class.
+    text = str(error)
+    return "failed to find data source: kafka" in text.lower() or (
+        "DATA_SOURCE_NOT_FOUND" in text and "kafka" in text.lower()
     )
 
 

@@ -60,6 +60,26 @@ def kafka_connector_config(
     return {}
 
 
+def kafka_connector_missing(*, over_connect: bool) -> str:
+    """What to set when a session has no Kafka source: the client's settings, or the Connect server's start."""
+    package = KAFKA_MAVEN_PACKAGE.format(version=version("pyspark"))
+    if over_connect:
+        return (
+            "the Spark Connect server has no Kafka connector (Spark's 'kafka' source): start the server with "
+            f"--packages {package} (or --jars with the connector's jars), as docs/kafka.md shows; "
+            "KAFKA_SPARK_JARS and MEDALLION_KAFKA_MAVEN configure a session this process starts, not a Connect server"
+        )
+    return (
+        "the Spark session has no Kafka connector (Spark's 'kafka' source): set MEDALLION_KAFKA_MAVEN=true to fetch "
+        f"{package} from Maven, or KAFKA_SPARK_JARS to its jars, before the session starts"
+    )
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session (whose jars are its server's)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 class KafkaError(RuntimeError):
     """The broker cannot be reached or does not have what the stream needs."""
 

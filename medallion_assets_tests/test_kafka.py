@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 
 import deltalake
@@ -502,3 +503,13 @@ def test_kafka_ingest_killed_ends_exactly_once(kafka_broker, tmp_path, delta_eng
     assert read_checkpoint(ckpt).pending() == []
     assert kafka_lag(lake, kafka, ORDERS_KAFKA).lag == {0: 0, 1: 0, 2: 0}
     assert sink_engines(table) == {delta_engine}, "the runs used the test session's engine"
+
+
+def test_a_missing_connector_names_the_settings_that_bring_it():
+    from medallion_assets.kafka import kafka_connector_missing
+
+    package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version('pyspark')}"
+    here = kafka_connector_missing(over_connect=False)
+    assert "MEDALLION_KAFKA_MAVEN=true" in here and "KAFKA_SPARK_JARS" in here and package in here
+    server = kafka_connector_missing(over_connect=True)
+    assert f"--packages {package}" in server and "docs/kafka.md" in server

@@ -215,6 +215,40 @@ def documented_thrift_server(folder: Path, conf: str, *, page: Path = CATALOG_PA
         stop_group(server)
 
 
+#: The page whose Connect server start :func:`documented_connect_server` follows.
+KAFKA_PAGE = Path(__file__).resolve().parents[2] / "docs" / "kafka.md"
+
+
+@contextlib.contextmanager
+def documented_connect_server(folder: Path, *, page: Path = KAFKA_PAGE) -> Iterator[str]:
+    """A Spark Connect server started as ``page`` says (its ``bash`` block that starts
+    ``SparkConnectServer``), run in ``folder`` by bash on a free port instead of 15002.
+
+    The page's ``python`` is the interpreter running the tests.
+
+    Yields:
+        the server's ``sc://`` URL.
+    """
+    [start] = [block for block in page_blocks(page, "bash") if "SparkConnectServer" in block]
+    assert "spark.connect.grpc.binding.port=15002" in start, "the page's port changed"
+    port = free_port()
+    log = folder / "connect.log"
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    server = subprocess.Popen(
+        ["bash", "-c", start.replace("=15002", f"={port}")],
+        cwd=folder,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _wait_for_port(port, "the Spark Connect server", server, log, timeout=400)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        stop_group(server)
+
+
 def beeline(url: str, query: str, *, timeout: float = 300) -> list[dict[str, str]]:
     """``query``'s rows through the pyspark wheel's ``beeline``, as text by column name."""
     import csv
