@@ -84,13 +84,21 @@ def _run_to_end(
     }, progress
 
 
-def _run_has_nothing_new(context: AssetExecutionContext, lake: LakeResource, feeds: tuple[Feed, ...]) -> bool:
+def _run_has_nothing_new(
+    context: AssetExecutionContext,
+    lake: LakeResource,
+    feeds: tuple[Feed, ...],
+    kafka: KafkaResource | None = None,
+) -> bool:
     """Whether nothing in this run has work, read without Spark (:mod:`medallion_assets.pending_work`).
 
     Then the bronze step produces no output, starts no session, and says why in
     the run's log: Dagster skips every step downstream of it in the run, which is
     right only because the answer covers the whole run (a step joining two feeds
     runs whenever either had news). Every bronze step of the run answers alike.
+
+    ``kafka``: the run's Kafka resource, where the step has it (the Kafka stream's);
+    other steps read whether the deployment has Kafka from its settings.
     """
     layer = context.job_def.asset_layer
     selected = layer.selected_asset_keys
@@ -100,7 +108,7 @@ def _run_has_nothing_new(context: AssetExecutionContext, lake: LakeResource, fee
         feeds,
         layer.asset_graph,
         selected,
-        kafka_configured=bool(kafka_feeds) and kafka_resource().configured,
+        kafka_configured=bool(kafka_feeds) and (kafka if kafka is not None else kafka_resource()).configured,
     )
     if work.nothing_new:
         context.log.info(
@@ -167,7 +175,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed,
     def _bronze_kafka(
         context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
     ) -> Iterator[MaterializeResult]:
-        if _run_has_nothing_new(context, lake, feeds):
+        if _run_has_nothing_new(context, lake, feeds, kafka):
             return
         session = spark.session_by_path
         client = DeltaTableClient(session)
