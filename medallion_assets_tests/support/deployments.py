@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from medallion_assets_tests.support.processes import stop_group
+from medallion_assets_tests.support.processes import start_logged, stop_group
 
 
 def spark_home() -> str:
@@ -36,13 +36,7 @@ def free_port() -> int:
 
 def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
-    return subprocess.Popen(
-        command,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,
-    )
+    return start_logged(command, cwd=None, log=log, env={**os.environ, **(env or {})})
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 180) -> None:
@@ -197,22 +191,22 @@ def documented_thrift_server(folder: Path, conf: str, *, page: Path = CATALOG_PA
     conf_file.write_text(conf)
     conf_file.chmod(0o600)
     log = folder / "thrift.log"
-    # The page's `python` is the one that has pyspark.
-    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    server = subprocess.Popen(
-        ["bash", "-c", start.replace("=10000", f"={port}")],
-        cwd=folder,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    server = _run_page_block(start.replace("=10000", f"={port}"), folder, log)
     try:
         _wait_for_port(port, "the Spark Thrift server", server, log, timeout=400)
         prelude = start.split("\n", 1)[0]  # SPARK_HOME=...
         yield f"jdbc:hive2://127.0.0.1:{port}/default", prelude + "\n" + ask.replace(":10000", f":{port}")
     finally:
         stop_group(server)
+
+
+def _run_page_block(block: str, folder: Path, log: Path) -> subprocess.Popen:
+    """A docs page's ``bash`` block, started in ``folder`` with its output in ``log``.
+
+    The page's ``python`` is the interpreter running the tests (the one that has pyspark).
+    """
+    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+    return start_logged(["bash", "-c", block], cwd=folder, log=log, env=env)
 
 
 #: The page whose Connect server start :func:`documented_connect_server` follows.
@@ -233,15 +227,7 @@ def documented_connect_server(folder: Path, *, page: Path = KAFKA_PAGE) -> Itera
     assert "spark.connect.grpc.binding.port=15002" in start, "the page's port changed"
     port = free_port()
     log = folder / "connect.log"
-    env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    server = subprocess.Popen(
-        ["bash", "-c", start.replace("=15002", f"={port}")],
-        cwd=folder,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    server = _run_page_block(start.replace("=15002", f"={port}"), folder, log)
     try:
         _wait_for_port(port, "the Spark Connect server", server, log, timeout=400)
         yield f"sc://127.0.0.1:{port}"

@@ -63,6 +63,8 @@ def process_list_watch(text: str, *, every: float = 0.5):
         watcher.join()
 
 
-def start_logged(command: list[str], *, cwd, log) -> subprocess.Popen:
+def start_logged(command: list[str], *, cwd, log, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``command`` in a session of its own (so :func:`stop_group` can end it), its output in ``log``."""
-    return subprocess.Popen(command, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        command, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
