@@ -22,7 +22,7 @@ from types import ModuleType
 
 from medallion_assets.components import yaml_feeds
 from medallion_assets.feeds import Feed, FeedDeclarationError, KafkaTopic
-from medallion_assets.settings import pipeline_packages as of_environment
+from medallion_assets.settings import pipeline_packages
 
 #: Packages of pipelines besides the project's own, comma-separated.
 PIPELINES_VARIABLE = "MEDALLION_PIPELINES"
@@ -60,11 +60,6 @@ def feeds_in(modules: Iterable[ModuleType], yaml_folders: Iterable[str] = ()) ->
                 )
             tables[value.silver_table] = value.name
     return tuple(found.values())
-
-
-def pipeline_packages() -> tuple[str, ...]:
-    """``medallion_assets.pipelines`` (unless ``MEDALLION_DEMO=off``) and the packages ``MEDALLION_PIPELINES`` names."""
-    return of_environment()
 
 
 def pipeline_modules(packages: Iterable[str] | None = None) -> tuple[ModuleType, ...]:
@@ -121,7 +116,7 @@ def project_feeds(packages: Iterable[str] | None = None) -> tuple[Feed, ...]:
     """The feeds the pipelines declare, in Python modules and in ``defs.yaml`` files (each package read once).
 
     Args:
-        packages: the pipeline packages (default: :func:`pipeline_packages`, from the environment).
+        packages: the pipeline packages (default: :func:`~medallion_assets.settings.pipeline_packages`, from the environment).
     """
     return _feeds_of(tuple(pipeline_packages() if packages is None else packages))
 
