@@ -116,7 +116,8 @@ def project_feeds(packages: Iterable[str] | None = None) -> tuple[Feed, ...]:
     """The feeds the pipelines declare, in Python modules and in ``defs.yaml`` files (each package read once).
 
     Args:
-        packages: the pipeline packages (default: :func:`~medallion_assets.settings.pipeline_packages`, from the environment).
+        packages: the pipeline packages (default: the environment's,
+            :func:`~medallion_assets.settings.pipeline_packages`).
     """
     return _feeds_of(tuple(pipeline_packages() if packages is None else packages))
 
