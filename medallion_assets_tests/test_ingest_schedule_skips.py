@@ -19,6 +19,7 @@ from dagster import RunRequest, build_schedule_context
 from deltalake import CommitProperties, write_deltalake
 
 from medallion_assets.definitions import build_definitions
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 
 
@@ -29,7 +30,9 @@ def repository():
 
 def _evaluate(repository, lake: LakeResource):
     schedule = repository.get_schedule_def("ingest_hourly")
-    tick = schedule.evaluate_tick(build_schedule_context(repository_def=repository, resources={"lake": lake}))
+    tick = schedule.evaluate_tick(
+        build_schedule_context(repository_def=repository, resources={"lake": lake, "kafka": KafkaResource()})
+    )
     return list(tick.run_requests or []), tick.skip_message
 
 

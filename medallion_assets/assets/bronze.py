@@ -43,7 +43,7 @@ from medallion_assets.io_manager import (
 )
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.pending_work import work_of_selection
-from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
+from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
 
@@ -85,31 +85,19 @@ def _run_to_end(
 
 
 def _run_has_nothing_new(
-    context: AssetExecutionContext,
-    lake: LakeResource,
-    feeds: tuple[Feed, ...],
-    kafka: KafkaResource | None = None,
+    context: AssetExecutionContext, lake: LakeResource, kafka: KafkaResource, feeds: tuple[Feed, ...]
 ) -> bool:
     """Whether nothing in this run has work, read without Spark (:mod:`medallion_assets.pending_work`).
 
     Then the bronze step produces no output, starts no session, and says why in
     the run's log: Dagster skips every step downstream of it in the run, which is
     right only because the answer covers the whole run (a step joining two feeds
-    runs whenever either had news). Every bronze step of the run answers alike.
-
-    ``kafka``: the run's Kafka resource, where the step has it (the Kafka stream's);
-    other steps read whether the deployment has Kafka from its settings.
+    runs whenever either had news). Every bronze step of the run answers alike,
+    each with the run's own resources (``kafka``: the broker whose end offsets a
+    Kafka feed's checkpoint is compared with).
     """
     layer = context.job_def.asset_layer
-    selected = layer.selected_asset_keys
-    kafka_feeds = [f for f in feeds if isinstance(f.source, KafkaTopic) and f.bronze_key in selected]
-    work = work_of_selection(
-        lake,
-        feeds,
-        layer.asset_graph,
-        selected,
-        kafka_configured=bool(kafka_feeds) and (kafka if kafka is not None else kafka_resource()).configured,
-    )
+    work = work_of_selection(lake, feeds, layer.asset_graph, layer.selected_asset_keys, kafka=kafka)
     if work.nothing_new:
         context.log.info(
             f"{context.asset_key.to_user_string()}: {work.describe()}; no Spark session started, "
@@ -150,9 +138,13 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed,
         },
     )
     def _bronze_stream(
-        context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
+        context: AssetExecutionContext,
+        config: BronzeStreamConfig,
+        spark: SparkResource,
+        lake: LakeResource,
+        kafka: KafkaResource,
     ) -> Iterator[MaterializeResult]:
-        if not config.full_refresh and _run_has_nothing_new(context, lake, feeds):
+        if not config.full_refresh and _run_has_nothing_new(context, lake, kafka, feeds):
             return
         if config.full_refresh:
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
@@ -175,7 +167,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed,
     def _bronze_kafka(
         context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
     ) -> Iterator[MaterializeResult]:
-        if _run_has_nothing_new(context, lake, feeds, kafka):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         session = spark.session_by_path
         client = DeltaTableClient(session)
@@ -220,8 +212,10 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...
             write_mode="overwrite", schema_mode="overwrite", column_descriptions=bronze_column_descriptions(feed)
         ),
     )
-    def _bronze_snapshot(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource):
-        if _run_has_nothing_new(context, lake, feeds):
+    def _bronze_snapshot(
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
+    ):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         snapshot = load_snapshot(spark.session_by_path, lake, feed)
         if snapshot is not None:
@@ -238,9 +232,9 @@ def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[F
         metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
     )
     def _bronze_snapshot_changes(
-        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
     ) -> Iterator[MaterializeResult]:
-        if _run_has_nothing_new(context, lake, feeds):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         session = spark.session_by_path
         done = apply_snapshots(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})
