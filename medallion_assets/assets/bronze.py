@@ -42,7 +42,7 @@ from medallion_assets.io_manager import (
     table_metadata,
 )
 from medallion_assets.kafka import KafkaResource
-from medallion_assets.pending_work import work_of_selection
+from medallion_assets.pending_work import RunWork, work_of_selection
 from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
@@ -84,6 +84,10 @@ def _run_to_end(
     }, progress
 
 
+#: The answer of the run this process executes (run id -> its work), the latest run's only.
+_work_of_run: dict[str, RunWork] = {}
+
+
 def _run_has_nothing_new(
     context: AssetExecutionContext, lake: LakeResource, kafka: KafkaResource, feeds: tuple[Feed, ...]
 ) -> bool:
@@ -92,12 +96,19 @@ def _run_has_nothing_new(
     Then the bronze step produces no output, starts no session, and says why in
     the run's log: Dagster skips every step downstream of it in the run, which is
     right only because the answer covers the whole run (a step joining two feeds
-    runs whenever either had news). Every bronze step of the run answers alike,
-    each with the run's own resources (``kafka``: the broker whose end offsets a
-    Kafka feed's checkpoint is compared with).
+    runs whenever either had news). The run's first bronze step asks, with the
+    run's own resources (``kafka``: the broker whose end offsets a Kafka feed's
+    checkpoint is compared with); every other bronze step of the run takes the
+    same answer, so the run stands down or works as a whole.
     """
-    layer = context.job_def.asset_layer
-    work = work_of_selection(lake, feeds, layer.asset_graph, layer.selected_asset_keys, kafka=kafka)
+    work = _work_of_run.get(context.run_id)
+    if work is None:
+        # Asked once per run, by its first bronze step: the others, run after it in the same process
+        # (the in-process executor), take its answer instead of asking the lake and the broker again.
+        layer = context.job_def.asset_layer
+        work = work_of_selection(lake, feeds, layer.asset_graph, layer.selected_asset_keys, kafka=kafka)
+        _work_of_run.clear()
+        _work_of_run[context.run_id] = work
     if work.nothing_new:
         context.log.info(
             f"{context.asset_key.to_user_string()}: {work.describe()}; no Spark session started, "
@@ -124,7 +135,7 @@ def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, p
     catalog = spark.catalog
     if not catalog.enabled:
         return {}
-    catalog.register(client.spark, client.engine, feed.bronze_key.path, path)
+    catalog.register_written(client.spark, client.engine, feed.bronze_key.path, path)
     return {"dagster/table_name": catalog.qualified_name(feed.bronze_key.path)}
 
 
