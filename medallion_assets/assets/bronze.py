@@ -131,7 +131,8 @@ def _bronze_asset_args(feed: Feed, deps: Sequence[AssetKey]) -> dict:
 
 
 def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, path: str) -> dict:
-    """Registers the stream's table by name (the stream sink writes by path); its name as metadata."""
+    """The stream's table by name (the sink writes by path), registered where names are in use
+    (:meth:`~medallion_assets.catalog.LakeCatalog.register_written`); its name as metadata."""
     catalog = spark.catalog
     if not catalog.enabled:
         return {}
