@@ -88,6 +88,21 @@ def standalone_cluster(folder: Path, *, cores: int = 1, memory: str = "2g") -> I
         stop_group(master)
 
 
+def spark_conf_with_event_logs(tmp_path: Path) -> Path:
+    """The tests' Spark defaults plus an uncompressed event log per application (in ``tmp_path/events``), to
+    read for secrets; returns the folder to give as ``SPARK_CONF_DIR``."""
+    conf, events = tmp_path / "spark_conf", tmp_path / "events"
+    conf.mkdir()
+    events.mkdir()
+    for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
+        (conf / source.name).write_bytes(source.read_bytes())
+    with open(conf / "spark-defaults.conf", "a") as defaults:
+        defaults.write(
+            f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n"
+        )
+    return conf
+
+
 def _workers(ui_port: int) -> int | None:
     with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as response:
         return int(json.load(response).get("aliveworkers", 0))
