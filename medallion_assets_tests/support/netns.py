@@ -84,10 +84,6 @@ class Host:
         self.processes.append(process)
         return process
 
-    def run(self, args: list[str], *, env: dict[str, str] | None = None, timeout: float = 600):
-        """Runs ``args`` on this host to its end; the finished process (text output captured)."""
-        return subprocess.run(self.command(args), env=env, capture_output=True, text=True, timeout=timeout)
-
 
 class Network:
     """A bridge and its hosts; :meth:`close` (or leaving the ``with`` block) takes all of it down.
