@@ -97,13 +97,18 @@ def _executors(session: dict) -> list[dict]:
         return json.load(response)
 
 
-def _wait_until_both_workers_run_tasks(session: dict, addresses: set[str], timeout: float = 120) -> list[dict]:
+def _wait_until_both_workers_run_tasks(
+    session: dict, addresses: set[str], driver: subprocess.Popen, log: Path, timeout: float = 120
+) -> list[dict]:
     deadline = time.monotonic() + timeout
     executors: list[dict] = []
     while time.monotonic() < deadline:
+        if driver.poll() is not None:
+            raise AssertionError(f"the driver ended ({driver.returncode}) first:\n{log.read_text()[-6000:]}")
         try:
             executors = _executors(session)
         except OSError:  # a driver busy on a loaded machine answers late: ask again
+            time.sleep(0.5)
             continue
         busy = {e["hostPort"].rsplit(":", 1)[0] for e in executors if e["id"] != "driver" and e["activeTasks"] > 0}
         if addresses <= busy:
@@ -177,7 +182,7 @@ def test_a_delta_spark_merge_across_hosts_survives_a_worker_killed_mid_job(tmp_p
         assert session["ui"].startswith(f"http://{host['driver'].address}:"), "the driver binds to its host's address"
         _wait_for_event(log, "merging", driver, timeout=300)
         clock.mark("written")
-        running = _wait_until_both_workers_run_tasks(session, set(workers.values()))
+        running = _wait_until_both_workers_run_tasks(session, set(workers.values()), driver, log)
         signal_group(victim, signal.SIGKILL)  # the worker and its executor: the host's Spark dies at once
         clock.mark("worker-c killed")
         driver.wait(timeout=420)
