@@ -1,4 +1,5 @@
-"""An S3-compatible object store on 127.0.0.1 for the object-store tests: S3Proxy, from Maven's artifacts.
+"""An S3-compatible object store for the object-store tests: S3Proxy, from Maven's artifacts, on 127.0.0.1
+(or on the test network's bridge address, support/netns.py, for the test hosts).
 
 S3Proxy (``org.gaul:s3proxy``) is a real S3 server (Jetty, AWS signature v2/v4,
 multipart uploads, conditional writes) in front of a pluggable blob store; here
@@ -66,20 +67,21 @@ def server_jars(version: str = S3PROXY_VERSION) -> tuple[Path | None, str]:
 
 
 class ObjectStore:
-    """A running S3Proxy on 127.0.0.1 with generated credentials; :meth:`stop` ends it.
+    """A running S3Proxy on 127.0.0.1 (or ``address``) with generated credentials; :meth:`stop` ends it.
 
     Attributes:
-        endpoint: ``http://127.0.0.1:<port>``.
+        endpoint: ``http://<address>:<port>``.
         access_key_id, secret_access_key: the credentials it accepts (and no others).
         folder: where it keeps its buckets (one sub-folder each) and its log.
     """
 
-    def __init__(self, jars: Path, folder: Path) -> None:
+    def __init__(self, jars: Path, folder: Path, address: str = "127.0.0.1") -> None:
         self.jars = jars
         self.folder = folder
         (folder / "data").mkdir(parents=True, exist_ok=True)
+        self.address = address
         self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://{address}:{self.port}"
         self.access_key_id = f"test-{secrets.token_hex(6)}"
         self.secret_access_key = secrets.token_urlsafe(24)
         properties = folder / "s3proxy.properties"
@@ -122,7 +124,7 @@ class ObjectStore:
             if self.process.poll() is not None:
                 raise RuntimeError(f"S3Proxy exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection((self.address, self.port), timeout=1):
                     return
             except OSError:
                 time.sleep(0.2)
@@ -149,7 +151,7 @@ class ObjectStore:
         from pyarrow import fs  # deferred: pyarrow's S3 support is loaded only by the tests that use the store
 
         return fs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{self.port}",
+            endpoint_override=f"{self.address}:{self.port}",
             scheme="http",
             access_key=self.access_key_id,
             secret_key=self.secret_access_key,
@@ -186,11 +188,12 @@ class ObjectStore:
         self.stop()
 
 
-def start(folder: Path) -> tuple[ObjectStore | None, str]:
-    """An :class:`ObjectStore` keeping its objects under ``folder``; or None and why not (no Maven, no Java)."""
+def start(folder: Path, address: str = "127.0.0.1") -> tuple[ObjectStore | None, str]:
+    """An :class:`ObjectStore` on ``address`` keeping its objects under ``folder``; or None and why not
+    (no Maven, no Java)."""
     jars, reason = server_jars()
     if jars is None:
         return None, reason
     if not any(os.access(Path(p) / "java", os.X_OK) for p in os.environ.get("PATH", "").split(os.pathsep)):
         return None, "java is not on PATH to run S3Proxy"
-    return ObjectStore(jars, folder), ""
+    return ObjectStore(jars, folder, address), ""
