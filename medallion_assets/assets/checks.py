@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 from medallion_assets.delta import load_datafusion
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
+from medallion_assets.settings import is_s3_uri
 
 #: Check metadata: what computed the counts, DataFusion (delta-rs read the tables) or Spark.
 COMPUTED_WITH = "computed_with"
@@ -103,8 +104,13 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
         if isinstance(rows, pa.Table):
             context.from_arrow(rows, name=name)
         else:
-            # delta-rs' own DataFusion table: it prunes columns and files itself.
-            context.register_table(name, rows)
+            # delta-rs' own DataFusion table: it prunes columns and files itself. In a bucket, its
+            # Arrow dataset instead: the table provider has DataFusion's session read the files, and
+            # that session has no store for the bucket; the dataset reads with the table's options.
+            if is_s3_uri(rows.table_uri):
+                context.register_dataset(name, rows.to_pyarrow_dataset())
+            else:
+                context.register_table(name, rows)
     try:
         [row] = context.sql(sql.format(**{name: name for name in tables})).to_pylist()
     except Exception as error:  # DataFusion raises plain Exceptions

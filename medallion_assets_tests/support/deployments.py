@@ -97,6 +97,21 @@ def standalone_master(folder: Path, *, host: Host | None = None) -> Iterator[Sta
         stop_group(process)
 
 
+def spark_conf_with_event_logs(tmp_path: Path) -> Path:
+    """The tests' Spark defaults plus an uncompressed event log per application (in ``tmp_path/events``), to
+    read for secrets; returns the folder to give as ``SPARK_CONF_DIR``."""
+    conf, events = tmp_path / "spark_conf", tmp_path / "events"
+    conf.mkdir()
+    events.mkdir()
+    for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
+        (conf / source.name).write_bytes(source.read_bytes())
+    with open(conf / "spark-defaults.conf", "a") as defaults:
+        defaults.write(
+            f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n"
+        )
+    return conf
+
+
 @contextlib.contextmanager
 def standalone_worker(
     folder: Path, master: StandaloneMaster, *, cores: int = 1, memory: str = "2g", host: Host | None = None

@@ -17,12 +17,10 @@ only to its properties file (mode 0600), never to a command line.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -199,38 +197,3 @@ def start(folder: Path, address: str = "127.0.0.1") -> tuple[ObjectStore | None,
     if not any(os.access(Path(p) / "java", os.X_OK) for p in os.environ.get("PATH", "").split(os.pathsep)):
         return None, "java is not on PATH to run S3Proxy"
     return ObjectStore(jars, folder, address), ""
-
-
-def write_with_spark(table: str) -> dict:
-    """In this process: a Spark session from the project's resources (the settings of the environment)
-    writes ten rows to ``table`` and appends five; returns what the session was configured with and read back.
-
-    Run by :func:`main` in a process of its own: the suite's shared session has no ``hadoop-aws``.
-    """
-    from medallion_assets.definitions import resources_for
-    from medallion_assets.settings import read_settings
-
-    spark = resources_for(settings=read_settings())["spark"].process_config_and_initialize().spark_session
-    try:
-        spark.range(10).write.format("delta").save(table)
-        spark.range(10, 15).write.format("delta").mode("append").save(table)
-        return {
-            "endpoint": spark.conf.get("spark.hadoop.fs.s3a.endpoint"),
-            "packages": spark.conf.get("spark.jars.packages"),
-            "rows": spark.read.format("delta").load(table).count(),
-        }
-    finally:
-        spark.stop()
-
-
-def main(argv: list[str]) -> int:
-    """``python -m medallion_assets_tests.support.object_store write-with-spark s3://bucket/table``: one JSON line."""
-    if argv[:1] != ["write-with-spark"] or len(argv) != 2:
-        print("usage: python -m medallion_assets_tests.support.object_store write-with-spark <table URI>")
-        return 2
-    print(json.dumps(write_with_spark(argv[1])))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
