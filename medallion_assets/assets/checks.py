@@ -103,14 +103,14 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
     for name, rows in tables.items():
         if isinstance(rows, pa.Table):
             context.from_arrow(rows, name=name)
+        elif isinstance(rows, DeltaTable) and is_s3_uri(rows.table_uri):
+            # In a bucket, the table's Arrow dataset: delta-rs' table provider has DataFusion's session
+            # read the files, and that session has no store for the bucket; the dataset reads with the
+            # table's own storage options.
+            context.register_dataset(name, rows.to_pyarrow_dataset())
         else:
-            # delta-rs' own DataFusion table: it prunes columns and files itself. In a bucket, its
-            # Arrow dataset instead: the table provider has DataFusion's session read the files, and
-            # that session has no store for the bucket; the dataset reads with the table's options.
-            if is_s3_uri(rows.table_uri):
-                context.register_dataset(name, rows.to_pyarrow_dataset())
-            else:
-                context.register_table(name, rows)
+            # delta-rs' own DataFusion table: it prunes columns and files itself.
+            context.register_table(name, rows)
     try:
         [row] = context.sql(sql.format(**{name: name for name in tables})).to_pylist()
     except Exception as error:  # DataFusion raises plain Exceptions
