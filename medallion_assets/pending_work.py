@@ -11,14 +11,14 @@ The answer is for a whole run, never for one step: Dagster skips a step
 whose upstream output was not produced, so a step may stand down only when
 nothing in the run has work (a gold table joining two feeds must run when
 either feed had news). Where a source cannot be read cheaply (a Kafka topic
-of a deployment that has one, a snapshot feed, a lake on an object store),
-it counts as work: the answer errs towards running.
+of a deployment that has one, a snapshot feed), it counts as work: the
+answer errs towards running. A lake on an object store is read the same way,
+through the lake's filesystem and deltalake's storage options.
 
 Nothing here starts Spark or writes anything.
 """
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,8 +26,8 @@ from dagster import AssetKey
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow import fs
 
-from medallion_assets.checkpoints import local_path
 from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
 from medallion_assets.resources import LakeResource
 from medallion_assets.storage.engines import user_metadata
@@ -59,9 +59,9 @@ class RunWork:
         return "; ".join(self.reasons[:limit]) + more
 
 
-def _open(path: str) -> DeltaTable | None:
+def _open(lake: LakeResource, path: str) -> DeltaTable | None:
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=lake.delta_storage_options())
     except (TableNotFoundError, DeltaError, OSError, ValueError):
         return None
 
@@ -85,10 +85,10 @@ def feed_work(lake: LakeResource, feed: Feed, *, kafka_configured: bool) -> str 
         if newest is None:  # nothing landed: the step writes nothing
             return None
     if isinstance(feed.source, KafkaTopic):
-        if kafka_configured or os.path.isdir(_local(lake.checkpoint_dir(feed.name))):
+        if kafka_configured or _is_folder(lake, lake.checkpoint_dir(feed.name)):
             return f"{name}: reads a Kafka topic"
         return None
-    table = _open(lake.table_path(feed.bronze_key.path))
+    table = _open(lake, lake.table_path(feed.bronze_key.path))
     if newest is not None:
         if table is None:
             return f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
@@ -96,18 +96,14 @@ def feed_work(lake: LakeResource, feed: Feed, *, kafka_configured: bool) -> str 
             return f"{name}: applies landed snapshots"
         loaded = json.loads(_newest_custom(table).get(COMPUTED_FROM) or "{}").get("source")
         return None if loaded == newest else f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
-    try:
-        unseen = unseen_landed_files(lake, feed)
-    except ValueError:  # a lake on an object store: its checkpoint is not read here
-        return f"{name}: its checkpoint is not on a local file system"
+    unseen = unseen_landed_files(lake, feed)
     return f"{name}: {len(unseen)} landed file(s) not taken yet" if unseen else None
 
 
-def _local(path: str) -> str:
-    try:
-        return local_path(path)
-    except ValueError:  # an object store: no folder to look at here
-        return path
+def _is_folder(lake: LakeResource, location: str) -> bool:
+    """``location`` holds something (a folder on a file system; on an object store, a prefix with objects)."""
+    filesystem, path = lake.filesystem(location)
+    return filesystem.get_file_info(path).type == fs.FileType.Directory
 
 
 def _custom(info: dict) -> dict[str, str]:
@@ -147,8 +143,8 @@ def table_work(lake: LakeResource, key: AssetKey, parents: Iterable[AssetKey]) -
     name = key.to_user_string()
     if len(key.path) != 2:
         return f"{name}: not a table of the lake"
-    table = _open(lake.table_path(key.path))
-    upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake.table_path(p.path))) is not None}
+    table = _open(lake, lake.table_path(key.path))
+    upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake, lake.table_path(p.path))) is not None}
     if table is None:
         return f"{name}: no table yet, {len(upstreams)} of its inputs have one" if upstreams else None
     taken = {parent: _recorded_version(table, parent) for parent in upstreams}

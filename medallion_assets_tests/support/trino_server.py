@@ -164,6 +164,9 @@ def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterat
         stop_group(server)
 
 
+_ACTIVE_WORKERS = "SELECT count(*) AS workers FROM system.runtime.nodes WHERE state = 'active'"
+
+
 def _wait_until_started(url: str, server: subprocess.Popen, log: Path, timeout: float = 400) -> None:
     """Until the server has started and its worker (the node itself) has joined: a query runs."""
     deadline = time.monotonic() + timeout
@@ -173,8 +176,10 @@ def _wait_until_started(url: str, server: subprocess.Popen, log: Path, timeout: 
         with contextlib.suppress(OSError, ValueError, RuntimeError):
             with urllib.request.urlopen(f"{url}/v1/info", timeout=2) as response:
                 started = not json.load(response).get("starting", True)
-            # Started, the node may not have announced itself as a worker yet: "No nodes available".
-            if started and query(url, "SELECT 1", timeout=60) == [{"_col0": 1}]:
+            # Started, the node may not have announced itself as a worker yet, and "SELECT 1" runs on
+            # the coordinator alone: a table scan still fails with "No nodes available" until the node
+            # list (refreshed every few seconds) holds an active worker.
+            if started and query(url, _ACTIVE_WORKERS, timeout=60)[0]["workers"] > 0:
                 return
         time.sleep(1)
     raise TimeoutError(f"Trino did not start in {timeout:.0f} s:\n{log.read_text()[-6000:]}")
@@ -191,15 +196,22 @@ def _typed(value, trino_type: str):
     return value
 
 
+_NO_WORKER_YET = "No nodes available"
+
+
 def query(url: str, sql: str, *, timeout: float = 300) -> list[dict]:
     """``sql``'s rows by column name, through Trino's ``/v1/statement`` (decimals as ``Decimal``, dates as ``date``).
 
     Raises:
         RuntimeError: the query failed (Trino's message).
     """
-    request = urllib.request.Request(
-        f"{url}/v1/statement", data=sql.encode(), headers={"X-Trino-User": "medallion"}, method="POST"
-    )
+
+    def submitted() -> urllib.request.Request:
+        return urllib.request.Request(
+            f"{url}/v1/statement", data=sql.encode(), headers={"X-Trino-User": "medallion"}, method="POST"
+        )
+
+    request: urllib.request.Request | None = submitted()
     deadline = time.monotonic() + timeout
     columns, rows = None, []
     while request is not None:
@@ -207,6 +219,11 @@ def query(url: str, sql: str, *, timeout: float = 300) -> list[dict]:
             raise TimeoutError(f"Trino did not answer {sql!r} in {timeout:.0f} s")
         with urllib.request.urlopen(request, timeout=60) as response:
             page = json.load(response)
+        if "error" in page and _NO_WORKER_YET in page["error"].get("message", "") and time.monotonic() < deadline:
+            # The worker left the node list for a moment (a missed heartbeat on a busy machine): ask again.
+            time.sleep(2)
+            request, columns, rows = submitted(), None, []
+            continue
         if "error" in page:
             raise RuntimeError(f"Trino failed {sql!r}: {page['error'].get('message')}")
         columns = columns or [(column["name"], column["type"]) for column in page.get("columns", [])] or None
