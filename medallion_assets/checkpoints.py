@@ -7,59 +7,85 @@ history as delta-rs reads it. Both only read: nothing here writes a
 checkpoint or a table. The sensors and the stream verdicts
 (:mod:`medallion_assets.stream_monitoring`) are built on these.
 
+Checkpoints are read through pyarrow's filesystems: a local folder, or a lake
+on an object store through the lake's own filesystem
+(:meth:`~medallion_assets.resources.LakeResource.filesystem`, passed as
+``locate``), so the same code reads both.
+
 Nothing here runs at import.
 """
 
 import json
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from pyarrow import fs
+
+#: ``location -> (filesystem, path in it)``: how a checkpoint's or a landed file's location is reached.
+Locate = Callable[[str], tuple[fs.FileSystem, str]]
 
 
 def local_path(path: str) -> str:
-    """The local path of ``path`` (a path or a ``file:`` URI); object stores are refused."""
+    """The local path of ``path`` (a path or a ``file:`` URI); other URIs are refused."""
     if path.startswith("file:"):
         return unquote(urlparse(path).path)
     if "://" in path:
-        raise ValueError(
-            f"{path} is on an object store: stream checkpoints, landing-folder health and full refreshes "
-            "are read and removed on a local lake only; set MEDALLION_LAKE_ROOT to a local folder to use them"
-        )
+        raise ValueError(f"{path} is not a local path: it is reached through a filesystem (see locate_local)")
     return path
 
 
-def _numbered(folder: str) -> dict[int, float]:
+def locate_local(location: str) -> tuple[fs.FileSystem, str]:
+    """The default :data:`Locate`: a local path or ``file:`` URI on the local filesystem; another URI
+    through pyarrow's own resolution (an ``s3://`` one then has only the ``AWS_*`` variables' settings)."""
+    if location.startswith("file:") or "://" not in location:
+        return fs.LocalFileSystem(), local_path(location)
+    return fs.FileSystem.from_uri(location)
+
+
+def _listing(filesystem: fs.FileSystem, folder: str) -> dict[str, fs.FileInfo]:
+    """The files directly in ``folder`` by name (none when it does not exist): one listing, with their times."""
+    infos = filesystem.get_file_info(fs.FileSelector(folder, allow_not_found=True))
+    return {info.base_name: info for info in infos if info.type == fs.FileType.File}
+
+
+def _numbered(filesystem: fs.FileSystem, folder: str) -> dict[int, float]:
     """``N -> mtime`` of the log files ``N`` in a checkpoint sub-folder."""
+    return {
+        int(name): (info.mtime_ns or 0) / 1e9 for name, info in _listing(filesystem, folder).items() if name.isdigit()
+    }
+
+
+def _read_text(filesystem: fs.FileSystem, path: str) -> str:
+    """A file's text; ``FileNotFoundError`` when it is missing (on every filesystem)."""
     try:
-        names = os.listdir(folder)
+        with filesystem.open_input_stream(path) as handle:
+            return handle.read().decode("utf-8")
     except FileNotFoundError:
-        return {}
-    found = {}
-    for name in names:
-        if name.isdigit():
-            try:
-                found[int(name)] = os.path.getmtime(os.path.join(folder, name))
-            except FileNotFoundError:
-                pass
-    return found
+        raise
+    except OSError as error:
+        # pyarrow's S3 filesystem reports a missing key as a plain OSError.
+        if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+            raise FileNotFoundError(path) from error
+        raise
 
 
-def _log_entries(path: str) -> list[dict]:
+def _log_entries(filesystem: fs.FileSystem, path: str) -> list[dict]:
     """The JSON lines after the version line of a checkpoint log file."""
-    with open(path) as handle:
-        lines = handle.read().splitlines()
+    lines = _read_text(filesystem, path).splitlines()
     return [json.loads(line) for line in lines[1:] if line.strip()]
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A stream's checkpoint folder, read once."""
+    """A stream's checkpoint folder, read once.
+
+    ``location`` is the folder's path in ``filesystem`` (``bucket/key`` on an object store).
+    """
 
     location: str
     query_id: str | None
@@ -67,6 +93,13 @@ class Checkpoint:
     """Planned batch id -> time its offset file was written."""
     commits: dict[int, float]
     """Committed batch id -> time its commit file was written."""
+    filesystem: fs.FileSystem = field(default_factory=fs.LocalFileSystem, compare=False, repr=False)
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.location.rstrip("/"), *parts])
+
+    def _entries(self, *parts: str) -> list[dict]:
+        return _log_entries(self.filesystem, self._path(*parts))
 
     @property
     def last_committed(self) -> int:
@@ -82,37 +115,35 @@ class Checkpoint:
 
     def input_files(self, batch_id: int, source: int = 0) -> list[str]:
         """The files a file source gave batch ``batch_id`` (from ``sources/<source>/N`` or a compact file)."""
-        folder = os.path.join(self.location, "sources", str(source))
-        plain = os.path.join(folder, str(batch_id))
-        if os.path.exists(plain):
-            return [e["path"] for e in _log_entries(plain)]
-        compacts = sorted(
-            int(n.split(".")[0]) for n in _listdir(folder) if n.endswith(".compact") and n.split(".")[0].isdigit()
-        )
+        folder = ("sources", str(source))
+        names = _listing(self.filesystem, self._path(*folder))
+        if str(batch_id) in names:
+            return [e["path"] for e in self._entries(*folder, str(batch_id))]
+        compacts = sorted(int(n.split(".")[0]) for n in names if n.endswith(".compact") and n.split(".")[0].isdigit())
         for number in compacts:
             if number >= batch_id:
-                entries = _log_entries(os.path.join(folder, f"{number}.compact"))
+                entries = self._entries(*folder, f"{number}.compact")
                 return [e["path"] for e in entries if e.get("batchId") == batch_id]
         return []
 
     def seen_files(self, source: int = 0) -> set[str]:
         """Every file any offset of the file source covers."""
-        folder = os.path.join(self.location, "sources", str(source))
-        names = _listdir(folder)
+        folder = ("sources", str(source))
+        names = _listing(self.filesystem, self._path(*folder))
         compacts = sorted(int(n.split(".")[0]) for n in names if n.endswith(".compact") and n.split(".")[0].isdigit())
         start = compacts[-1] if compacts else -1
         seen: set[str] = set()
         if compacts:
-            seen.update(e["path"] for e in _log_entries(os.path.join(folder, f"{start}.compact")))
+            seen.update(e["path"] for e in self._entries(*folder, f"{start}.compact"))
         for name in names:
             if name.isdigit() and int(name) > start:
-                seen.update(e["path"] for e in _log_entries(os.path.join(folder, name)))
+                seen.update(e["path"] for e in self._entries(*folder, name))
         return seen
 
     def source_offset(self, batch_id: int, source: int = 0) -> Any:
         """The offset ``offsets/<batch_id>`` records for a source (for Kafka: topic -> partition -> next offset)."""
         try:
-            entries = _log_entries(os.path.join(self.location, "offsets", str(batch_id)))
+            entries = self._entries("offsets", str(batch_id))
         except FileNotFoundError:
             return None
         # After the version line: the batch metadata, then one offset per source.
@@ -120,12 +151,10 @@ class Checkpoint:
 
     def kafka_start_offsets(self, source: int = 0) -> dict[str, dict[str, int]]:
         """The offsets a Kafka source started from when the checkpoint was created (``sources/<n>/0``)."""
-        path = os.path.join(self.location, "sources", str(source), "0")
         try:
-            with open(path, "rb") as handle:
-                # A length/version prefix, then the JSON on the last line.
-                last = handle.read().splitlines()[-1]
-            return json.loads(last.decode("utf-8"))
+            # A length/version prefix, then the JSON on the last line.
+            last = _read_text(self.filesystem, self._path("sources", str(source), "0")).splitlines()[-1]
+            return json.loads(last)
         except (FileNotFoundError, IndexError, ValueError):
             return {}
 
@@ -151,24 +180,25 @@ class Checkpoint:
         return {int(p): int(o) for p, o in offsets.items()}
 
 
-def _listdir(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except FileNotFoundError:
-        return []
+def read_checkpoint(location: str, locate: Locate = locate_local) -> Checkpoint:
+    """Read a checkpoint folder (missing folders read as an empty checkpoint).
 
-
-def read_checkpoint(location: str) -> Checkpoint:
-    """Read a checkpoint folder (missing folders read as an empty checkpoint)."""
-    folder = local_path(location)
+    Args:
+        location: the folder: a path, a ``file:`` URI or an object-store URI.
+        locate: reaches ``location`` (a lake on S3: ``lake.filesystem``, with the lake's store settings).
+    """
+    filesystem, folder = locate(location)
     query_id = None
     try:
-        with open(os.path.join(folder, "metadata")) as handle:
-            query_id = json.loads(handle.readline()).get("id")
-    except (FileNotFoundError, ValueError):
+        query_id = json.loads(_read_text(filesystem, f"{folder.rstrip('/')}/metadata").splitlines()[0]).get("id")
+    except (FileNotFoundError, ValueError, IndexError):
         pass
     return Checkpoint(
-        folder, query_id, _numbered(os.path.join(folder, "offsets")), _numbered(os.path.join(folder, "commits"))
+        folder,
+        query_id,
+        _numbered(filesystem, f"{folder.rstrip('/')}/offsets"),
+        _numbered(filesystem, f"{folder.rstrip('/')}/commits"),
+        filesystem,
     )
 
 
@@ -211,7 +241,7 @@ def _metric(metrics: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
-def _added_by_commit(table, version: int) -> tuple[int, int]:
+def _added_by_commit(table, version: int, storage_options: dict[str, str] | None) -> tuple[int, int]:
     """Rows and files commit ``version`` added, from delta-rs's snapshots at it and before it.
 
     Only for a commit whose commitInfo has no row count (delta-spark with
@@ -222,7 +252,9 @@ def _added_by_commit(table, version: int) -> tuple[int, int]:
     def files(at: int) -> dict[str, int]:
         if at < 0:
             return {}
-        actions = pa.table(DeltaTable(table.table_uri, version=at).get_add_actions(flatten=True))
+        actions = pa.table(
+            DeltaTable(table.table_uri, version=at, storage_options=storage_options).get_add_actions(flatten=True)
+        )
         return dict(
             zip(
                 actions.column("path").to_pylist(),
@@ -236,7 +268,9 @@ def _added_by_commit(table, version: int) -> tuple[int, int]:
     return sum(added), len(added)
 
 
-def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) -> dict[int, BatchCommit]:
+def delta_commits_of_query(
+    table: str, query_id: str, *, after_batch: int = -1, storage_options: dict[str, str] | None = None
+) -> dict[int, BatchCommit]:
     """Batch id -> Delta commit, for the commits ``query_id``'s stream sink made.
 
     delta-rs reads the table's history (commitInfo), newest first, a page at a
@@ -244,9 +278,10 @@ def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) 
     ``after_batch``, so a sensor tick reads only the recent log. Rows and files
     are the sink's ``operationMetrics`` (``numOutputRows``, ``numAddedFiles``;
     delta-rs's own writes call them ``num_added_rows``, ``num_added_files``).
+    ``storage_options``: deltalake's, for a table on an object store (``lake.delta_storage_options()``).
     """
     try:
-        delta_table = DeltaTable(table)
+        delta_table = DeltaTable(table, storage_options=storage_options)
     except TableNotFoundError:
         return {}
     found: dict[int, BatchCommit] = {}
@@ -267,7 +302,7 @@ def delta_commits_of_query(table: str, query_id: str, *, after_batch: int = -1) 
             rows = _metric(metrics, "numOutputRows", "num_added_rows")
             files = _metric(metrics, "numAddedFiles", "num_added_files")
             if rows is None or files is None:
-                rows, files = _added_by_commit(delta_table, int(info["version"]))
+                rows, files = _added_by_commit(delta_table, int(info["version"]), storage_options)
             found[batch] = BatchCommit(batch, int(info["version"]), rows, files, info.get("timestamp"))
         if len(history) < limit:
             return found

@@ -11,20 +11,18 @@ and table, so the next start of the stream re-ingests all of landing/.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 from typing import Any
 
+from pyarrow import fs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
-from medallion_assets.checkpoints import local_path
 from medallion_assets.delta import parse_bytes
 from medallion_assets.feeds import Feed, LandingFiles, LandingSnapshots, kafka_feed
 from medallion_assets.kafka import (
@@ -112,7 +110,7 @@ def start_bronze_stream(
         The running query; call ``awaitTermination()`` for ``availableNow``.
     """
     # Before the frame: a file stream source refuses a missing folder when it is defined.
-    _ensure_folder(lake.landing_folder(feed))
+    _ensure_folder(lake, lake.landing_folder(feed))
     frame = bronze_stream_frame(
         spark, lake, feed, max_files_per_trigger=max_files_per_trigger, max_bytes_per_trigger=max_bytes_per_trigger
     )
@@ -244,8 +242,11 @@ def full_refresh_stream(lake: LakeResource, feed: Feed, *, allowed: bool) -> Non
             "ingested so far, and landing/ may no longer hold all the files bronze was built from. "
             f"Declare the feed with allow_full_refresh=True if the landed files are complete"
         )
-    for path in (lake.checkpoint_dir(stream), lake.table_path(["bronze", stream])):
-        shutil.rmtree(local_path(path), ignore_errors=True)
+    for location in (lake.checkpoint_dir(stream), lake.table_path(["bronze", stream])):
+        filesystem, path = lake.filesystem(location)
+        # On an object store, a folder is the objects under its prefix: all of them are removed.
+        if filesystem.get_file_info(path).type != fs.FileType.NotFound:
+            filesystem.delete_dir(path)
 
 
 def ensure_bronze_table(spark: SparkSession, lake: LakeResource, feed: Feed) -> str:
@@ -300,10 +301,11 @@ def load_snapshot(spark: SparkSession, lake: LakeResource, feed: Feed) -> Landed
     return LandedSnapshot(frame=frame, source_file=newest)
 
 
-def _ensure_folder(folder: str) -> None:
-    # A file stream source refuses a missing folder; an empty one is a valid "nothing landed yet".
-    if "://" not in folder:
-        os.makedirs(folder, exist_ok=True)
+def _ensure_folder(lake: LakeResource, folder: str) -> None:
+    # A file stream source refuses a missing folder; an empty one is a valid "nothing landed yet"
+    # (in a bucket: pyarrow writes the folder's marker object, which S3A takes for a folder).
+    filesystem, path = lake.filesystem(folder)
+    filesystem.create_dir(path, recursive=True)
 
 
 #: Commit metadata of a snapshot feed's bronze commit: the snapshot it applied (its file name), and the

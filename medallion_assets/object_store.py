@@ -15,6 +15,12 @@ The key pair never becomes a Spark setting (pyspark passes those to
 ``spark-submit`` on the JVM's command line): it is set on the Hadoop
 configuration after the JVM starts, as the catalog's metastore password is.
 
+Code that has no lake resource at hand (the IO manager's and the engines' deltalake
+calls, given only a table's location) reaches the store through
+:func:`storage_options_for`: the same settings, read from the process's environment,
+where a deployment's processes have them and Dagster's ``EnvVar`` reads the key pair
+from too. Nothing of them passes through Spark's plans or options.
+
 Unset settings are left to each client's defaults (``AWS_*`` variables, profiles,
 instance roles). Nothing here runs at import.
 """
@@ -24,9 +30,13 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Mapping
+from functools import lru_cache
 
 from dagster import Config
 from pydantic import Field
+
+from medallion_assets.settings import is_s3_uri, read_settings, variables_feeding
 
 #: Hadoop's S3A connector; its version must be the Hadoop of Spark's own jars.
 HADOOP_AWS_PACKAGE = "org.apache.hadoop:hadoop-aws:{version}"
@@ -107,6 +117,42 @@ class S3Store(Config):
         """The key pair as S3A's Hadoop settings, for the Hadoop configuration once the JVM runs."""
         pair = self._key_pair()
         return {S3A_ACCESS_KEY: pair[0], S3A_SECRET_KEY: pair[1]} if pair else {}
+
+
+#: The variables of the lake's store: the lake root, ``MEDALLION_S3_*`` and the key pair.
+_STORE_VARIABLES = ("MEDALLION_LAKE_ROOT", *variables_feeding("LakeResource"))
+
+
+def store_of_environment(environ: Mapping[str, str] | None = None) -> S3Store:
+    """The lake's store as the environment's settings give it (``MEDALLION_S3_*``, the ``AWS_*`` key pair).
+
+    Raises:
+        SettingsError: one of these settings is unusable (named, with its fix).
+    """
+    environ = os.environ if environ is None else environ
+    return _store_of(tuple(sorted((k, v) for k, v in environ.items() if k in _STORE_VARIABLES)))
+
+
+@lru_cache(maxsize=4)
+def _store_of(variables: tuple[tuple[str, str], ...]) -> S3Store:
+    given = dict(variables)
+    fields = read_settings(given).fields_of("LakeResource")
+    return S3Store(
+        endpoint=fields.get("s3_endpoint"),
+        region=fields.get("s3_region"),
+        path_style=fields.get("s3_path_style"),
+        access_key_id=given.get("AWS_ACCESS_KEY_ID"),
+        secret_access_key=given.get("AWS_SECRET_ACCESS_KEY"),
+    )
+
+
+def storage_options_for(location: str) -> dict[str, str] | None:
+    """deltalake's storage options for a table at ``location``: for an ``s3://``/``s3a://`` one, the store
+    of the environment's settings (:func:`store_of_environment`); ``None`` (deltalake's defaults) otherwise.
+
+    The secret is included: give them to deltalake only.
+    """
+    return store_of_environment().delta_storage_options() if is_s3_uri(str(location)) else None
 
 
 def hadoop_aws_package() -> str:

@@ -11,16 +11,16 @@ The answer is for a whole run, never for one step: Dagster skips a step
 whose upstream output was not produced, so a step may stand down only when
 nothing in the run has work (a gold table joining two feeds must run when
 either feed had news). Where a source cannot be read cheaply (a snapshot feed
-applying changes, a lake on an object store, a broker that does not answer),
-it counts as work: the answer errs towards running. A Kafka feed's topic is
-read for its partitions' end offsets (the Python client, no JVM), compared
-with the offsets the stream's checkpoint committed.
+applying changes, a broker that does not answer), it counts as work: the
+answer errs towards running. A Kafka feed's topic is read for its
+partitions' end offsets (the Python client, no JVM), compared with the
+offsets the stream's checkpoint committed. A lake on an object store is read
+the same way, through the lake's filesystem and deltalake's storage options.
 
 Nothing here starts Spark or writes anything.
 """
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,8 +28,9 @@ from dagster import AssetKey
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow import fs
 
-from medallion_assets.checkpoints import local_path, read_checkpoint
+from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
 from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
@@ -62,9 +63,9 @@ class RunWork:
         return "; ".join(self.reasons[:limit]) + more
 
 
-def _open(path: str) -> DeltaTable | None:
+def _open(lake: LakeResource, path: str) -> DeltaTable | None:
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, storage_options=lake.delta_storage_options())
     except (TableNotFoundError, DeltaError, OSError, ValueError):
         return None
 
@@ -86,11 +87,8 @@ def kafka_work(lake: LakeResource, feed: Feed, kafka: KafkaResource | None) -> s
     name = feed.bronze_key.to_user_string()
     checkpoint_dir = lake.checkpoint_dir(feed.name)
     if kafka is None or not kafka.configured:
-        return f"{name}: its stream has a checkpoint" if os.path.isdir(_local(checkpoint_dir)) else None
-    try:
-        checkpoint = read_checkpoint(checkpoint_dir)
-    except ValueError:  # a lake on an object store: its checkpoint is not read here
-        return f"{name}: its checkpoint is not on a local file system"
+        return f"{name}: its stream has a checkpoint" if _is_folder(lake, checkpoint_dir) else None
+    checkpoint = read_checkpoint(checkpoint_dir, lake.filesystem)
     if checkpoint.query_id is None:
         return f"{name}: its stream has not run yet"
     if checkpoint.pending():
@@ -117,7 +115,7 @@ def feed_work(lake: LakeResource, feed: Feed, *, kafka: KafkaResource | None) ->
             return None
     if isinstance(feed.source, KafkaTopic):
         return kafka_work(lake, feed, kafka)
-    table = _open(lake.table_path(feed.bronze_key.path))
+    table = _open(lake, lake.table_path(feed.bronze_key.path))
     if newest is not None:
         if table is None:
             return f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
@@ -125,18 +123,14 @@ def feed_work(lake: LakeResource, feed: Feed, *, kafka: KafkaResource | None) ->
             return f"{name}: applies landed snapshots"
         loaded = json.loads(_newest_custom(table).get(COMPUTED_FROM) or "{}").get("source")
         return None if loaded == newest else f"{name}: snapshot {newest.rsplit('/', 1)[-1]} not loaded yet"
-    try:
-        unseen = unseen_landed_files(lake, feed)
-    except ValueError:  # a lake on an object store: its checkpoint is not read here
-        return f"{name}: its checkpoint is not on a local file system"
+    unseen = unseen_landed_files(lake, feed)
     return f"{name}: {len(unseen)} landed file(s) not taken yet" if unseen else None
 
 
-def _local(path: str) -> str:
-    try:
-        return local_path(path)
-    except ValueError:  # an object store: no folder to look at here
-        return path
+def _is_folder(lake: LakeResource, location: str) -> bool:
+    """``location`` holds something (a folder on a file system; on an object store, a prefix with objects)."""
+    filesystem, path = lake.filesystem(location)
+    return filesystem.get_file_info(path).type == fs.FileType.Directory
 
 
 def _custom(info: dict) -> dict[str, str]:
@@ -176,8 +170,8 @@ def table_work(lake: LakeResource, key: AssetKey, parents: Iterable[AssetKey]) -
     name = key.to_user_string()
     if len(key.path) != 2:
         return f"{name}: not a table of the lake"
-    table = _open(lake.table_path(key.path))
-    upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake.table_path(p.path))) is not None}
+    table = _open(lake, lake.table_path(key.path))
+    upstreams = {p: t for p in parents if len(p.path) == 2 and (t := _open(lake, lake.table_path(p.path))) is not None}
     if table is None:
         return f"{name}: no table yet, {len(upstreams)} of its inputs have one" if upstreams else None
     taken = {parent: _recorded_version(table, parent) for parent in upstreams}

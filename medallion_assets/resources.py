@@ -26,6 +26,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from medallion_assets.catalog import WAREHOUSE_FOLDER, LakeCatalog
+from medallion_assets.checkpoints import locate_local
 from medallion_assets.delta import has_native_delta
 from medallion_assets.kafka import KafkaResource, kafka_connector_config
 from medallion_assets.object_store import S3Store, hadoop_aws_package
@@ -292,6 +293,13 @@ class SparkResource(LazyPySparkResource):
             else self.delta_spark_maven,
             spark_config=self.spark_config,
         )
+        if self.object_store is not None and plan.source is None and not self.remote:
+            raise ObjectStoreEngineError(
+                f"MEDALLION_DELTA_ENGINE={self.delta_engine!r} runs the delta-rs engine here ({plan.reason}), "
+                "which cannot write a lake on an object store (MEDALLION_LAKE_ROOT=s3://...): it stages and "
+                "moves its Parquet files through local folders. Set MEDALLION_DELTA_ENGINE=delta-spark (with "
+                "MEDALLION_DELTA_SPARK_MAVEN or DELTA_SPARK_JARS), or MEDALLION_LAKE_ROOT to a local folder"
+            )
         builder = SparkSession.builder.appName(self.app_name)
         if self.remote:
             builder = builder.remote(self.remote)
@@ -588,15 +596,15 @@ class LakeResource(ConfigurableResource):
     def filesystem(self, location: str):
         """pyarrow's filesystem for ``location`` (a path under the lake, or any local path) and the path in it.
 
-        An ``s3://``/``s3a://`` location is reached with the lake's store settings; another URI
-        through pyarrow's own resolution; a local path through the local filesystem.
+        An ``s3://``/``s3a://`` location is reached with the lake's store settings; a local path or
+        ``file:`` URI through the local filesystem; another URI through pyarrow's own resolution.
+        The signature of :data:`~medallion_assets.checkpoints.Locate`: checkpoints and landed files
+        are read through it.
         """
 
         if is_s3_uri(location):
             return (self.store or S3Store()).filesystem(), location.split("://", 1)[1]
-        if "://" in location:
-            return fs.FileSystem.from_uri(location)
-        return fs.LocalFileSystem(), location
+        return locate_local(location)
 
     def _join(self, *parts: str) -> str:
         if "://" in self.root:
@@ -724,6 +732,11 @@ class LakeResource(ConfigurableResource):
         except OSError as error:
             return f"{named} is not writable ({path}: {error.strerror or error}): {fix}, or make it writable"
         return None
+
+
+class ObjectStoreEngineError(RuntimeError):
+    """The Delta engine planned cannot write a lake on an object store (its message names the settings and the
+    fix)."""
 
 
 class LakeRootError(OSError):

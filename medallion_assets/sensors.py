@@ -142,7 +142,7 @@ def build_checkpoint_sensor(
 
     def evaluate(context: SensorEvaluationContext, lake: LakeResource, kafka: KafkaResource | None):
         cursor = StreamCursor.parse(context.cursor)
-        checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
+        checkpoint = read_checkpoint(lake.checkpoint_dir(stream), lake.filesystem)
         if checkpoint.query_id is None:
             return SkipReason(f"the {stream} stream has no checkpoint yet")
         if cursor.query_id is not None and cursor.query_id != checkpoint.query_id:
@@ -155,7 +155,10 @@ def build_checkpoint_sensor(
         rows_total = 0
         if new_batches:
             commits = delta_commits_of_query(
-                lake.table_path(["bronze", stream]), checkpoint.query_id, after_batch=cursor.last_batch
+                lake.table_path(["bronze", stream]),
+                checkpoint.query_id,
+                after_batch=cursor.last_batch,
+                storage_options=lake.delta_storage_options(),
             )
             for batch in new_batches:
                 commit = commits.get(batch)
@@ -174,7 +177,7 @@ def build_checkpoint_sensor(
                     files = checkpoint.input_files(batch)
                     metadata["input_files"] = len(files)
                     metadata["files"] = MetadataValue.json([os.path.basename(f) for f in files[:_MAX_LISTED_FILES]])
-                    drift = batch_schema_drift(files, feed)
+                    drift = batch_schema_drift(files, feed, lake.filesystem)
                     metadata["schema_drift_rows"] = drift.rows
                     if drift.fields:
                         metadata["schema_drift_fields"] = MetadataValue.json(drift.fields)

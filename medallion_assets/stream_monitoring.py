@@ -10,7 +10,7 @@ on these (:mod:`medallion_assets.sensors`).
 Nothing here runs at import.
 """
 
-import os
+import io
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from dagster import Config, MetadataValue
+from pyarrow import fs
 from pydantic import Field
 
-from medallion_assets.checkpoints import Checkpoint, local_path, read_checkpoint
+from medallion_assets.checkpoints import Checkpoint, Locate, locate_local, read_checkpoint
 from medallion_assets.feeds import Feed, KafkaTopic, LandingFiles, kafka_feed
 from medallion_assets.kafka import KafkaError, watermark_offsets
 from medallion_assets.resources import LakeResource
@@ -71,18 +72,19 @@ class StreamHealth(_Verdict):
 
 
 def landed_files(lake: LakeResource, feed: Feed) -> dict[str, float]:
-    """The visible data files of a feed's landing folder: ``file://`` URI -> mtime (none for a Kafka feed)."""
+    """The visible data files of a feed's landing folder: URI -> mtime (none for a Kafka feed).
+
+    A local file is named by its resolved ``file://`` URI, a file in a bucket by its ``s3://`` URI
+    (:func:`_same_uri`: as the checkpoint's names are compared).
+    """
     if isinstance(feed.source, KafkaTopic):
         return {}
-    suffix = feed.source.file_suffix
-    folder = Path(local_path(lake.landing_folder(feed)))
-    if not folder.is_dir():
-        return {}
-    found = {}
-    for entry in os.scandir(folder):
-        if entry.is_file() and is_visible_data_file(entry.name) and entry.name.endswith(suffix):
-            found[Path(entry.path).resolve().as_uri()] = entry.stat().st_mtime
-    return found
+    modified = lake.files_modified(lake.landing_folder(feed), feed.source.file_suffix)
+    return {
+        _same_uri(path): mtime_ns / 1e9
+        for path, mtime_ns in modified.items()
+        if is_visible_data_file(path.rsplit("/", 1)[-1])
+    }
 
 
 def unseen_landed_files(lake: LakeResource, feed: Feed, checkpoint: Checkpoint | None = None) -> dict[str, float]:
@@ -90,7 +92,8 @@ def unseen_landed_files(lake: LakeResource, feed: Feed, checkpoint: Checkpoint |
 
     ``checkpoint``: the stream's, when read already (default: read here).
     """
-    checkpoint = read_checkpoint(lake.checkpoint_dir(feed.name)) if checkpoint is None else checkpoint
+    if checkpoint is None:
+        checkpoint = read_checkpoint(lake.checkpoint_dir(feed.name), lake.filesystem)
     seen = {_same_uri(p) for p in checkpoint.seen_files()}
     return {p: t for p, t in landed_files(lake, feed).items() if p not in seen}
 
@@ -101,7 +104,7 @@ def stream_health(
     """Measure one stream's backlog and pending batch against ``policy``."""
     stream = feed.name
     now = time.time() if now is None else now
-    checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
+    checkpoint = read_checkpoint(lake.checkpoint_dir(stream), lake.filesystem)
     pending = checkpoint.pending()
     pending_batch = pending[0] if pending else None
     pending_age = now - checkpoint.offsets[pending_batch] if pending_batch is not None else 0.0
@@ -137,15 +140,20 @@ def _stalled_batch(checkpoint: Checkpoint, now: float, limit_seconds: float) -> 
 
 
 def _same_uri(path: str) -> str:
-    """A file the checkpoint names, as :func:`landed_files` names it: the resolved ``file://`` URI.
+    """A landed file as both the checkpoint and :func:`landed_files` name it, to compare them.
 
     Spark keeps the path it was given (``file:/a/b``, through symlinks such as
-    a linked landing folder or macOS's ``/tmp``); the landing listing resolves
-    them, so both sides must be resolved to be compared.
+    a linked landing folder or macOS's ``/tmp``): a local file is its resolved
+    ``file://`` URI. ``s3a://`` and ``s3://`` name the same object (Spark reads
+    both through S3A): ``s3://``. Other URIs are kept.
     """
+    scheme, _, rest = path.partition("://")
+    if rest and scheme.lower() in ("s3", "s3a"):
+        return f"s3://{rest}"
     if not path.startswith("file:") and "://" in path:
         return path
-    return Path(local_path(path)).resolve().as_uri()
+    _, local = locate_local(path)
+    return Path(local).resolve().as_uri()
 
 
 def _partition_lag(latest: Mapping[int, int], committed: Mapping[int, int]) -> dict[int, int]:
@@ -192,7 +200,7 @@ def kafka_lag(lake: LakeResource, kafka, feed: Feed, *, now: float | None = None
     feed = kafka_feed(feed)
     stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now
-    checkpoint = read_checkpoint(lake.checkpoint_dir(stream))
+    checkpoint = read_checkpoint(lake.checkpoint_dir(stream), lake.filesystem)
     committed = checkpoint.kafka_committed_offsets(kafka.topic)
     last_commit = checkpoint.commits.get(checkpoint.last_committed)
     since = now - last_commit if last_commit is not None else None
@@ -231,39 +239,44 @@ class SchemaDrift:
     fields: list[str]
 
 
-def batch_schema_drift(input_files: list[str], feed: Feed) -> SchemaDrift:
+def _landed_text(uri: str, locate: Locate) -> str | None:
+    """A landed file's text, undecodable bytes replaced as bronze stores them; ``None`` once it is removed."""
+    filesystem, path = locate(uri)
+    if filesystem.get_file_info(path).type != fs.FileType.File:
+        return None
+    with filesystem.open_input_stream(path) as handle:
+        return handle.read().decode("utf-8", errors="replace")
+
+
+def batch_schema_drift(input_files: list[str], feed: Feed, locate: Locate = locate_local) -> SchemaDrift:
     """Count a batch's landed rows with fields the feed does not declare.
 
     NDJSON: each line of the batch's input files, by the feed's rule
     (:meth:`~medallion_assets.feeds.Feed.unknown_fields_of_line`); CSV: the
     header of each input file (a CSV with an extra column keeps the row raw in
     ``_corrupt_record``). Files already removed from landing are not counted.
+    ``locate`` reaches the files (a landing in a bucket: ``lake.filesystem``).
     """
     rows, fields = 0, set()
     if not isinstance(feed.source, LandingFiles):
         return SchemaDrift(rows, [])
-    if feed.source.format == "ndjson":
-        for uri in input_files:
-            try:
-                # Undecodable bytes are replaced, as bronze stores them; the JSON rule sees the same text.
-                with open(local_path(uri), encoding="utf-8", errors="replace") as handle:
-                    for line in handle:
-                        extra = feed.unknown_fields_of_line(line) if line.strip() else set()
-                        if extra:
-                            rows += 1
-                            fields |= extra
-            except FileNotFoundError:
-                continue
-        return SchemaDrift(rows, sorted(fields))
     separator = feed.source.options.get("sep", ",")
     for uri in input_files:
-        try:
-            with open(local_path(uri)) as handle:
-                header = handle.readline().strip().split(separator)
-                extra_columns = [c for c in header if c and c not in feed.field_names]
-                if extra_columns:
-                    fields |= set(extra_columns)
-                    rows += sum(1 for line in handle if line.strip())
-        except FileNotFoundError:
+        text = _landed_text(uri, locate)
+        if text is None:
             continue
+        # Lines as a file opened in text mode gives them (universal newlines), as before the bucket.
+        lines = list(io.StringIO(text, newline=None))
+        if feed.source.format == "ndjson":
+            for line in lines:
+                extra = feed.unknown_fields_of_line(line) if line.strip() else set()
+                if extra:
+                    rows += 1
+                    fields |= extra
+            continue
+        header = lines[0].strip().split(separator) if lines else []
+        extra_columns = [c for c in header if c and c not in feed.field_names]
+        if extra_columns:
+            fields |= set(extra_columns)
+            rows += sum(1 for line in lines[1:] if line.strip())
     return SchemaDrift(rows, sorted(fields))

@@ -40,6 +40,7 @@ from medallion_assets_tests.support.delta_spark import NO_DELTA_SPARK, delta_spa
 from medallion_assets_tests.support.deployments import (
     documented_metastore_conf,
     documented_thrift_server,
+    spark_conf_with_event_logs,
     standalone_cluster,
 )
 from medallion_assets_tests.support.pipeline_checks import (
@@ -88,20 +89,6 @@ def test_runs_alternating_engines_lose_and_repeat_nothing(tmp_path):
     assert holding == [], holding
 
 
-def _spark_conf_with_event_logs(tmp_path: Path) -> Path:
-    """The tests' Spark defaults plus an uncompressed event log per application, to read for secrets."""
-    conf, events = tmp_path / "spark_conf", tmp_path / "events"
-    conf.mkdir()
-    events.mkdir()
-    for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
-        (conf / source.name).write_bytes(source.read_bytes())
-    with open(conf / "spark-defaults.conf", "a") as defaults:
-        defaults.write(
-            f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n"
-        )
-    return conf
-
-
 def _entries(metastore) -> dict[str, str]:
     """``database.table`` -> ``TBL_ID`` of every entry of the metastore, read from its database."""
     rows = metastore.query(
@@ -121,7 +108,7 @@ def _alternate_engines_on_a_shared_metastore(tmp_path: Path, source: dict[str, s
         "MEDALLION_METASTORE_PASSWORD": metastore.password,
         "MEDALLION_METASTORE_JARS": jdbc_jar(),
     }
-    spark_conf = _spark_conf_with_event_logs(tmp_path)
+    spark_conf = spark_conf_with_event_logs(tmp_path)
     outputs = {"dagster_home": str(home)}
     batches = len(RUNS)
     for run, (engine, deployment) in enumerate(RUNS, start=1):

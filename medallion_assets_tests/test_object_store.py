@@ -1,29 +1,36 @@
 """The lake on an S3-compatible object store: S3Proxy on 127.0.0.1 (support/object_store.py), a real server.
 
 What is tested here: the server itself (credentials, buckets), the commit guarantee
-two delta-rs writers get when they write one table at once, and the project's
-settings and lake resource reaching the bucket. Skipped where Maven or Java is
+two delta-rs writers get when they write one table at once, the project's
+settings and lake resource reaching the bucket, a stream's checkpoint and landing
+folder read in the bucket (the sensors' and stream checks' inputs), and the
+delta-rs engine's refusal of a lake in a bucket. test_pipeline_on_object_store.py
+runs the whole pipeline on the bucket on delta-spark (hadoop-aws from Maven), in a
+process of its own. Skipped where Maven or Java is
 missing (the server's jars come from Maven Central).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
+import time
 
 import deltalake
 import pyarrow as pa
 import pytest
 from pyarrow import fs
 
+from medallion_assets.checkpoints import delta_commits_of_query, read_checkpoint
 from medallion_assets.definitions import resources_for
-from medallion_assets.resources import lake_resource
+from medallion_assets.ingest import full_refresh_stream
+from medallion_assets.object_store import S3Store, storage_options_for
+from medallion_assets.pipelines.tpch.feeds import ORDERS_RAW
+from medallion_assets.resources import ObjectStoreEngineError, SparkResource, lake_resource
 from medallion_assets.settings import read_settings
+from medallion_assets.stream_monitoring import StreamHealthPolicy, batch_schema_drift, stream_health
 from medallion_assets_tests.support import object_store
-from medallion_assets_tests.support.processes import process_list_watch
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +126,7 @@ def test_the_lake_resource_lists_tables_and_files_in_the_bucket_from_the_setting
     configured = lake_resource(settings)
     # The secret is named (EnvVar), not held, until Dagster resolves the resource when a run starts.
     assert store.secret_access_key not in repr(settings) + repr(configured)
+    assert store.secret_access_key not in repr(resources_for(settings=settings)["spark"])
     lake = configured.process_config_and_initialize()
     options = lake.delta_storage_options()
     assert options["AWS_ENDPOINT_URL"] == store.endpoint
@@ -133,33 +141,63 @@ def test_the_lake_resource_lists_tables_and_files_in_the_bucket_from_the_setting
     ]
 
 
-@pytest.mark.slow
-def test_delta_spark_writes_the_lake_in_the_bucket_through_hadoop_aws_and_delta_rs_reads_it(store, bucket):
-    # delta-spark and hadoop-aws (at pyspark's Hadoop version) from Maven through spark.jars.packages, in a
-    # process of its own; the key pair reaches S3A on the Hadoop configuration, never a command line.
-    env = {**os.environ, **store.environment(bucket), "MEDALLION_DELTA_ENGINE": "delta-spark"}
-    env["MEDALLION_DELTA_SPARK_MAVEN"] = "true"
-    settings = read_settings(env)
-    lake = lake_resource(settings)
-    path = lake.table_path(["silver", "numbers"])
-    assert store.secret_access_key not in repr(resources_for(settings=settings)["spark"])
-    command = [sys.executable, "-m", "medallion_assets_tests.support.object_store", "write-with-spark", path]
-    with process_list_watch(store.secret_access_key) as seen:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-6000:]
-    assert seen == []
-    assert store.secret_access_key not in done.stdout + done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["endpoint"] == store.endpoint
-    assert "org.apache.hadoop:hadoop-aws:" in report["packages"]
-    assert report["rows"] == 15
-    options = store.storage_options()
-    table = deltalake.DeltaTable(path, storage_options=options)
-    assert table.version() == 1
-    assert sorted(table.to_pyarrow_table()["id"].to_pylist()) == list(range(15))
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in store.environment(bucket).items():
-            patch.setenv(name, value)
-        assert lake_resource(read_settings()).process_config_and_initialize().delta_tables() == [
-            ("silver", "numbers", path)
-        ]
+def test_a_stream_checkpoint_and_landing_in_the_bucket_are_read_as_on_a_local_lake(store, bucket, monkeypatch):
+    # What a file stream leaves in the bucket (Spark's v1 log files, S3A's s3a:// names), written here
+    # through the S3 API; the sensors' and stream checks' readers reach it through the lake's settings.
+    for name, value in store.environment(bucket).items():
+        monkeypatch.setenv(name, value)
+    lake = lake_resource(read_settings()).process_config_and_initialize()
+    filesystem = store.filesystem()
+    checkpoint, landing = lake.checkpoint_dir(ORDERS_RAW.name), lake.landing_folder(ORDERS_RAW)
+
+    def put(location: str, text: str) -> None:
+        with filesystem.open_output_stream(location.split("://", 1)[1]) as out:
+            out.write(text.encode())
+
+    taken, drifted, waiting = (f"{landing}/batch-{n}.json" for n in (1, 2, 3))
+    put(taken, '{"event_id": "1"}\n')
+    put(drifted, '{"event_id": "2", "coupon": "X"}\n{"event_id": "3"}\n')
+    put(waiting, '{"event_id": "4"}\n')
+    put(f"{checkpoint}/metadata", '{"id":"q-1"}\n')
+    for batch, file in enumerate((taken, drifted)):
+        put(f"{checkpoint}/offsets/{batch}", 'v1\n{"batchWatermarkMs":0}\n{"logOffset":' + str(batch) + "}\n")
+        source = json.dumps({"path": file.replace("s3://", "s3a://"), "timestamp": 0, "batchId": batch})
+        put(f"{checkpoint}/sources/0/{batch}", "v1\n" + source + "\n")
+    put(f"{checkpoint}/commits/0", 'v1\n{"nextBatchWatermarkMs":0}\n')
+
+    state = read_checkpoint(checkpoint, lake.filesystem)
+    assert (state.query_id, sorted(state.commits), state.pending()) == ("q-1", [0], [1])
+    assert state.input_files(1) == [drifted.replace("s3://", "s3a://")]
+    health = stream_health(lake, ORDERS_RAW, StreamHealthPolicy(max_backlog_age_seconds=0.0), now=time.time() + 5)
+    assert (health.last_committed_batch, health.pending_batch, health.backlog_files) == (0, 1, 1)
+    assert not health.passed and "1 landed file(s) not taken" in health.problems[0]
+    drift = batch_schema_drift(state.input_files(1), ORDERS_RAW, lake.filesystem)
+    assert (drift.rows, drift.fields) == (1, ["coupon"])
+
+    bronze = lake.table_path(["bronze", ORDERS_RAW.name])
+    options = lake.delta_storage_options()
+    deltalake.write_deltalake(
+        bronze,
+        pa.table({"value": ["line"]}),
+        storage_options=options,
+        commit_properties=deltalake.CommitProperties(
+            custom_metadata={"operationParameters": {"queryId": "q-1", "epochId": "0"}}
+        ),
+    )
+    assert [(c.batch_id, c.rows) for c in delta_commits_of_query(bronze, "q-1", storage_options=options).values()] == [
+        (0, 1)
+    ]
+    # deltalake's callers that hold only a location get the same store from the environment's settings.
+    assert storage_options_for(bronze) == options and storage_options_for("/lake/silver/orders") is None
+    full_refresh_stream(lake, ORDERS_RAW, allowed=True)
+    assert read_checkpoint(checkpoint, lake.filesystem).query_id is None
+    assert lake.delta_tables() == []
+    assert len(lake.files(landing, ".json")) == 3  # the landed files stay
+
+
+def test_the_delta_rs_engine_refuses_a_lake_in_a_bucket_before_its_session_starts():
+    spark = SparkResource(delta_engine="delta-rs", object_store=S3Store(endpoint="http://127.0.0.1:9"))
+    with pytest.raises(
+        ObjectStoreEngineError, match="MEDALLION_DELTA_ENGINE='delta-rs'.*MEDALLION_DELTA_ENGINE=delta-spark"
+    ):
+        _ = spark.process_config_and_initialize().spark_session

@@ -44,6 +44,7 @@ from pyspark.sql import functions as F
 from medallion_assets.delta import load_datafusion
 from medallion_assets.feeds import ApplyChanges, Feed
 from medallion_assets.io_manager import TableRead, check_once_per_version
+from medallion_assets.settings import is_s3_uri
 
 #: Check metadata: what computed the counts, DataFusion (delta-rs read the tables) or Spark.
 COMPUTED_WITH = "computed_with"
@@ -102,6 +103,11 @@ def one_row(sql: str, tables: Mapping[str, CheckedRows]) -> dict[str, Any]:
     for name, rows in tables.items():
         if isinstance(rows, pa.Table):
             context.from_arrow(rows, name=name)
+        elif isinstance(rows, DeltaTable) and is_s3_uri(rows.table_uri):
+            # In a bucket, the table's Arrow dataset: delta-rs' table provider has DataFusion's session
+            # read the files, and that session has no store for the bucket; the dataset reads with the
+            # table's own storage options.
+            context.register_dataset(name, rows.to_pyarrow_dataset())
         else:
             # delta-rs' own DataFusion table: it prunes columns and files itself.
             context.register_table(name, rows)

@@ -27,6 +27,7 @@ from medallion_assets.delta import (
     conform_source,
     map_values_grown_error,
 )
+from medallion_assets.object_store import storage_options_for
 from medallion_assets.storage.engines import user_metadata
 from medallion_assets.storage.merge_clauses import MergeClause, with_unacted_matches_kept
 from medallion_assets.storage.write_spec import WriteSpec, check_engine_reads, declared_table_properties
@@ -92,22 +93,27 @@ class ArrowDeltaClient:
     """Reads and writes Delta tables with delta-rs (``deltalake``), without Spark.
 
     Args:
-        storage_options: passed to ``deltalake`` (object-store credentials); none for local paths.
+        storage_options: passed to ``deltalake`` for every table; none: each table's own, from its
+            location (:func:`~medallion_assets.object_store.storage_options_for`: a table in the
+            lake's bucket gets the store of the environment's settings, a local one none).
     """
 
     def __init__(self, *, storage_options: Mapping[str, str] | None = None) -> None:
         self.storage_options = dict(storage_options) if storage_options else None
+
+    def _options(self, path: str) -> dict[str, str] | None:
+        return self.storage_options if self.storage_options is not None else storage_options_for(path)
 
     def open_table(self, path: str, version: int | None = None) -> deltalake.DeltaTable:
         """The table at ``version`` (the latest by default) as delta-rs opens it, unchecked.
 
         :meth:`readable_table` also refuses a table whose files delta-rs would misread.
         """
-        return deltalake.DeltaTable(path, version=version, storage_options=self.storage_options)
+        return deltalake.DeltaTable(path, version=version, storage_options=self._options(path))
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` holds a Delta table."""
-        return deltalake.DeltaTable.is_deltatable(path, storage_options=self.storage_options)
+        return deltalake.DeltaTable.is_deltatable(path, storage_options=self._options(path))
 
     def latest_version(self, path: str) -> int:
         """The table's current version."""
@@ -250,7 +256,7 @@ class ArrowDeltaClient:
             configuration=declared_table_properties(spec) or None,
             schema_mode=None if spec.schema_mode == "strict" else spec.schema_mode,
             predicate=replace_where,
-            storage_options=self.storage_options,
+            storage_options=self._options(path),
             commit_properties=_commit_properties(commit_metadata, transaction),
         )
         return None
@@ -375,7 +381,7 @@ class ArrowDeltaClient:
                 mode="append",
                 partition_by=list(spec.partition_columns) or None,
                 configuration=declared_table_properties(spec) or None,
-                storage_options=self.storage_options,
+                storage_options=self._options(path),
                 commit_properties=deltalake.CommitProperties(custom_metadata=custom),
             )
             return None

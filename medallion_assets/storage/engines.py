@@ -54,6 +54,7 @@ from medallion_assets.delta import (
     snapshot_dataframe,
     write_delta,
 )
+from medallion_assets.object_store import storage_options_for
 from medallion_assets.storage.merge_clauses import MergeClause, with_unacted_matches_kept
 
 log = logging.getLogger(__name__)
@@ -632,7 +633,7 @@ def _custom_metadata(info: Mapping[str, Any]) -> dict[str, str]:
 def _commit_infos_from_log(path: str, limit: int | None) -> list[dict[str, Any]] | None:
     """delta-rs's ``history(limit)`` of the table at ``path``; ``None`` when delta-rs cannot open it."""
     try:
-        table = deltalake.DeltaTable(path)
+        table = deltalake.DeltaTable(path, storage_options=storage_options_for(path))
         infos = table.history(limit)
     except (DeltaError, OSError, ValueError) as error:
         log.debug("delta-rs cannot read the log of %s (%s); asking Spark", path, error)

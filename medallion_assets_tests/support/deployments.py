@@ -1,6 +1,7 @@
 """Local Spark deployments for tests: the pyspark wheel's own standalone cluster, Connect server and Thrift server.
 
-Each runs on 127.0.0.1 in processes of its own, started from the wheel's
+Each runs on 127.0.0.1 (a standalone master or worker: or on a test host of
+support/netns.py, at its address) in processes of its own, started from the wheel's
 ``bin/spark-class`` (the Thrift server: with the commands docs/catalog.md gives),
 and is stopped by the context manager that started it.
 """
@@ -17,8 +18,10 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from medallion_assets_tests.support.netns import Host, host_environment
 from medallion_assets_tests.support.processes import start_logged, stop_group
 
 
@@ -34,8 +37,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _start(args: list[str], log: Path, env: dict[str, str] | None = None, host: Host | None = None) -> subprocess.Popen:
     command = [os.path.join(spark_home(), "bin", "spark-class"), *args]
+    if host is not None:
+        return host.start(command, log=log, env=host_environment(host, log.parent, {**os.environ, **(env or {})}))
     return start_logged(command, cwd=None, log=log, env={**os.environ, **(env or {})})
 
 
@@ -54,43 +59,91 @@ def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: 
 @contextlib.contextmanager
 def standalone_cluster(folder: Path, *, cores: int = 1, memory: str = "2g") -> Iterator[str]:
     """A standalone master and one worker on 127.0.0.1; yields the master URL."""
-    port, ui = free_port(), free_port()
-    master = _start(
-        ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)],
-        folder / "master.log",
+    with standalone_master(folder) as master, standalone_worker(folder, master, cores=cores, memory=memory):
+        yield master.url
+
+
+@dataclass(frozen=True)
+class StandaloneMaster:
+    """A running standalone master: its ``spark://`` URL and the address and port of its web UI."""
+
+    url: str
+    address: str
+    ui_port: int
+
+    def alive_workers(self) -> int:
+        """The workers the master counts as alive (its UI's JSON)."""
+        with urllib.request.urlopen(f"http://{self.address}:{self.ui_port}/json/", timeout=2) as response:
+            return int(json.load(response).get("aliveworkers", 0))
+
+
+@contextlib.contextmanager
+def standalone_master(folder: Path, *, host: Host | None = None) -> Iterator[StandaloneMaster]:
+    """The wheel's standalone master on 127.0.0.1 (free ports), or on ``host``'s address (Spark's own ports:
+    the namespace is the master's alone); its log is ``folder/master.log``."""
+    address = host.address if host else "127.0.0.1"
+    port, ui = (7077, 8080) if host else (free_port(), free_port())
+    log = folder / "master.log"
+    process = _start(
+        ["org.apache.spark.deploy.master.Master", "--host", address, "--port", str(port), "--webui-port", str(ui)],
+        log,
+        host=host,
     )
-    worker = None
     try:
-        url = f"spark://127.0.0.1:{port}"
-        _wait_for(lambda: _workers(ui) is not None, "the standalone master", master, folder / "master.log")
-        worker = _start(
-            [
-                "org.apache.spark.deploy.worker.Worker",
-                url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                str(cores),
-                "--memory",
-                memory,
-                "--webui-port",
-                str(free_port()),
-                "--work-dir",
-                str(folder / "work"),
-            ],
-            folder / "worker.log",
-        )
-        _wait_for(lambda: _workers(ui), "the standalone worker", worker, folder / "worker.log")
-        yield url
+        master = StandaloneMaster(f"spark://{address}:{port}", address, ui)
+        _wait_for(lambda: master.alive_workers() is not None, "the standalone master", process, log)
+        yield master
     finally:
-        if worker is not None:
-            stop_group(worker)
-        stop_group(master)
+        stop_group(process)
 
 
-def _workers(ui_port: int) -> int | None:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as response:
-        return int(json.load(response).get("aliveworkers", 0))
+def spark_conf_with_event_logs(tmp_path: Path) -> Path:
+    """The tests' Spark defaults plus an uncompressed event log per application (in ``tmp_path/events``), to
+    read for secrets; returns the folder to give as ``SPARK_CONF_DIR``."""
+    conf, events = tmp_path / "spark_conf", tmp_path / "events"
+    conf.mkdir()
+    events.mkdir()
+    for source in Path(os.environ["SPARK_CONF_DIR"]).iterdir():  # conftest's
+        (conf / source.name).write_bytes(source.read_bytes())
+    with open(conf / "spark-defaults.conf", "a") as defaults:
+        defaults.write(
+            f"\nspark.eventLog.enabled true\nspark.eventLog.dir file:{events}\nspark.eventLog.compress false\n"
+        )
+    return conf
+
+
+@contextlib.contextmanager
+def standalone_worker(
+    folder: Path, master: StandaloneMaster, *, cores: int = 1, memory: str = "2g", host: Host | None = None
+) -> Iterator[subprocess.Popen]:
+    """A worker of ``master`` on 127.0.0.1, or on ``host``'s address, its executors' folders under
+    ``folder/work``, its log ``folder/worker.log``; yields its process (the leader of its group, which
+    holds its executors), once the master counts one more worker alive."""
+    log = folder / "worker.log"
+    before = master.alive_workers()
+    process = _start(
+        [
+            "org.apache.spark.deploy.worker.Worker",
+            master.url,
+            "--host",
+            host.address if host else "127.0.0.1",
+            "--cores",
+            str(cores),
+            "--memory",
+            memory,
+            "--webui-port",
+            str(8081 if host else free_port()),
+            "--work-dir",
+            str(folder / "work"),
+        ],
+        log,
+        host=host,
+    )
+    try:
+        _wait_for(lambda: master.alive_workers() > before, "the standalone worker", process, log)
+        yield process
+    finally:
+        stop_group(process)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""An S3-compatible object store on 127.0.0.1 for the object-store tests: S3Proxy, from Maven's artifacts.
+"""An S3-compatible object store for the object-store tests: S3Proxy, from Maven's artifacts, on 127.0.0.1
+(or on the test network's bridge address, support/netns.py, for the test hosts).
 
 S3Proxy (``org.gaul:s3proxy``) is a real S3 server (Jetty, AWS signature v2/v4,
 multipart uploads, conditional writes) in front of a pluggable blob store; here
@@ -16,12 +17,10 @@ only to its properties file (mode 0600), never to a command line.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -68,20 +67,21 @@ def server_jars(version: str = S3PROXY_VERSION) -> tuple[Path | None, str]:
 
 
 class ObjectStore:
-    """A running S3Proxy on 127.0.0.1 with generated credentials; :meth:`stop` ends it.
+    """A running S3Proxy on 127.0.0.1 (or ``address``) with generated credentials; :meth:`stop` ends it.
 
     Attributes:
-        endpoint: ``http://127.0.0.1:<port>``.
+        endpoint: ``http://<address>:<port>``.
         access_key_id, secret_access_key: the credentials it accepts (and no others).
         folder: where it keeps its buckets (one sub-folder each) and its log.
     """
 
-    def __init__(self, jars: Path, folder: Path) -> None:
+    def __init__(self, jars: Path, folder: Path, address: str = "127.0.0.1") -> None:
         self.jars = jars
         self.folder = folder
         (folder / "data").mkdir(parents=True, exist_ok=True)
+        self.address = address
         self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://{address}:{self.port}"
         self.access_key_id = f"test-{secrets.token_hex(6)}"
         self.secret_access_key = secrets.token_urlsafe(24)
         properties = folder / "s3proxy.properties"
@@ -124,7 +124,7 @@ class ObjectStore:
             if self.process.poll() is not None:
                 raise RuntimeError(f"S3Proxy exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection((self.address, self.port), timeout=1):
                     return
             except OSError:
                 time.sleep(0.2)
@@ -151,7 +151,7 @@ class ObjectStore:
         from pyarrow import fs  # deferred: pyarrow's S3 support is loaded only by the tests that use the store
 
         return fs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{self.port}",
+            endpoint_override=f"{self.address}:{self.port}",
             scheme="http",
             access_key=self.access_key_id,
             secret_key=self.secret_access_key,
@@ -188,46 +188,12 @@ class ObjectStore:
         self.stop()
 
 
-def start(folder: Path) -> tuple[ObjectStore | None, str]:
-    """An :class:`ObjectStore` keeping its objects under ``folder``; or None and why not (no Maven, no Java)."""
+def start(folder: Path, address: str = "127.0.0.1") -> tuple[ObjectStore | None, str]:
+    """An :class:`ObjectStore` on ``address`` keeping its objects under ``folder``; or None and why not
+    (no Maven, no Java)."""
     jars, reason = server_jars()
     if jars is None:
         return None, reason
     if not any(os.access(Path(p) / "java", os.X_OK) for p in os.environ.get("PATH", "").split(os.pathsep)):
         return None, "java is not on PATH to run S3Proxy"
-    return ObjectStore(jars, folder), ""
-
-
-def write_with_spark(table: str) -> dict:
-    """In this process: a Spark session from the project's resources (the settings of the environment)
-    writes ten rows to ``table`` and appends five; returns what the session was configured with and read back.
-
-    Run by :func:`main` in a process of its own: the suite's shared session has no ``hadoop-aws``.
-    """
-    from medallion_assets.definitions import resources_for
-    from medallion_assets.settings import read_settings
-
-    spark = resources_for(settings=read_settings())["spark"].process_config_and_initialize().spark_session
-    try:
-        spark.range(10).write.format("delta").save(table)
-        spark.range(10, 15).write.format("delta").mode("append").save(table)
-        return {
-            "endpoint": spark.conf.get("spark.hadoop.fs.s3a.endpoint"),
-            "packages": spark.conf.get("spark.jars.packages"),
-            "rows": spark.read.format("delta").load(table).count(),
-        }
-    finally:
-        spark.stop()
-
-
-def main(argv: list[str]) -> int:
-    """``python -m medallion_assets_tests.support.object_store write-with-spark s3://bucket/table``: one JSON line."""
-    if argv[:1] != ["write-with-spark"] or len(argv) != 2:
-        print("usage: python -m medallion_assets_tests.support.object_store write-with-spark <table URI>")
-        return 2
-    print(json.dumps(write_with_spark(argv[1])))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    return ObjectStore(jars, folder, address), ""

@@ -53,9 +53,20 @@ def _tpch_extension_path() -> str:
     return str(sorted(root.rglob("*.duckdb_extension"))[0])
 
 
-def duckdb_tpch_answers(lake: Path) -> dict[int, list[dict]]:
-    """TPC-H queries 1, 3, 5, 6 as DuckDB's tpch extension writes them, over the silver tables."""
+def _table(lake: Path | str, layer: str, table: str) -> str:
+    """A table's location in a lake: a folder, or a URI (``s3://bucket/prefix``)."""
+    return f"{str(lake).rstrip('/')}/{layer}/{table}"
+
+
+def duckdb_tpch_answers(lake: Path | str, *, storage_options: dict[str, str] | None = None) -> dict[int, list[dict]]:
+    """TPC-H queries 1, 3, 5, 6 as DuckDB's tpch extension writes them, over the silver tables.
+
+    A local lake is read by DuckDB's delta extension; a lake in a bucket (``storage_options`` given) through
+    deltalake's Arrow datasets of its tables (``to_pyarrow_dataset``), since DuckDB reaches S3 only through its
+    httpfs extension, which no package the tests install carries.
+    """
     import duckdb
+    from deltalake import DeltaTable
 
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     try:
@@ -63,7 +74,11 @@ def duckdb_tpch_answers(lake: Path) -> dict[int, list[dict]]:
         con.execute(f"LOAD '{delta_extension_path()}'")
         con.execute(f"LOAD '{_tpch_extension_path()}'")
         for name, silver in TPCH_TABLES.items():
-            con.execute(f"CREATE VIEW {name} AS SELECT * FROM delta_scan('{lake / 'silver' / silver}')")
+            location = _table(lake, "silver", silver)
+            if storage_options is None:
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM delta_scan('{location}')")
+            else:
+                con.register(name, DeltaTable(location, storage_options=storage_options).to_pyarrow_dataset())
         answers = {}
         for number in TPCH_GOLD.values():
             [query] = con.execute("SELECT query FROM tpch_queries() WHERE query_nr = ?", [number]).fetchone()
@@ -125,12 +140,16 @@ def assert_no_check_errs(result) -> int:
     return len(evaluations)
 
 
-def assert_silver_matches_contract(lake: Path, *, landing: Path | None = None) -> None:
-    expected = contract_reference.expected_silver_state(landing or lake / "landing")
+def assert_silver_matches_contract(
+    lake: Path | str, *, landing: Path | None = None, storage_options: dict[str, str] | None = None
+) -> None:
+    """Silver equals the contract's state of ``landing`` (default: the lake's own, for a local lake)."""
+    expected = contract_reference.expected_silver_state(landing or Path(lake) / "landing")
     expected["customers"] = contract_reference.masked_customers(expected["customers"])
     for table, keys in SILVER_KEYS.items():
         want = expected[table]
-        got = read_with_deltalake(lake / "silver" / table).select(want.column_names)
+        got = read_with_deltalake(_table(lake, "silver", table), storage_options=storage_options)
+        got = got.select(want.column_names)
         assert got.num_rows == want.num_rows, table
         assert rows(got, sort_by=keys) == rows(want, sort_by=keys), table
 
@@ -146,8 +165,9 @@ def assert_history_is_closed(lake: Path) -> None:
     assert live == set(read_with_deltalake(lake / "silver" / "customers").column("c_custkey").to_pylist())
 
 
-def assert_gold_matches_duckdb(lake: Path) -> None:
-    answers = duckdb_tpch_answers(lake)
+def assert_gold_matches_duckdb(lake: Path | str, *, storage_options: dict[str, str] | None = None) -> None:
+    """Gold's TPC-H tables, read with deltalake, equal DuckDB's TPC-H answers over silver."""
+    answers = duckdb_tpch_answers(lake, storage_options=storage_options)
     for table, number in TPCH_GOLD.items():
-        gold = read_with_deltalake(lake / "gold" / table).to_pylist()
+        gold = read_with_deltalake(_table(lake, "gold", table), storage_options=storage_options).to_pylist()
         assert_same_rows(gold, answers[number], f"gold/{table} vs TPC-H Q{number}")

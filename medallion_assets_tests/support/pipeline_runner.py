@@ -8,6 +8,13 @@ on the deployment ``MEDALLION_DEPLOYMENT`` and the engine ``MEDALLION_DELTA_ENGI
 Delta engine each materialization recorded, the checks that failed with
 severity ERROR, and those that failed with severity WARN.
 
+``python -m medallion_assets_tests.support.pipeline_runner landed [maintain LAYER...]`` runs
+the same without landing anything: the test has landed the delivery already (into a
+bucket, as a producer uploads it); with ``maintain``, the weekly maintenance job
+(OPTIMIZE and VACUUM of the tables of the layers named) runs after it in the same
+process, and the report says whether it succeeded (``maintenance_succeeded``) and which
+tables it maintained (``maintained``: ``layer/table``).
+
 ``python -m medallion_assets_tests.support.pipeline_runner orders_step RUN_ID`` runs
 only silver's orders step (:func:`run_orders_step`) on that lake, as the
 Dagster run ``RUN_ID``, so a test watching the tables' logs from outside knows
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -96,22 +104,33 @@ def pipeline_command(scale_factor: float, batches: int, seed: int) -> list[str]:
     ]
 
 
+def landed_pipeline_command(*, maintain: Sequence[str] = ()) -> list[str]:
+    """The command that runs the pipeline (``main``) over what is landed already, in a process of its own;
+    ``maintain``: then the maintenance job on the tables of these layers."""
+    return [sys.executable, "-m", "medallion_assets_tests.support.pipeline_runner", "landed"] + (
+        ["maintain", *maintain] if maintain else []
+    )
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "orders_step":
         run_orders_step(argv[1])
         return 0
-    scale_factor, batches, seed = float(argv[0]), int(argv[1]), int(argv[2])
     from dagster import AssetCheckSeverity, DagsterInstance
 
     from medallion_assets.definitions import build_definitions
     from medallion_assets.io_manager.metadata import ENGINE_NAME
+    from medallion_assets.jobs import table_maintenance
     from medallion_assets.pipelines.tpch import simulator
     from medallion_assets_tests.support.pipeline_checks import materialize_everything
 
-    lake = Path(os.environ["MEDALLION_LAKE_ROOT"])
-    simulator.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)
+    if argv[0] != "landed":
+        scale_factor, batches, seed = float(argv[0]), int(argv[1]), int(argv[2])
+        lake = Path(os.environ["MEDALLION_LAKE_ROOT"])
+        simulator.land_next_batch(lake / "landing", scale_factor=scale_factor, batches=batches, seed=seed)
     with DagsterInstance.get() as instance:
-        result = materialize_everything(build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local")), instance)
+        definitions = build_definitions(os.environ.get("MEDALLION_DEPLOYMENT", "local"))
+        result = materialize_everything(definitions, instance)
         # Tables of pandas/polars/Arrow assets are written by deltalake whatever the session runs.
         engines = {
             event.asset_key.to_user_string(): event.materialization.metadata["delta/engine"].value
@@ -127,9 +146,21 @@ def main(argv: list[str]) -> int:
         ]
         warned = sorted({e.check_name for e in result.get_asset_check_evaluations() if not e.passed} - set(failed))
         first_minute = first_minute_of(instance, result.run_id)
-    print(
-        json.dumps({"engines": engines, "failed_checks": failed, "warned_checks": warned, "first_minute": first_minute})
-    )
+        report = {"engines": engines, "failed_checks": failed, "warned_checks": warned, "first_minute": first_minute}
+        if argv[1:2] == ["maintain"]:
+            maintenance = table_maintenance.execute_in_process(
+                run_config={"ops": {"optimize_and_vacuum": {"config": {"layers": argv[2:]}}}},
+                resources={name: definitions.resources[name] for name in ("spark", "lake")},
+                instance=instance,
+            )
+            # The job logs "maintained <layer>/<table>" after each table's OPTIMIZE and VACUUM.
+            report["maintained"] = sorted(
+                record.user_message.removeprefix("maintained ")
+                for record in instance.all_logs(maintenance.run_id)
+                if record.dagster_event is None and (record.user_message or "").startswith("maintained ")
+            )
+            report["maintenance_succeeded"] = maintenance.success
+    print(json.dumps(report))
     return 0
 
 

@@ -70,19 +70,22 @@ def _normalize(table: pa.Table) -> pa.Table:
     return table if schema == table.schema else table.cast(schema)
 
 
-def read_with_deltalake(path: str | os.PathLike[str], version: int | None = None) -> pa.Table:
+def read_with_deltalake(
+    path: str | os.PathLike[str], version: int | None = None, *, storage_options: dict[str, str] | None = None
+) -> pa.Table:
     """Read the table at ``path`` (optionally at ``version``) with delta-rs.
 
     Args:
         path: the table's folder or URI.
         version: the version to read; the latest when None.
+        storage_options: deltalake's, for a table in a bucket.
 
     Returns:
         The rows as a ``pyarrow.Table`` (string views normalised to ``string``).
     """
     from deltalake import DeltaTable
 
-    dt = DeltaTable(str(path), version=version)
+    dt = DeltaTable(str(path), version=version, storage_options=storage_options)
     return _normalize(pa.table(dt.to_pyarrow_table()))
 
 

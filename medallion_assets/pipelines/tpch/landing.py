@@ -43,7 +43,17 @@ def simulated_feeds() -> tuple[str, ...]:
     description="Lands the next batch of a noisy TPC-H feed under landing/.",
 )
 def simulated_batch(config: SimulatedFeedConfig, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
-    """Land the next batch; when every batch is landed, land nothing and say so."""
+    """Land the next batch; when every batch is landed, land nothing and say so.
+
+    Raises:
+        ValueError: the lake is in a bucket: the simulator writes a local folder only.
+    """
+    if "://" in lake.root:
+        raise ValueError(
+            f"MEDALLION_LAKE_ROOT={lake.root!r}: the simulator lands into a local folder only (it stages and "
+            "renames its files). Land with `medallion-assets simulate --lake-root <local folder>` and upload its "
+            "landing/ to the lake's (docs/deployment.md), or use a local MEDALLION_LAKE_ROOT"
+        )
     try:
         landed = land_next_batch(
             lake.landing_dir,

@@ -57,8 +57,15 @@ def simulate_command(args: argparse.Namespace) -> int:
     except SettingsError as error:
         print(f"medallion-assets simulate: {error}", file=sys.stderr)
         return 2
-    lake_root = Path(args.lake_root or settings.lake_root.location)
-    landing = lake_root / "landing"
+    root = args.lake_root or settings.lake_root.location
+    if "://" in root:
+        print(
+            f"medallion-assets simulate: the lake root {root!r} is a URI: the simulator lands into a local folder "
+            "only; give --lake-root a local folder and upload its landing/ to the lake's (docs/deployment.md)",
+            file=sys.stderr,
+        )
+        return 2
+    landing = Path(root) / "landing"
     options = dict(
         scale_factor=args.scale_factor,
         batches=args.batches,
