@@ -14,10 +14,18 @@ instance, as a schedule launches it:
 - a run with nothing new again.
 
 Per run it prints the process's wall seconds and what they are made of:
-interpreter, imports and definitions; the Spark session's start (from the
+interpreter and imports, the definitions; the Spark session's start (from the
 run's ``Spark session starting`` line to its ``ready`` line; none when no
-session started); each step's seconds; and whether the process started a
-Spark JVM. Then the machine's load while it ran.
+session started), split into the JVM's start (``getOrCreate``, Ivy's
+resolution of ``spark.jars.packages`` included, and each resolution Spark
+reports, so one resolved twice shows), the engine's plan and start; catalog
+registrations; the decision without Spark; the bronze streams' batches; the
+IO manager's reads and commits; the steps' own code; Dagster between the
+steps; each step's seconds; and whether the process started a Spark JVM.
+The causes are timed by wrapping the project's functions in the measured
+process, each exclusive of the others it calls. Then the machine's load
+while it ran: other processes' load slows every figure, so compare the
+figures within one run of the script.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,9 +47,47 @@ HERE = Path(__file__).resolve().parent.parent
 RUN = r"""
 import json, sys, time
 started = time.monotonic()
+import collections, functools
 from dagster import DagsterEventType, DagsterInstance, materialize
 from pyspark import SparkContext
+from pyspark.sql import SparkSession
+import medallion_assets.assets.bronze as bronze
+import medallion_assets.resources as resources
+from medallion_assets.catalog import LakeCatalog
 from medallion_assets.definitions import build_definitions
+from medallion_assets.io_manager import DeltaIOManager
+imported = time.monotonic()
+
+# Exclusive seconds per cause: a timed call inside another is taken out of the outer one's.
+spent, stack = collections.defaultdict(lambda: [0, 0.0]), []
+def timed(owner, name, cause):
+    original = getattr(owner, name)
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        stack.append(0.0)
+        began = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            total = time.monotonic() - began
+            inner = stack.pop()
+            if stack:
+                stack[-1] += total
+            spent[cause][0] += 1
+            spent[cause][1] += total - inner
+    setattr(owner, name, wrapper)
+
+timed(SparkSession.Builder, "getOrCreate", "JVM and session start (getOrCreate, Ivy included)")
+timed(resources, "plan_engine", "engine plan (Maven probe)")
+timed(resources, "start_engine", "engine start on the session")
+timed(resources.SparkResource, "_init_session", "session set-up around them")
+timed(LakeCatalog, "register", "catalog: a table registered")
+timed(LakeCatalog, "attach", "catalog: the lake attached")
+timed(bronze, "work_of_selection", "deciding the run's work without Spark")
+timed(bronze, "_run_to_end", "bronze streams: batches run and committed")
+timed(DeltaIOManager, "load_input", "IO manager: inputs planned and read")
+timed(DeltaIOManager, "handle_output", "IO manager: outputs written and committed")
+
 definitions = build_definitions("local")
 assets = [a for a in definitions.assets if not any(k.path[0] == "landing" for k in a.keys)]
 loaded = time.monotonic()
@@ -68,15 +115,20 @@ for record in instance.all_logs(result.run_id):
         steps.setdefault(event.step_key, {})["skipped"] = True
 print("RESULT " + json.dumps({
     "success": result.success,
+    "import_s": round(imported - started, 2),
     "load_s": round(loaded - started, 2),
     "run_s": round(ran - loaded, 2),
     "session_s": round(session["ready"] - session["start"], 2) if "ready" in session else None,
     "jvm_started": SparkContext._active_spark_context is not None,
     "steps": {k: ("skipped" if v.get("skipped") else round(v["end"] - v["start"], 2)) for k, v in steps.items()
               if v.get("skipped") or "end" in v},
+    "causes": {cause: [calls, round(seconds, 2)] for cause, (calls, seconds) in spent.items()},
     "materialized": len(result.get_asset_materialization_events()),
 }))
 """
+
+#: Ivy's summary of one ``spark.jars.packages`` resolution, which Spark prints to the driver's stderr.
+IVY_REPORT = re.compile(r":: resolution report :: resolve (\d+)ms :: artifacts dl (\d+)ms")
 
 LAND = (
     "import sys; from medallion_assets.pipelines.tpch.simulator.delivery import land_next_batch; "
@@ -95,21 +147,41 @@ def run_once(env: dict[str, str]) -> dict:
     report = json.loads(lines[-1][len("RESULT ") :])
     if not report["success"]:
         raise SystemExit(f"the run did not succeed:\n{done.stderr[-4000:]}")
-    return {**report, "process_s": wall}
+    ivy = [(int(resolve), int(download)) for resolve, download in IVY_REPORT.findall(done.stderr)]
+    return {**report, "process_s": wall, "ivy": ivy}
 
 
 def describe(name: str, report: dict) -> list[str]:
-    """Markdown lines of one run: the totals, then the steps by seconds."""
+    """Markdown lines of one run: the totals, the causes, then the steps by seconds."""
     session = "none started" if report["session_s"] is None else f"{report['session_s']} s"
+    timed_steps = [float(s) for s in report["steps"].values() if s != "skipped"]
+    in_steps = sum(timed_steps)
+    causes = report["causes"]
+    outside_steps = {c for c in causes if c.startswith(("JVM", "engine", "session", "catalog: the lake"))}
+    inside = sum(seconds for cause, (_, seconds) in causes.items() if cause not in outside_steps)
+    ivy = report["ivy"]
     lines = [
         f"### {name}: {report['process_s']} s wall",
         "",
-        f"- interpreter, imports and definitions: {report['load_s']} s",
+        f"- interpreter start and imports: {report['import_s']} s; the definitions: "
+        f"{report['load_s'] - report['import_s']:.2f} s",
         f"- the Dagster run: {report['run_s']} s, of which the Spark session's start: {session}",
-        f"- the rest of the process (interpreter exit, JVM shutdown): "
+        f"- the rest of the process (interpreter start before the first line, exit, JVM shutdown): "
         f"{report['process_s'] - report['load_s'] - report['run_s']:.1f} s",
+        f"- Ivy resolutions (`spark.jars.packages`): {len(ivy)}"
+        + (f", {', '.join(f'{r / 1000:.1f} s resolve + {d / 1000:.1f} s download' for r, d in ivy)}" if ivy else ""),
         f"- a Spark JVM started in the process: {'yes' if report['jvm_started'] else 'no'}; "
         f"{report['materialized']} materializations",
+        "",
+        "| cause | calls | s |",
+        "| --- | ---: | ---: |",
+    ]
+    for cause, (calls, seconds) in sorted(causes.items(), key=lambda item: -item[1][1]):
+        lines.append(f"| {cause} | {calls} | {seconds} |")
+    lines += [
+        f"| the steps' own code: transforms planned and run, checks (steps' time less the causes above) "
+        f"| {len(timed_steps)} | {max(in_steps - inside, 0.0):.2f} |",
+        f"| Dagster between the steps (the run less its steps) | | {max(report['run_s'] - in_steps, 0.0):.2f} |",
         "",
         "| step | s |",
         "| --- | ---: |",

@@ -83,6 +83,8 @@ METASTORE_PASSWORD_KEY = "javax.jdo.option.ConnectionPassword"
 #: Tables a starting session registers at once.
 ATTACH_THREADS = 4
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The per-session registry's mark that a lake was attached (names in use), before its prefix and root.
+_LAKE_ATTACHED = "__lake_attached__"
 
 
 class CatalogError(RuntimeError):
@@ -286,6 +288,8 @@ class LakeCatalog(Config):
         # once keep both the driver and the executors busy instead of waiting in turn.
         with ThreadPoolExecutor(max_workers=ATTACH_THREADS) as pool:
             registered = list(pool.map(lambda entry: self.register(spark, engine, *entry), missing))
+        # From now on the session uses names: what is written next is registered as it is written.
+        _registered(spark)[self._attached_mark()] = True
         if registered:
             log.info(
                 "catalog: registered %d tables in the %s catalog in %.1f s",
@@ -294,6 +298,25 @@ class LakeCatalog(Config):
                 time.monotonic() - started,
             )
         return registered
+
+    def register_written(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
+        """After a write: register the table where its name may be asked for now; returns its name either way.
+
+        A shared metastore, and a session catalog without ``lake_root`` (it knows only what it
+        writes), register at once (:meth:`register`). A session catalog over ``lake_root``
+        registers once the session has attached the lake (:meth:`attach`, when something asks
+        for names): before that the in-memory catalog is read by nobody, and each entry costs a
+        catalog round trip (a Python worker's schema on the delta-rs engine), so a run working by
+        path registers nothing, and the first request for names registers the whole lake, what
+        the run wrote included.
+        """
+        if self.kind == "session" and self.lake_root and not _names_in_use(spark, self._attached_mark()):
+            return self.table_name(key)
+        return self.register(spark, engine, key, path)
+
+    def _attached_mark(self) -> str:
+        # Per lake and prefix: one session may serve several catalogs (tests, notebooks).
+        return f"{_LAKE_ATTACHED}:{self.database_prefix}:{self.lake_root}"
 
     def register(self, spark: SparkSession, engine: DeltaEngine, key: Sequence[str], path: str) -> str:
         """Keep ``key``'s catalog entry true to the Delta table at ``path``; returns the table's name.
@@ -424,6 +447,14 @@ def _registered(spark: SparkSession) -> dict[str, Any]:
         except AttributeError:
             return cache
     return cache
+
+
+def _names_in_use(spark: SparkSession, mark: str) -> bool:
+    """Whether the session attached the lake ``mark`` names (a session that keeps no registry counts as using names)."""
+    registry = _registered(spark)
+    if getattr(spark, "_medallion_catalog", None) is not registry:
+        return True
+    return bool(registry.get(mark))
 
 
 def _delta_rs_schema(path: str):

@@ -19,10 +19,10 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from pydantic import Field
 
-from medallion_assets.feeds import KafkaTopic
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.pending_work import work_of_selection
 from medallion_assets.project import project_feeds
-from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
+from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.storage.client import DeltaTableClient
 
 #: Bronze streams and the silver tables merged from them (with their quarantines, written by the same steps).
@@ -100,12 +100,15 @@ def table_maintenance():
         "skipped, with the reason, when nothing landed and silver took in all of bronze."
     ),
 )
-def ingest_schedule(context: ScheduleEvaluationContext, lake: LakeResource) -> RunRequest | SkipReason:
+def ingest_schedule(
+    context: ScheduleEvaluationContext, lake: LakeResource, kafka: KafkaResource
+) -> RunRequest | SkipReason:
     """A run of the ingest job when it has work, read without Spark (:mod:`medallion_assets.pending_work`).
 
     Work is a landed file a stream has not taken, a snapshot not loaded, a
-    Kafka source, or a silver table that has not taken in its bronze table's
-    newest version. Otherwise a :class:`SkipReason` the UI shows on the tick.
+    message on the Kafka topic past its stream's checkpoint (``kafka``: the
+    broker the runs read), or a silver table that has not taken in its bronze
+    table's newest version. Otherwise a :class:`SkipReason` the UI shows on the tick.
     """
     job = context.repository_def.get_job(ingest_job.name)
     feeds = project_feeds()
@@ -114,7 +117,7 @@ def ingest_schedule(context: ScheduleEvaluationContext, lake: LakeResource) -> R
         feeds,
         job.asset_layer.asset_graph,
         job.asset_layer.selected_asset_keys,
-        kafka_configured=any(isinstance(f.source, KafkaTopic) for f in feeds) and kafka_resource().configured,
+        kafka=kafka,
     )
     if work.nothing_new:
         return SkipReason(f"ingest: {work.describe()}")
@@ -126,13 +129,28 @@ def ingest_schedule(context: ScheduleEvaluationContext, lake: LakeResource) -> R
     cron_schedule="30 2 * * *",
     name="refresh_daily",
     description=(
-        "Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run."
+        "Daily at 02:30: the refresh job, silver and gold, every partition of a partitioned gold table in one run; "
+        "skipped, with the reason, when every table took in its inputs' newest versions."
     ),
 )
-def refresh_schedule(context: ScheduleEvaluationContext) -> RunRequest:
-    """Daily: silver and gold, every partition of the partitioned gold table in one run."""
-    partitions = context.repository_def.get_job(refresh_job.name).partitions_def
-    return RunRequest(tags=all_partitions_tags(partitions) if partitions is not None else {})
+def refresh_schedule(context: ScheduleEvaluationContext, lake: LakeResource) -> RunRequest | SkipReason:
+    """Daily: silver and gold, every partition of the partitioned gold table in one run, when it has work.
+
+    The refresh job has no bronze step to stand down in its run (a silver step's
+    inputs are loaded, and the session started, before its body can decide), so
+    the schedule asks instead, without Spark (:mod:`medallion_assets.pending_work`):
+    work is a table whose marks name an older version of an input table than its
+    newest. Otherwise a :class:`SkipReason` the UI shows on the tick.
+    """
+    job = context.repository_def.get_job(refresh_job.name)
+    work = work_of_selection(
+        lake, project_feeds(), job.asset_layer.asset_graph, job.asset_layer.selected_asset_keys, kafka=None
+    )
+    if work.nothing_new:
+        return SkipReason(f"refresh: {work.describe()}")
+    partitions = job.partitions_def
+    tags = all_partitions_tags(partitions) if partitions is not None else {}
+    return RunRequest(tags={**tags, "medallion/work": work.describe(limit=3)[:200]})
 
 
 maintenance_schedule = ScheduleDefinition(

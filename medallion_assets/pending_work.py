@@ -10,10 +10,12 @@ every commit, read from the Delta logs with deltalake).
 The answer is for a whole run, never for one step: Dagster skips a step
 whose upstream output was not produced, so a step may stand down only when
 nothing in the run has work (a gold table joining two feeds must run when
-either feed had news). Where a source cannot be read cheaply (a Kafka topic
-of a deployment that has one, a snapshot feed), it counts as work: the
-answer errs towards running. A lake on an object store is read the same way,
-through the lake's filesystem and deltalake's storage options.
+either feed had news). Where a source cannot be read cheaply (a snapshot feed
+applying changes, a broker that does not answer), it counts as work: the
+answer errs towards running. A Kafka feed's topic is read for its
+partitions' end offsets (the Python client, no JVM), compared with the
+offsets the stream's checkpoint committed. A lake on an object store is read
+the same way, through the lake's filesystem and deltalake's storage options.
 
 Nothing here starts Spark or writes anything.
 """
@@ -28,10 +30,12 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyarrow import fs
 
+from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.feeds import Feed, KafkaTopic, LandingSnapshots
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 from medallion_assets.storage.engines import user_metadata
-from medallion_assets.stream_monitoring import unseen_landed_files
+from medallion_assets.stream_monitoring import kafka_lag, unseen_landed_files
 from medallion_assets.transforms.bronze import latest_snapshot
 
 #: Commit metadata the IO manager writes (``medallion_assets.io_manager.manager``): the newest input
@@ -70,13 +74,38 @@ def _key_name(key: AssetKey) -> str:
     return "/".join(key.path)
 
 
-def feed_work(lake: LakeResource, feed: Feed, *, kafka_configured: bool) -> str | None:
+def kafka_work(lake: LakeResource, feed: Feed, kafka: KafkaResource | None) -> str | None:
+    """Why the Kafka feed's bronze step has work, or ``None`` when the topic holds nothing past its checkpoint.
+
+    ``kafka``: the run's resource; unconfigured (or ``None``), the step has work only where its stream
+    has a checkpoint (as before the broker was asked). Configured, the step has work when its stream
+    has not run yet, when a batch was planned and not committed, when a partition's end offset is past
+    the checkpoint's next offset (a partition the checkpoint has not read starts at the oldest offset
+    the broker keeps, as Spark's source does), and when the broker does not answer (the run then
+    fails as it would have, saying so, instead of standing down on a guess).
+    """
+    name = feed.bronze_key.to_user_string()
+    checkpoint_dir = lake.checkpoint_dir(feed.name)
+    if kafka is None or not kafka.configured:
+        return f"{name}: its stream has a checkpoint" if _is_folder(lake, checkpoint_dir) else None
+    checkpoint = read_checkpoint(checkpoint_dir, lake.filesystem)
+    if checkpoint.query_id is None:
+        return f"{name}: its stream has not run yet"
+    if checkpoint.pending():
+        return f"{name}: batch {checkpoint.pending()[0]} was planned and not committed"
+    lag = kafka_lag(lake, kafka, feed)
+    if not lag.latest:
+        return f"{name}: the broker's end offsets could not be read ({'; '.join(lag.problems) or 'no partition'})"
+    behind = sum(lag.lag.values())
+    return f"{name}: {behind} message(s) past its checkpoint on {kafka.for_feed(feed).topic!r}" if behind else None
+
+
+def feed_work(lake: LakeResource, feed: Feed, *, kafka: KafkaResource | None) -> str | None:
     """Why the feed's bronze step has work, or ``None`` when it has none.
 
     Nothing landed is nothing to do, whether or not its table exists yet. A
-    Kafka feed has work whenever the deployment has Kafka or its stream has a
-    checkpoint (its end offsets are not compared here); a snapshot feed whose
-    changes are applied (``ApplyChanges``) whenever it has a landed snapshot.
+    Kafka feed is answered by :func:`kafka_work`; a snapshot feed whose
+    changes are applied (``ApplyChanges``) has work whenever it has a landed snapshot.
     """
     name = feed.bronze_key.to_user_string()
     newest = None
@@ -85,9 +114,7 @@ def feed_work(lake: LakeResource, feed: Feed, *, kafka_configured: bool) -> str 
         if newest is None:  # nothing landed: the step writes nothing
             return None
     if isinstance(feed.source, KafkaTopic):
-        if kafka_configured or _is_folder(lake, lake.checkpoint_dir(feed.name)):
-            return f"{name}: reads a Kafka topic"
-        return None
+        return kafka_work(lake, feed, kafka)
     table = _open(lake, lake.table_path(feed.bronze_key.path))
     if newest is not None:
         if table is None:
@@ -162,10 +189,13 @@ def run_work(
     feeds: Iterable[Feed],
     tables: Iterable[tuple[AssetKey, Iterable[AssetKey]]],
     *,
-    kafka_configured: bool,
+    kafka: KafkaResource | None,
 ) -> RunWork:
-    """What a run of the bronze steps of ``feeds`` and of ``tables`` (each with its parents) would do."""
-    reasons = [r for feed in feeds if (r := feed_work(lake, feed, kafka_configured=kafka_configured))]
+    """What a run of the bronze steps of ``feeds`` and of ``tables`` (each with its parents) would do.
+
+    ``kafka``: the run's Kafka resource (``None``: the run has none, as where no feed reads Kafka).
+    """
+    reasons = [r for feed in feeds if (r := feed_work(lake, feed, kafka=kafka))]
     reasons += [r for key, parents in tables if (r := table_work(lake, key, parents))]
     return RunWork(tuple(reasons))
 
@@ -176,7 +206,7 @@ def work_of_selection(
     graph: BaseAssetGraph,
     keys: Iterable[AssetKey],
     *,
-    kafka_configured: bool,
+    kafka: KafkaResource | None,
 ) -> RunWork:
     """What a run of the assets ``keys`` of ``graph`` would do: a feed's bronze step by its feed, any other
     asset by its table's marks against its parents' tables."""
@@ -186,5 +216,5 @@ def work_of_selection(
         lake,
         [by_bronze[k] for k in selected if k in by_bronze],
         [(k, graph.get(k).parent_keys) for k in selected if k not in by_bronze],
-        kafka_configured=kafka_configured,
+        kafka=kafka,
     )

@@ -416,8 +416,7 @@ class SparkResource(LazyPySparkResource):
 
         With the ``session`` catalog the names are registered here, on first use:
         registering reads each table's log, seconds for a whole lake, which a run
-        whose steps work by path (:attr:`session_by_path`) pays only for the tables
-        it reads.
+        whose steps work by path (:attr:`session_by_path`) does not pay.
 
         Raises:
             CatalogError: the catalog refused a table (the message names it and the fix).
@@ -430,9 +429,12 @@ class SparkResource(LazyPySparkResource):
     def session_by_path(self) -> SparkSession:
         """The session (started on first use), for code that reads and writes tables by path.
 
-        The IO manager and the bronze streams use it. The tables they write get
-        their names as they are written; the rest of the lake is named only when
-        something asks for :attr:`spark_session`.
+        The IO manager and the bronze streams use it. With the ``session`` catalog
+        over the lake, no table is named until something asks for
+        :attr:`spark_session`, which names the whole lake, what was written
+        before included; from then on, and always with a shared metastore or a
+        catalog without ``lake_root``, a table gets its name as it is written
+        (:meth:`~medallion_assets.catalog.LakeCatalog.register_written`).
         """
         # dagster-pyspark's own property: starts the session on first use, never hands out None.
         return super().spark_session

@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from dagster import AssetKey, DefaultSensorStatus, Definitions
+from deltalake import write_deltalake
 
 from medallion_assets.definitions import build_definitions, resources_for
+from medallion_assets.resources import LakeResource
 
 
 def test_definitions_hold_layers_jobs_and_checks():
@@ -194,7 +197,11 @@ def test_with_the_demo_off_the_definitions_hold_only_the_teams_feed(tmp_path, mo
         assert selected("ingest") == feed_assets
         assert selected("refresh") == feed_assets - {"bronze/subscriptions_raw"}
         assert {s.name for s in repo.schedule_defs} == {"ingest_hourly", "refresh_daily", "maintenance_weekly"}
-        with build_schedule_context(repository_def=repo) as context:
+        # The daily refresh asks the lake: bronze has a table silver has not taken in.
+        refreshed = tmp_path / "refresh-lake"
+        write_deltalake(str(refreshed / "bronze" / "subscriptions_raw"), pa.table({"value": ["x"]}))
+        lake = LakeResource(root=str(refreshed))
+        with build_schedule_context(repository_def=repo, resources={"lake": lake}) as context:
             assert repo.get_schedule_def("refresh_daily").evaluate_tick(context).run_requests
         assert ContinuousStreamsConfig().streams == ["subscriptions_raw"]
         # Built directly, the simulator follows the pipelines that offer a producer (TPC-H's), and is refused without.

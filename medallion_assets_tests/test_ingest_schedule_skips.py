@@ -5,7 +5,8 @@ on the project's definitions), on a lake of the test's own whose files and
 Delta tables are written with plain Python and deltalake: no Spark. Nothing
 landed is a SkipReason; a landed file, or a bronze version silver has not
 taken in, is a RunRequest; silver having taken in bronze's newest version is
-a SkipReason again.
+a SkipReason again. The daily refresh (silver and gold, no bronze step) asks
+the same of its tables.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dagster import RunRequest, build_schedule_context
 from deltalake import CommitProperties, write_deltalake
 
 from medallion_assets.definitions import build_definitions
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.resources import LakeResource
 
 
@@ -27,9 +29,11 @@ def repository():
     return build_definitions("local", simulator=False, kafka=False).get_repository_def()
 
 
-def _evaluate(repository, lake: LakeResource):
-    schedule = repository.get_schedule_def("ingest_hourly")
-    tick = schedule.evaluate_tick(build_schedule_context(repository_def=repository, resources={"lake": lake}))
+def _evaluate(repository, lake: LakeResource, schedule_name: str = "ingest_hourly"):
+    schedule = repository.get_schedule_def(schedule_name)
+    tick = schedule.evaluate_tick(
+        build_schedule_context(repository_def=repository, resources={"lake": lake, "kafka": KafkaResource()})
+    )
     return list(tick.run_requests or []), tick.skip_message
 
 
@@ -95,3 +99,30 @@ def test_history_reading_silver_whole_beside_bronze_changes_is_up_to_date_by_bro
     assert (
         "silver/customers_history: its commits name none of its inputs' versions" in requests[0].tags["medallion/work"]
     )
+
+
+def test_refresh_schedule_runs_only_when_a_table_lags_its_inputs(tmp_path, repository):
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    requests, skipped = _evaluate(repository, lake, "refresh_daily")
+    assert requests == [] and skipped.startswith("refresh: nothing new"), "no table: nothing to compute from"
+
+    # Silver took in bronze; gold was computed from silver's newest versions: nothing to do.
+    _table(root / "bronze" / "orders_raw")
+    for table in ("silver/orders", "silver/lineitem", "quarantine/orders"):
+        _table(root / table, {"consumed.bronze/orders_raw": "0"})
+    computed_from = json.dumps({"inputs": {"silver/lineitem": 0, "silver/orders": 0}})
+    for table in repository.get_job("refresh").asset_layer.selected_asset_keys:
+        if table.path[0] == "gold":
+            _table(root / "/".join(table.path), {"computed_from": computed_from})
+    report = root / "gold" / "pricing_summary_report"
+    shutil.rmtree(report)
+    _table(report, {"computed_from": json.dumps({"inputs": {"gold/pricing_summary": 0}})})
+    requests, skipped = _evaluate(repository, lake, "refresh_daily")
+    assert requests == [] and skipped.startswith("refresh: nothing new"), skipped
+
+    # Silver gained a version gold was not computed from: a run, saying why.
+    _table(root / "silver" / "lineitem", {"consumed.bronze/orders_raw": "0"})
+    requests, skipped = _evaluate(repository, lake, "refresh_daily")
+    assert len(requests) == 1 and skipped is None
+    assert "silver/lineitem has version 1, taken in: 0" in requests[0].tags["medallion/work"]

@@ -89,6 +89,10 @@ def _published_messages(kafka: KafkaResource) -> Counter:
     return found
 
 
+def _table_version(table: str) -> int:
+    return deltalake.DeltaTable(table).version()
+
+
 def _resources(spark_session, lake: LakeResource, kafka: KafkaResource) -> dict:
     from medallion_assets.io_manager import DeltaIOManager
 
@@ -142,6 +146,16 @@ def test_lag_check_and_checkpoint_sensor_with_partitions_added(spark, kafka_brok
     assert evaluation.metadata["consumer_lag"].value == 0
     table = lake.table_path(["bronze", KAFKA_STREAM])
     assert _bronze_messages(table, read_with_duckdb) == _published_messages(kafka)
+
+    # Everything consumed: the next run compares the broker's end offsets with the checkpoint's and stands
+    # down before asking for the session (a fresh process would start no JVM: test_nothing_new.py).
+    committed, version = read_checkpoint(lake.checkpoint_dir(KAFKA_STREAM)).last_committed, _table_version(table)
+    quiet = materialize([orders_kafka], resources=_resources(spark, lake, kafka), instance=instance)
+    assert quiet.get_asset_materialization_events() == [], "nothing new on the topic, nothing materialized"
+    said = [r.user_message for r in instance.all_logs(quiet.run_id) if r.dagster_event is None]
+    assert any("nothing new" in line and "no Spark session started" in line for line in said), said
+    assert read_checkpoint(lake.checkpoint_dir(KAFKA_STREAM)).last_committed == committed
+    assert _table_version(table) == version
 
     sensor = build_checkpoint_sensor(ORDERS_KAFKA)
     context = build_sensor_context(instance=instance, resources={"lake": lake, "kafka": kafka})

@@ -27,6 +27,7 @@ from dagster import (
 
 from medallion_assets.checkpoints import read_checkpoint
 from medallion_assets.ingest import FullRefreshRefusedError, full_refresh_stream
+from medallion_assets.kafka import KafkaResource
 from medallion_assets.pipelines.tpch.feeds import CUSTOMERS_CDC, ORDERS_RAW
 from medallion_assets.project import project_feeds
 from medallion_assets.resources import LakeResource
@@ -284,7 +285,7 @@ def test_bronze_asset_refuses_full_refresh_by_default(lake, instance):
     stream.run_batch([("a.json", 1)])
     result = materialize(
         [orders_raw],
-        resources={"lake": lake, "spark": SparkResource()},
+        resources={"lake": lake, "spark": SparkResource(), "kafka": KafkaResource()},
         instance=instance,
         raise_on_error=False,
         run_config={"ops": {"bronze__orders_raw": {"config": {"full_refresh": True}}}},

@@ -42,8 +42,8 @@ from medallion_assets.io_manager import (
     table_metadata,
 )
 from medallion_assets.kafka import KafkaResource
-from medallion_assets.pending_work import work_of_selection
-from medallion_assets.resources import LakeResource, SparkResource, kafka_resource
+from medallion_assets.pending_work import RunWork, work_of_selection
+from medallion_assets.resources import LakeResource, SparkResource
 from medallion_assets.storage.client import DeltaTableClient
 from medallion_assets.transforms.bronze import bronze_column_descriptions
 
@@ -84,32 +84,31 @@ def _run_to_end(
     }, progress
 
 
+#: The answer of the run this process executes (run id -> its work), the latest run's only.
+_work_of_run: dict[str, RunWork] = {}
+
+
 def _run_has_nothing_new(
-    context: AssetExecutionContext,
-    lake: LakeResource,
-    feeds: tuple[Feed, ...],
-    kafka: KafkaResource | None = None,
+    context: AssetExecutionContext, lake: LakeResource, kafka: KafkaResource, feeds: tuple[Feed, ...]
 ) -> bool:
     """Whether nothing in this run has work, read without Spark (:mod:`medallion_assets.pending_work`).
 
     Then the bronze step produces no output, starts no session, and says why in
     the run's log: Dagster skips every step downstream of it in the run, which is
     right only because the answer covers the whole run (a step joining two feeds
-    runs whenever either had news). Every bronze step of the run answers alike.
-
-    ``kafka``: the run's Kafka resource, where the step has it (the Kafka stream's);
-    other steps read whether the deployment has Kafka from its settings.
+    runs whenever either had news). The run's first bronze step asks, with the
+    run's own resources (``kafka``: the broker whose end offsets a Kafka feed's
+    checkpoint is compared with); every other bronze step of the run takes the
+    same answer, so the run stands down or works as a whole.
     """
-    layer = context.job_def.asset_layer
-    selected = layer.selected_asset_keys
-    kafka_feeds = [f for f in feeds if isinstance(f.source, KafkaTopic) and f.bronze_key in selected]
-    work = work_of_selection(
-        lake,
-        feeds,
-        layer.asset_graph,
-        selected,
-        kafka_configured=bool(kafka_feeds) and (kafka if kafka is not None else kafka_resource()).configured,
-    )
+    work = _work_of_run.get(context.run_id)
+    if work is None:
+        # Asked once per run, by its first bronze step: the others, run after it in the same process
+        # (the in-process executor), take its answer instead of asking the lake and the broker again.
+        layer = context.job_def.asset_layer
+        work = work_of_selection(lake, feeds, layer.asset_graph, layer.selected_asset_keys, kafka=kafka)
+        _work_of_run.clear()
+        _work_of_run[context.run_id] = work
     if work.nothing_new:
         context.log.info(
             f"{context.asset_key.to_user_string()}: {work.describe()}; no Spark session started, "
@@ -132,11 +131,12 @@ def _bronze_asset_args(feed: Feed, deps: Sequence[AssetKey]) -> dict:
 
 
 def _catalog_entry(spark: SparkResource, client: DeltaTableClient, feed: Feed, path: str) -> dict:
-    """Registers the stream's table by name (the stream sink writes by path); its name as metadata."""
+    """The stream's table by name (the sink writes by path), registered where names are in use
+    (:meth:`~medallion_assets.catalog.LakeCatalog.register_written`); its name as metadata."""
     catalog = spark.catalog
     if not catalog.enabled:
         return {}
-    catalog.register(client.spark, client.engine, feed.bronze_key.path, path)
+    catalog.register_written(client.spark, client.engine, feed.bronze_key.path, path)
     return {"dagster/table_name": catalog.qualified_name(feed.bronze_key.path)}
 
 
@@ -150,9 +150,13 @@ def _files_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed,
         },
     )
     def _bronze_stream(
-        context: AssetExecutionContext, config: BronzeStreamConfig, spark: SparkResource, lake: LakeResource
+        context: AssetExecutionContext,
+        config: BronzeStreamConfig,
+        spark: SparkResource,
+        lake: LakeResource,
+        kafka: KafkaResource,
     ) -> Iterator[MaterializeResult]:
-        if not config.full_refresh and _run_has_nothing_new(context, lake, feeds):
+        if not config.full_refresh and _run_has_nothing_new(context, lake, kafka, feeds):
             return
         if config.full_refresh:
             full_refresh_stream(lake, feed, allowed=feed.allow_full_refresh)
@@ -175,7 +179,7 @@ def _kafka_stream_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed,
     def _bronze_kafka(
         context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
     ) -> Iterator[MaterializeResult]:
-        if _run_has_nothing_new(context, lake, feeds, kafka):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         session = spark.session_by_path
         client = DeltaTableClient(session)
@@ -220,8 +224,10 @@ def _snapshot_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[Feed, ...
             write_mode="overwrite", schema_mode="overwrite", column_descriptions=bronze_column_descriptions(feed)
         ),
     )
-    def _bronze_snapshot(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource):
-        if _run_has_nothing_new(context, lake, feeds):
+    def _bronze_snapshot(
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
+    ):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         snapshot = load_snapshot(spark.session_by_path, lake, feed)
         if snapshot is not None:
@@ -238,9 +244,9 @@ def _snapshot_changes_asset(feed: Feed, deps: Sequence[AssetKey], feeds: tuple[F
         metadata={"delta/write_mode": "append (each new snapshot's changes, one commit per snapshot)"},
     )
     def _bronze_snapshot_changes(
-        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
     ) -> Iterator[MaterializeResult]:
-        if _run_has_nothing_new(context, lake, feeds):
+        if _run_has_nothing_new(context, lake, kafka, feeds):
             return
         session = spark.session_by_path
         done = apply_snapshots(session, lake, feed, commit_metadata={"dagster_run_id": context.run_id})

@@ -632,7 +632,7 @@ class DeltaIOManager(ConfigurableIOManager):
         if not self.spark.catalog.enabled:
             return
         if client.exists(path):
-            self.spark.catalog.register(client.spark, client.engine, key.path, path)
+            self.spark.catalog.register_written(client.spark, client.engine, key.path, path)
         tombstones = DeltaTableClient.tombstone_path(path)
         # Most tables have none: a local lake is asked without a Spark call.
         has_tombstones = (
@@ -641,7 +641,7 @@ class DeltaIOManager(ConfigurableIOManager):
             else client.exists(tombstones)
         )
         if len(key.path) == 2 and has_tombstones:
-            self.spark.catalog.register(
+            self.spark.catalog.register_written(
                 client.spark, client.engine, [key.path[0], f"{key.path[1]}__tombstones"], tombstones
             )
 
