@@ -13,6 +13,11 @@ instance, as a schedule launches it:
 - a run after **one batch** landed (the delivery's second);
 - a run with nothing new again.
 
+With ``--plain``, it then times ``benchmarks/plain_pipeline.py`` over the same
+two landed batches, once, as a new process too, and prints the two
+materializations that did the work (the first run and the batch's) against
+that one plain pass, process and session start included on both sides.
+
 Per run it prints the process's wall seconds and what they are made of:
 interpreter and imports, the definitions; the Spark session's start (from the
 run's ``Spark session starting`` line to its ``ready`` line; none when no
@@ -191,12 +196,29 @@ def describe(name: str, report: dict) -> list[str]:
     return [*lines, ""]
 
 
+def plain_pass(env: dict[str, str], landing: Path, out: Path) -> float:
+    """The wall seconds of one plain PySpark pass over ``landing``, in a new process."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(HERE / "benchmarks" / "plain_pipeline.py"), "--landing", str(landing), "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise SystemExit(f"the plain pass failed:\n{done.stderr[-4000:]}")
+    return round(time.monotonic() - started, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale-factor", type=float, default=0.1)
     parser.add_argument("--engine", choices=ENGINES, default="delta-rs")
+    parser.add_argument(
+        "--plain", action="store_true", help="then time one plain PySpark pass over both batches, for the ratio"
+    )
     args = parser.parse_args(argv)
-    reports = []
+    reports, plain_s = [], None
     with LoadSampler() as load, tempfile.TemporaryDirectory(prefix="medallion-whole-command-") as folder:
         lake, home = Path(folder) / "lake", Path(folder) / "dagster_home"
         home.mkdir(parents=True)
@@ -219,10 +241,19 @@ def main(argv: list[str] | None = None) -> int:
                 land()
             reports.append((name, run_once(env)))
             print(f"{name}: {reports[-1][1]['process_s']} s", file=sys.stderr, flush=True)
+        if args.plain:
+            plain_s = plain_pass(env, lake / "landing", Path(folder) / "plain")
+            print(f"plain pass: {plain_s} s", file=sys.stderr, flush=True)
         samples = load.samples
 
     print(f"## The whole command, a fresh process each, {args.engine}, SF {args.scale_factor}\n")
     print(f"Machine: {os.cpu_count()} cores; {describe_load(samples)}.\n")
+    if plain_s is not None:
+        work = sum(report["process_s"] for name, report in reports if not name.startswith("nothing new"))
+        print(
+            f"Two materializations that did the work: {work:.1f} s wall; one plain PySpark pass over both "
+            f"batches: {plain_s} s; **{work / plain_s:.2f}x**, process and session start included on both sides.\n"
+        )
     for name, report in reports:
         print("\n".join(describe(name, report)))
     return 0
