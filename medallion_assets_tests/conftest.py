@@ -50,6 +50,10 @@ def pytest_configure(config):
     os.environ["MEDALLION_DELTA_ENGINE"] = session_engine()
     os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
     os.environ.setdefault("SPARK_DRIVER_MEMORY", TEST_DRIVER_MEMORY)
+    # Spark binds to a non-loopback interface's address when the host name resolves to loopback, and
+    # the multi-host test adds (then removes) a bridge that can be that interface: every session and
+    # service the tests start stays on 127.0.0.1 (the test hosts set their own address).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if not hasattr(config, "workerinput"):  # the controlling process: its workers and subprocesses inherit
         use_maven_where_reachable()
     # No Maven probe (seconds on an offline machine) in the sessions tests and their processes build:

@@ -148,6 +148,9 @@ def trino_server(folder: Path, *, catalog: str, home: Path, java: str) -> Iterat
             *_JVM_OPTIONS,
             "-Dnode.environment=test",
             f"-Dnode.id={uuid.uuid4()}",
+            # The address the coordinator calls its worker on: left to itself, Trino takes a non-loopback
+            # interface's, which can be a test host's bridge that another test removes mid-query.
+            "-Dnode.internal-address=127.0.0.1",
             f"-Dnode.data-dir={folder / 'data'}",
             f"-Dconfig={etc / 'config.properties'}",
             "-cp",
