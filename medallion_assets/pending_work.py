@@ -91,9 +91,9 @@ def kafka_work(lake: LakeResource, feed: Feed, kafka: KafkaResource | None) -> s
     checkpoint = read_checkpoint(checkpoint_dir, lake.filesystem)
     if checkpoint.query_id is None:
         return f"{name}: its stream has not run yet"
-    if checkpoint.pending():
-        return f"{name}: batch {checkpoint.pending()[0]} was planned and not committed"
-    lag = kafka_lag(lake, kafka, feed)
+    if pending := checkpoint.pending():
+        return f"{name}: batch {pending[0]} was planned and not committed"
+    lag = kafka_lag(lake, kafka, feed, checkpoint=checkpoint)
     if not lag.latest:
         return f"{name}: the broker's end offsets could not be read ({'; '.join(lag.problems) or 'no partition'})"
     behind = sum(lag.lag.values())

@@ -189,18 +189,21 @@ class KafkaLag(_Verdict):
         }
 
 
-def kafka_lag(lake: LakeResource, kafka, feed: Feed, *, now: float | None = None) -> KafkaLag:
+def kafka_lag(
+    lake: LakeResource, kafka, feed: Feed, *, now: float | None = None, checkpoint: Checkpoint | None = None
+) -> KafkaLag:
     """The Kafka stream's consumer lag: the broker's latest offsets against the checkpoint's committed ones.
 
     Fails (``problems``) when the lag passes ``kafka.max_lag_messages``, when
     messages wait and no batch has committed for ``kafka.stall_after_seconds``
     (or a planned batch has not committed for that long), and when the broker
-    does not answer.
+    does not answer. ``checkpoint``: the stream's, when the caller has read it already.
     """
     feed = kafka_feed(feed)
     stream, kafka = feed.name, kafka.for_feed(feed)
     now = time.time() if now is None else now
-    checkpoint = read_checkpoint(lake.checkpoint_dir(stream), lake.filesystem)
+    if checkpoint is None:
+        checkpoint = read_checkpoint(lake.checkpoint_dir(stream), lake.filesystem)
     committed = checkpoint.kafka_committed_offsets(kafka.topic)
     last_commit = checkpoint.commits.get(checkpoint.last_committed)
     since = now - last_commit if last_commit is not None else None
